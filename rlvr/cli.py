@@ -1,0 +1,53 @@
+"""The ``rlvr`` command.
+
+Each sub-command lives in the module that owns it and exposes ``add_<name>_arguments(parser)``
+and ``run_<name>(args) -> int`` (or plain ``add_arguments``/``run``); sub-commands that take
+``key=value`` overrides add a positional ``overrides`` argument with ``nargs="*"``; this table maps the sub-command's name to that module, imported only when
+the sub-command is used (so ``rlvr --help`` stays fast and one broken extra never blocks another).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: name -> (module, one-line help). A new sub-command is one line here.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "sample": ("rlvr.envs.cli", "sample tasks (prompts + ground truth) from an environment as JSONL"),
+    "score": ("rlvr.envs.cli", "score responses from a JSONL file with an environment's reward"),
+}
+
+
+def _adder(mod, name):
+    return getattr(mod, f"add_{name}_arguments", None) or getattr(mod, "add_arguments")
+
+
+def _runner(mod, name):
+    return getattr(mod, f"run_{name}", None) or getattr(mod, "run")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="rlvr", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = argv[0] if argv else None
+    for name, (module, help_) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        if name == chosen:
+            _adder(importlib.import_module(module), name)(p)
+    args = parser.parse_args(argv)
+    if args.version:
+        from rlvr import __version__
+
+        print(__version__)
+        return 0
+    if not args.command:
+        parser.print_help()
+        return 0
+    mod = importlib.import_module(COMMANDS[args.command][0])
+    return int(_runner(mod, args.command)(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

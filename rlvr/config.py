@@ -1,0 +1,185 @@
+"""Typed configuration: dataclasses, YAML profiles, and ``key=value`` overrides.
+
+A config is a (possibly nested) dataclass. ``load_config(Cls, profile, overrides)`` starts from the
+dataclass defaults, applies a YAML profile (a file path, or a name looked up in ``profiles/``
+beside the dataclass's module), then ``key=value`` strings from the command line, where nested
+fields use dots (``optim.lr=1e-6``). Values are parsed as YAML scalars and checked against the
+field's type, so a typo or a wrong type is an error naming the key, not a silent default.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration key or value that does not fit the dataclass."""
+
+
+def _field_types(cls) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(f"{key}: {value!r} fits none of {tp}")
+    if origin is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{key}: {value!r} is not one of {list(args)}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping for {tp.__name__}, got {value!r}")
+        return _build(tp, value, prefix=f"{key}.")
+    if origin in (list, tuple):
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v != ""]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        inner = args[0] if args else Any
+        out = [_coerce(v, inner, f"{key}[]") for v in value]
+        return tuple(out) if origin is tuple else out
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def _build(cls, values: dict[str, Any], prefix: str = ""):
+    types_ = _field_types(cls)
+    unknown = set(values) - set(types_)
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {sorted(prefix + k for k in unknown)}; "
+            f"{cls.__name__} has {sorted(types_)}"
+        )
+    kwargs = {k: _coerce(v, types_[k], prefix + k) for k, v in values.items()}
+    return cls(**kwargs)
+
+
+def to_dict(cfg) -> dict[str, Any]:
+    """A config as plain data (for YAML/JSON dumps and hashing)."""
+    return dataclasses.asdict(cfg)
+
+
+def merge(cfg: T, values: dict[str, Any], prefix: str = "") -> T:
+    """A copy of ``cfg`` with the (nested) mapping ``values`` applied."""
+    types_ = _field_types(type(cfg))
+    changes = {}
+    for k, v in values.items():
+        if k not in types_:
+            raise ConfigError(
+                f"unknown key {prefix + k!r}; {type(cfg).__name__} has {sorted(types_)}"
+            )
+        current = getattr(cfg, k)
+        if dataclasses.is_dataclass(current) and isinstance(v, dict):
+            changes[k] = merge(current, v, prefix=f"{prefix}{k}.")
+        else:
+            changes[k] = _coerce(v, types_[k], prefix + k)
+    return dataclasses.replace(cfg, **changes)
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``["a.b=1", "c=x"]`` -> ``{"a": {"b": 1}, "c": "x"}`` (values parsed as YAML scalars)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not key=value")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise ConfigError(f"override {item!r} has an empty key")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r} conflicts with an earlier one")
+        node[parts[-1]] = value
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a profile must be a YAML mapping")
+    return data
+
+
+def load_config(cls: type[T], profile: str | Path | None = None,
+                overrides: list[str] | dict[str, Any] | None = None,
+                profile_dir: str | Path | None = None) -> T:
+    """Defaults of ``cls`` <- YAML ``profile`` <- ``overrides``; see the module docstring."""
+    cfg = cls()
+    if profile:
+        path = Path(profile)
+        if not path.exists() and profile_dir is not None:
+            path = Path(profile_dir) / f"{profile}.yaml"
+        if not path.exists():
+            avail = sorted(p.stem for p in Path(profile_dir).glob("*.yaml")) if profile_dir else []
+            raise ConfigError(f"profile {profile!r} not found (available: {avail})")
+        cfg = merge(cfg, load_yaml(path))
+    if overrides:
+        ov = parse_overrides(overrides) if isinstance(overrides, list) else overrides
+        cfg = merge(cfg, ov)
+    return cfg
+
+
+def config_hash(cfg, length: int = 12) -> str:
+    """A stable short hash of a config's content (cache keys, run identities)."""
+    blob = json.dumps(to_dict(cfg), sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:length]
+
+
+def dump_yaml(cfg, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

@@ -1,0 +1,128 @@
+"""The environment contract shared by every rlvr environment (DESIGN section 3).
+
+Every reward is a pure function ``score(response, ground_truth) -> Score`` first; an environment
+is a thin Gymnasium wrapper around a task source and that function. Environments know nothing
+about trainers.
+"""
+from __future__ import annotations
+
+import abc
+import string
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+
+#: Responses longer than this are cut before any parsing (a 1 MB response must stay cheap).
+MAX_RESPONSE_CHARS = 100_000
+
+
+@dataclass(frozen=True)
+class Score:
+    """What a reward function returns.
+
+    ``components`` holds the reward breakdown (e.g. ``format`` and ``answer`` for K&K) and sums
+    to ``reward`` where the task defines the reward as a sum. ``reason`` says why a response
+    scored low ("" when correct); ``parsed`` is the answer as the scorer read it.
+    """
+
+    reward: float
+    correct: bool
+    components: dict[str, float] = field(default_factory=dict)
+    reason: str = ""
+    parsed: Any = None
+
+    def as_info(self) -> dict[str, Any]:
+        """The Score flattened into an env ``info`` dict."""
+        return {
+            "correct": self.correct,
+            "reward_components": dict(self.components),
+            **{f"reward/{k}": v for k, v in self.components.items()},
+            "reason": self.reason,
+            "parsed": self.parsed,
+        }
+
+
+class AnyText(spaces.Text):
+    """A ``Text`` space that contains any Python string within its length bounds.
+
+    Gymnasium's ``Text`` checks every character against a finite charset; prompts and model
+    responses hold arbitrary Unicode, so membership here is by length only. Sampling draws from
+    printable ASCII, which is enough for ``check_env`` and random-agent baselines.
+    """
+
+    def __init__(self, max_length: int, *, min_length: int = 0, seed: Any = None):
+        super().__init__(max_length, min_length=min_length, charset=string.printable, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+
+def coerce_text(response: Any) -> str:
+    """Turn whatever a policy handed us into a bounded ``str`` without raising.
+
+    Bytes are decoded with replacement, ``None`` becomes "", anything else goes through ``str``;
+    the result is cut to ``MAX_RESPONSE_CHARS``.
+    """
+    if response is None:
+        text = ""
+    elif isinstance(response, (bytes, bytearray)):
+        text = bytes(response).decode("utf-8", errors="replace")
+    elif isinstance(response, str):
+        text = response
+    else:
+        text = str(response)
+    return text[:MAX_RESPONSE_CHARS]
+
+
+class SingleTurnEnv(gym.Env, abc.ABC):
+    """One prompt, one response, one reward: ``reset`` -> prompt, ``step(response)`` -> done.
+
+    Subclasses implement ``_sample_task(rng, options) -> (prompt, ground_truth, extra_info)`` and
+    ``_score(response, ground_truth) -> Score``.
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, max_prompt_chars: int = 20_000, render_mode: str | None = None):
+        self.observation_space = AnyText(max_prompt_chars)
+        self.action_space = AnyText(MAX_RESPONSE_CHARS)
+        self.render_mode = render_mode
+        self._prompt: str | None = None
+        self._ground_truth: Any = None
+        self._task_info: dict[str, Any] = {}
+        self._last_response: str = ""
+
+    # -- to implement -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def _sample_task(self, rng, options: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+        """Draw one task with ``rng`` (the env's ``np_random``)."""
+
+    @abc.abstractmethod
+    def _score(self, response: str, ground_truth: Any) -> Score:
+        """Score one response; must never raise on any string."""
+
+    # -- gymnasium API --------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        prompt, gt, extra = self._sample_task(self.np_random, dict(options or {}))
+        self._prompt, self._ground_truth, self._task_info = prompt, gt, extra
+        self._last_response = ""
+        return prompt, {"ground_truth": gt, **extra}
+
+    def step(self, action):
+        if self._prompt is None:
+            raise RuntimeError("call reset() before step()")
+        response = coerce_text(action)
+        self._last_response = response
+        result = self._score(response, self._ground_truth)
+        info = {"ground_truth": self._ground_truth, **self._task_info, **result.as_info()}
+        # Single-turn: the episode ends on the first step; the observation is the prompt again
+        # (there is no next observation), which keeps it inside observation_space.
+        return self._prompt, float(result.reward), True, False, info
+
+    def render(self):
+        if self.render_mode == "ansi":
+            return f"{self._prompt or ''}{self._last_response}"
+        return None

@@ -1,0 +1,36 @@
+"""Models: the ``micro`` test model and loaders for local paths and hub names.
+
+``load_model(spec)`` takes ``"micro"``, a local directory saved with ``save_pretrained``, or a
+Hugging Face hub name (needs a network, or a populated hub cache).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlvr.models.micro import build_micro, byte_level_tokenizer
+
+
+def load_model(spec: str, *, seed: int = 0, dtype=None):
+    """Return ``(model, tokenizer)`` for ``spec`` (see the module docstring)."""
+    if spec == "micro":
+        return build_micro(seed=seed)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    local = Path(spec).expanduser()
+    kwargs = {"local_files_only": True} if local.exists() else {}
+    src = str(local) if local.exists() else spec
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(src, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, **kwargs)
+    except OSError as e:
+        raise OSError(
+            f"could not load model {spec!r}: not 'micro', not a local directory, and not "
+            f"reachable on the Hugging Face hub ({e})"
+        ) from e
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return model, tokenizer
+
+
+__all__ = ["build_micro", "byte_level_tokenizer", "load_model"]
