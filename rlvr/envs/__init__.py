@@ -15,6 +15,33 @@ ENV_IDS = {
     "rlvr/SearchQA-v0": "rlvr.envs.searchqa.env:SearchQAEnv",
 }
 
+#: Short names used on the command line and in configs -> (gymnasium id, pure scorer).
+ENV_NAMES = {
+    "kk": ("rlvr/KnightsKnaves-v0", "rlvr.envs.kk:score"),
+    "math": ("rlvr/Math-v0", "rlvr.envs.math:score"),
+    "searchqa": ("rlvr/SearchQA-v0", "rlvr.envs.searchqa:score"),
+}
+
+
+def env_id(name: str) -> str:
+    """``"kk"`` -> ``"rlvr/KnightsKnaves-v0"``; a full gymnasium id passes through."""
+    if name in ENV_NAMES:
+        return ENV_NAMES[name][0]
+    if name in ENV_IDS:
+        return name
+    raise ValueError(f"unknown env {name!r}; choose one of {sorted(ENV_NAMES)} or {sorted(ENV_IDS)}")
+
+
+def get_scorer(name: str):
+    """The pure ``score(response, ground_truth, **kw) -> Score`` function of an env."""
+    import importlib
+
+    short = next((k for k, (i, _) in ENV_NAMES.items() if i == name), name)
+    if short not in ENV_NAMES:
+        raise ValueError(f"unknown env {name!r}; choose one of {sorted(ENV_NAMES)}")
+    module, attr = ENV_NAMES[short][1].split(":")
+    return getattr(importlib.import_module(module), attr)
+
 
 def register_all() -> None:
     for env_id, entry_point in ENV_IDS.items():
@@ -22,4 +49,5 @@ def register_all() -> None:
             gym.register(id=env_id, entry_point=entry_point, disable_env_checker=True)
 
 
-__all__ = ["AnyText", "Score", "SingleTurnEnv", "coerce_text", "ENV_IDS", "register_all"]
+__all__ = ["AnyText", "Score", "SingleTurnEnv", "coerce_text", "ENV_IDS", "ENV_NAMES", "env_id",
+           "get_scorer", "register_all"]

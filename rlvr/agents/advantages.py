@@ -1,0 +1,88 @@
+"""Group-relative advantages (outcome rewards, one scalar per response).
+
+Rewards are laid out group by group: ``rewards[g * G + j]`` is response j to prompt g, G the
+group size. Estimators live in ``ADVANTAGE_ESTIMATORS`` (like verl's ``register_adv_est``); add one
+with ``@register_advantage_estimator("name")`` and call it through ``compute_advantages``.
+
+- ``grpo`` (Shao et al. 2024): ``A_i = (r_i - mean(r)) / (std(r) + eps)``.
+- ``drgrpo`` (Liu et al. 2025, "Understanding R1-Zero-Like Training"): ``A_i = r_i - mean(r)``,
+  no std division (removes the question-difficulty bias).
+
+``std`` is the unbiased (Bessel-corrected) sample std, as ``torch.std`` in verl's
+``compute_grpo_outcome_advantage``. A group of one response has no baseline, so its advantage is
+0 (verl instead returns ``r / (1 + eps)`` for singleton groups; we choose 0 so a lone sample never
+pushes the policy).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+AdvantageFn = Callable[..., torch.Tensor]
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
+
+
+def register_advantage_estimator(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Register ``fn(rewards, group_size, *, eps) -> advantages [B]`` under ``name``."""
+
+    def decorator(fn: AdvantageFn) -> AdvantageFn:
+        if name in ADVANTAGE_ESTIMATORS and ADVANTAGE_ESTIMATORS[name] is not fn:
+            raise ValueError(f"estimator: {name!r} is already registered")
+        ADVANTAGE_ESTIMATORS[name] = fn
+        return fn
+
+    return decorator
+
+
+def _grouped(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size < 1:
+        raise ValueError(f"group_size: must be a positive integer, got {group_size!r}")
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards: expected shape [B], got {tuple(rewards.shape)}")
+    if rewards.numel() % group_size:
+        raise ValueError(f"group_size: {group_size} does not divide the {rewards.numel()} rewards")
+    return rewards.detach().reshape(-1, group_size)
+
+
+def group_advantages(
+    rewards: torch.Tensor, group_size: int, *, scale: str = "std", eps: float = 1e-6
+) -> torch.Tensor:
+    """Per-sequence advantages ``[B]``: ``r - mean_group(r)``, divided by ``std_group(r) + eps``
+    when ``scale="std"`` (GRPO), not when ``scale="none"`` (Dr.GRPO). Groups of one give 0.
+    Floating-point rewards keep their dtype; integer/bool rewards become float32.
+    """
+    if scale not in ("std", "none"):
+        raise ValueError(f"scale: {scale!r} is not one of ['std', 'none']")
+    if not (eps >= 0.0 and math.isfinite(eps)):
+        raise ValueError(f"eps: must be >= 0, got {eps!r}")
+    if not rewards.is_floating_point():
+        rewards = rewards.to(torch.float32)
+    r = _grouped(rewards, group_size)
+    if group_size == 1:
+        return torch.zeros_like(rewards)
+    centred = r - r.mean(dim=1, keepdim=True)
+    if scale == "std":
+        centred = centred / (r.std(dim=1, keepdim=True) + eps)
+    return centred.reshape(-1)
+
+
+@register_advantage_estimator("grpo")
+def grpo_advantages(rewards: torch.Tensor, group_size: int, *, eps: float = 1e-6) -> torch.Tensor:
+    """GRPO: ``A_i = (r_i - mean(r)) / (std(r) + eps)`` within each group."""
+    return group_advantages(rewards, group_size, scale="std", eps=eps)
+
+
+@register_advantage_estimator("drgrpo")
+def drgrpo_advantages(rewards: torch.Tensor, group_size: int, *, eps: float = 1e-6) -> torch.Tensor:
+    """Dr.GRPO: ``A_i = r_i - mean(r)`` within each group (``eps`` unused, kept for one signature)."""
+    return group_advantages(rewards, group_size, scale="none", eps=eps)
+
+
+def compute_advantages(name: str, rewards: torch.Tensor, group_size: int, **kwargs) -> torch.Tensor:
+    """Advantages from the registered estimator ``name`` (``grpo``, ``drgrpo``, ...)."""
+    fn = ADVANTAGE_ESTIMATORS.get(name)
+    if fn is None:
+        raise ValueError(f"estimator: unknown advantage estimator {name!r}; known: {sorted(ADVANTAGE_ESTIMATORS)}")
+    return fn(rewards, group_size, **kwargs)
