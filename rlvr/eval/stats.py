@@ -1,0 +1,115 @@
+"""Statistics over seeds and items: seeded percentile bootstrap intervals and paired differences.
+
+Percentile bootstrap (Efron & Tibshirani 1993, ch. 13): resample the values with replacement,
+take the (alpha/2, 1 - alpha/2) quantiles of the resampled means. Every function takes a ``seed``
+so that the same inputs always give the same interval.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+#: Resamples per interval: the Monte-Carlo error of a 95% percentile bound is well under 0.5% of
+#: the spread at this size (Efron & Tibshirani 1993, §19.3 recommend >= 1000 for percentiles).
+N_RESAMPLES = 10_000
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean with its confidence interval ``[low, high]`` over ``n`` values."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+    confidence: float = 0.95
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.mean:.3f} [{self.low:.3f}, {self.high:.3f}]"
+
+
+def _check(values: Any, name: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=float).ravel()
+    if arr.size == 0:
+        raise ValueError(f"{name}: needs at least one value")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name}: values must be finite, got {arr[~np.isfinite(arr)][:3]}")
+    return arr
+
+
+def bootstrap_ci(values: Sequence[float], *, confidence: float = 0.95,
+                 n_resamples: int = N_RESAMPLES, seed: int = 0) -> Interval:
+    """Mean of ``values`` with a seeded percentile-bootstrap interval (one value: a zero-width one)."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"bootstrap_ci: confidence={confidence} must lie in (0, 1)")
+    if n_resamples < 1:
+        raise ValueError(f"bootstrap_ci: n_resamples={n_resamples} must be >= 1")
+    arr = _check(values, "bootstrap_ci")
+    mean = float(arr.mean())
+    if arr.size == 1:
+        return Interval(mean, mean, mean, 1, confidence)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, arr.size, size=(n_resamples, arr.size))
+    means = arr[idx].mean(axis=1)
+    alpha = 1.0 - confidence
+    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    # The percentile interval of a mean always brackets it up to Monte-Carlo noise; clamp that noise.
+    return Interval(mean, float(min(low, mean)), float(max(high, mean)), int(arr.size), confidence)
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float], *, confidence: float = 0.95,
+                      n_resamples: int = N_RESAMPLES, seed: int = 0) -> Interval:
+    """Mean per-item difference ``a - b`` with its bootstrap interval (items resampled jointly).
+
+    ``a[i]`` and ``b[i]`` must score the same item (e.g. two methods' per-item accuracies,
+    averaged over seeds); pairing removes the item-difficulty variance that unpaired intervals
+    carry.
+    """
+    xa = _check(a, "paired_difference(a)")
+    xb = _check(b, "paired_difference(b)")
+    if xa.shape != xb.shape:
+        raise ValueError(f"paired_difference: a has {xa.size} items, b has {xb.size}; they must pair")
+    return bootstrap_ci(xa - xb, confidence=confidence, n_resamples=n_resamples, seed=seed)
+
+
+def paired_by_key(a: Mapping[Any, float], b: Mapping[Any, float], **kwargs) -> Interval:
+    """``paired_difference`` over the keys two per-item score maps share (at least one)."""
+    keys = [k for k in a if k in b]
+    if not keys:
+        raise ValueError("paired_by_key: the two methods share no items")
+    return paired_difference([a[k] for k in keys], [b[k] for k in keys], **kwargs)
+
+
+def verdict_greater(diff: Interval) -> str:
+    """``"held"`` when the interval of ``a - b`` lies above 0, ``"reversed"`` when below, else
+    ``"inconclusive"``."""
+    if diff.low > 0:
+        return "held"
+    if diff.high < 0:
+        return "reversed"
+    return "inconclusive"
+
+
+def verdict_close(diff: Interval, margin: float) -> str:
+    """Equivalence within ``±margin`` (the two one-sided tests read off one interval, Schuirmann 1987).
+
+    ``"held"`` when the whole interval lies inside ``[-margin, margin]``, ``"not held"`` when it
+    lies wholly outside (the methods differ by more than the margin), else ``"inconclusive"``.
+    """
+    if margin <= 0:
+        raise ValueError(f"verdict_close: margin={margin} must be > 0")
+    if -margin <= diff.low and diff.high <= margin:
+        return "held"
+    if diff.low > margin or diff.high < -margin:
+        return "not held"
+    return "inconclusive"
+
+
+__all__ = ["Interval", "N_RESAMPLES", "bootstrap_ci", "paired_by_key", "paired_difference",
+           "verdict_close", "verdict_greater"]

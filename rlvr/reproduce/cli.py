@@ -1,0 +1,88 @@
+"""``rlvr reproduce <name> --profile tiny|paper [--seeds N] [--smoke] [--out DIR] [--cache DIR]``.
+
+Outputs are named after the script (``fig2.png``, ``fig2.csv``, ``table_kk.md``...) in ``--out``
+(default ``results/<profile>/``; ``results/<profile>-smoke/`` with ``--smoke``). Training runs and
+evaluations are cached under ``--cache`` (default ``rlvr_home()``; with ``--smoke``,
+``<out>/.cache``) by config hash, shared by every script and resumed when interrupted. With
+``--profile paper`` on a machine without GPUs the configs are validated and the plan is printed
+instead of training.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import time
+from pathlib import Path
+
+from rlvr.reproduce.common import Context, command_line, markdown_table
+
+NAMES = ("fig1", "fig2", "fig3", "fig4", "table_kk", "table_math", "table_qa", "sweep", "all")
+
+
+def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", choices=NAMES, help="the figure or table to reproduce (all: every one + REPORT.md)")
+    parser.add_argument("--profile", default="tiny", choices=("tiny", "paper"),
+                        help="tiny: CPU, locally built models (default); paper: the paper's models on GPUs")
+    parser.add_argument("--seeds", type=int, default=None, help="number of seeds (default: the profile's)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the real code path on the micro model with 1-2 training steps, in minutes")
+    parser.add_argument("--out", default=None, help="output folder (default results/<profile>/)")
+    parser.add_argument("--cache", default=None, help="run cache folder (default RLVR_HOME)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.device_count() > 0
+
+
+def print_plan(ctx: Context, name: str) -> int:
+    from rlvr.reproduce.profiles import plan_rows, validate
+
+    n = validate(ctx.profile)
+    rows = plan_rows(ctx.profile)
+    header = list(rows[0])
+    text = "\n".join([
+        f"# Plan for `rlvr reproduce {name} --profile paper` (not started: no GPU on this machine)", "",
+        f"{n} training configs validated. The configs are the public recipes the paper builds on "
+        "(Logic-RL / AR-Lopti for K&K and math, verl-tool for search QA); the paper's own settings "
+        "are unpublished.", "",
+        markdown_table(header, [[r[h] for h in header] for r in rows]), "",
+        f"Seeds: {ctx.seeds}. Memory: bf16 weights, FSDP-sharded fp32 AdamW states, reference and "
+        "vLLM copies, rollout KV cache (rlvr.reproduce.profiles.plan_rows).",
+    ])
+    print(text)
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    (ctx.out / "plan.md").write_text(text + "\n")
+    return 0
+
+
+def run_reproduce(args: argparse.Namespace) -> int:
+    from rlvr.data_paths import rlvr_home
+    from rlvr.reproduce.profiles import get_profile
+
+    profile = get_profile(args.profile, smoke=args.smoke)
+    n_seeds = args.seeds if args.seeds is not None else profile.seeds
+    if n_seeds < 1:
+        raise SystemExit(f"--seeds must be >= 1, got {n_seeds}")
+    out = Path(args.out or f"results/{args.profile}{'-smoke' if args.smoke else ''}")
+    cache = Path(args.cache) if args.cache else (out / ".cache" if args.smoke else rlvr_home())
+    ctx = Context(profile, out, cache, list(range(n_seeds)), smoke=args.smoke,
+                  command=command_line(), progress=not args.quiet)
+    if profile.needs_gpu and not has_gpu():
+        return print_plan(ctx, args.name)
+    if args.quiet:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    start = time.perf_counter()
+    meta = importlib.import_module(f"rlvr.reproduce.{args.name}").run(ctx)
+    if args.name != "all":
+        from rlvr.reproduce.report import write_report
+
+        write_report(ctx)
+    print(json.dumps({"name": args.name, "out": str(out), "seconds": round(time.perf_counter() - start, 1),
+                      "claims": [(c["claim"], c["setting"], c["verdict"]) for c in meta.get("claims", [])]}))
+    return 0

@@ -1,0 +1,82 @@
+"""Figure 2: K&K accuracy by puzzle size for GRPO, GRPO-SG and Reverse, with intervals.
+
+Two panels side by side: greedy accuracy (as the paper reports) and avg@k at the training
+temperature. Reference bars: the untrained base model and the base after continued SFT for the
+same compute as the matching-seed GRPO run (issue 6: at tiny scale RL mostly sharpens sampling,
+which shows as an avg@k gain without a greedy gain; SFT at equal compute shows what plain
+supervised training buys for the same budget). Bars are means over seeds with 95% bootstrap
+intervals over seeds.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from rlvr.reproduce.collect import base_evals, evals_for, runs_for, sample_metric, seed_ci, sft_evals
+from rlvr.reproduce.common import METHOD_COLORS, METHOD_LABELS, Context, Output, plt
+
+NAME = "fig2"
+RL_METHODS = ("grpo", "grpo_sg", "reverse")
+
+
+def collect(ctx: Context, out: Output) -> dict[str, list]:
+    """Evaluations per method (``base``, ``sft``, then the RL methods), one per seed."""
+    evs = {"base": base_evals(ctx, out, "kk")}
+    runs = {m: runs_for(ctx, out, "kk", m) for m in RL_METHODS}
+    if ctx.profile.sft_reference:
+        evs["sft"] = sft_evals(ctx, out, "kk", runs["grpo"])
+    for m in RL_METHODS:
+        evs[m] = evals_for(ctx, out, "kk", runs[m])
+    return evs
+
+
+def rows(ctx: Context, evs: dict[str, list]) -> list[dict]:
+    setting = ctx.profile.settings["kk"]
+    avg_key = sample_metric(evs["grpo"])
+    out = []
+    for mode, metric in (("greedy", "greedy"), (avg_key, avg_key)):
+        for method, method_evs in evs.items():
+            for size in [str(v) for v in setting.group_values] + ["all"]:
+                ci = seed_ci(method_evs, metric, size)
+                if ci is None:
+                    continue
+                out.append({"method": method, "mode": mode, "n_people": size, "mean": ci.mean,
+                            "low": ci.low, "high": ci.high, "seeds": ci.n})
+    return out
+
+
+def plot(ctx: Context, table: list[dict], out: Output) -> None:
+    modes = list(dict.fromkeys(r["mode"] for r in table))
+    methods = list(dict.fromkeys(r["method"] for r in table))
+    sizes = [str(v) for v in ctx.profile.settings["kk"].group_values]
+    fig, axes = plt.subplots(1, len(modes), figsize=(6.2 * len(modes), 4.2), sharey=True, squeeze=False)
+    width = 0.8 / max(1, len(methods))
+    for ax, mode in zip(axes[0], modes):
+        for j, m in enumerate(methods):
+            pts = {r["n_people"]: r for r in table if r["mode"] == mode and r["method"] == m}
+            xs = np.arange(len(sizes)) + (j - (len(methods) - 1) / 2) * width
+            means = [pts[s]["mean"] if s in pts else np.nan for s in sizes]
+            err = [[max(0.0, pts[s]["mean"] - pts[s]["low"]) if s in pts else 0 for s in sizes],
+                   [max(0.0, pts[s]["high"] - pts[s]["mean"]) if s in pts else 0 for s in sizes]]
+            hatch = "//" if m in ("base", "sft") else None
+            ax.bar(xs, means, width, yerr=err, capsize=2, label=METHOD_LABELS.get(m, m),
+                   color=METHOD_COLORS.get(m), hatch=hatch, edgecolor="white", linewidth=0.5)
+        ax.set_xticks(np.arange(len(sizes)), [f"{s} people" for s in sizes])
+        ax.set_title("greedy accuracy" if mode == "greedy" else f"{mode} (temperature of training)")
+        ax.set_ylim(0, 1)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("accuracy (mean over seeds, 95% CI)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    fig.suptitle(f"Knights & Knaves accuracy by puzzle size ({ctx.profile.name} profile, "
+                 f"{len(ctx.seeds)} seed(s))")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    out.save_fig(fig)
+
+
+def run(ctx: Context) -> dict:
+    out = Output(ctx, NAME)
+    evs = collect(ctx, out)
+    table = rows(ctx, evs)
+    out.write_csv(table)
+    plot(ctx, table, out)
+    return out.finish()

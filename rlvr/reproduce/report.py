@@ -1,0 +1,101 @@
+"""``REPORT.md``: every figure and table of a reproduction, the paper's numbers beside ours, seeds,
+versions, wall time, and each of the paper's claims with the verdict the statistics gave.
+
+Built only from the files the scripts wrote (``<name>.meta.json``, ``.md``, ``.png``), so it can
+be regenerated at any time. Verdicts come from the scripts' paired differences; nothing here
+decides a claim.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from rlvr.reproduce import paper_numbers
+from rlvr.reproduce.common import Context, markdown_table, versions
+
+ORDER = ("fig1", "fig2", "fig3", "fig4", "table_kk", "table_math", "table_qa", "sweep")
+CAPTIONS = {
+    "fig1": "Figure 1 — words the policy generates with high vs low probability",
+    "fig2": "Figure 2 — K&K accuracy by puzzle size (greedy and avg@k), with base and continued-SFT references",
+    "fig3": "Figure 3 — gradient norms, GRPO vs GRPO-SG, and their variability",
+    "fig4": "Figure 4 — training reward, GRPO vs GRPO-SG",
+    "table_kk": "Table — K&K accuracy for six methods",
+    "table_math": "Table — math",
+    "table_qa": "Table — search QA",
+    "sweep": "Sweep — GRPO-SG sensitivity to tau, mu, alpha (beyond the paper)",
+}
+PLAIN = {
+    "held": "held at this scale",
+    "reversed": "did NOT hold: the opposite was observed at this scale",
+    "not held": "did NOT hold at this scale",
+    "inconclusive": "was not shown at this scale (the interval includes no effect)",
+}
+
+
+def _strip_header(text: str) -> str:
+    lines = text.splitlines()
+    if lines and lines[0].startswith("<!--"):
+        lines = lines[1:]
+    return "\n".join("#" + l if l.startswith("#") else l for l in lines)
+
+
+def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
+    out = ctx.out
+    metas = {}
+    for name in ORDER:
+        p = out / f"{name}.meta.json"
+        if p.exists():
+            metas[name] = json.loads(p.read_text())
+    v = versions()
+    wall = total_seconds if total_seconds is not None else sum(m.get("wall_seconds", 0) for m in metas.values())
+    lines = [
+        f"# Reproduction report — profile `{ctx.profile.name}`" + (" (smoke run)" if ctx.smoke else ""),
+        "",
+        "Paper: arXiv 2511.00066, *Sharpness-Guided Group Relative Policy Optimization via "
+        "Probability Shaping* (GRPO-SG).",
+        "",
+        f"- command: `{ctx.command}`",
+        f"- seeds: {ctx.seeds}",
+        f"- generated: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; wall time {wall / 60:.1f} min "
+        "(training runs taken from the cache cost nothing here)",
+        "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
+        f"- run cache: `{ctx.cache}` (each run is named by its config hash; see `<name>.meta.json`)",
+        "",
+    ]
+    if ctx.profile.name == "paper":
+        lines += ["The paper profile's configs are the public recipes the paper builds on (Logic-RL / "
+                  "AR-Lopti for K&K and math, verl-tool for search QA); the paper's own training "
+                  "settings are unpublished.", ""]
+    if ctx.smoke:
+        lines += ["**Smoke run**: the random micro model and two training steps per run; it checks the "
+                  "code path end to end. Its numbers say nothing about the methods.", ""]
+    claims = [c for m in metas.values() for c in m.get("claims", [])]
+    lines += ["## The paper's claims at this scale", ""]
+    if claims:
+        rows = [[c["claim"], c["setting"], f"**{c['verdict']}**", c["evidence"]] for c in claims]
+        lines += [markdown_table(["claim", "setting", "verdict", "evidence"], rows), ""]
+        lines += [f"- {c['claim']} ({c['setting']}): {PLAIN.get(c['verdict'], c['verdict'])}." for c in claims]
+        lines += ["", "Verdicts come from 95% bootstrap intervals of paired differences (per item for "
+                  "accuracies, per seed for training curves): *held* when the interval lies on the "
+                  "claimed side of zero (or, for 'close', inside the margin), *inconclusive* otherwise.", ""]
+    else:
+        lines += ["No script that decides a claim has run yet.", ""]
+    lines += ["## The paper's reported numbers", ""]
+    lines += paper_numbers.kk_lines() + paper_numbers.math_lines() + paper_numbers.qa_lines() + [""]
+    for name in ORDER:
+        if name not in metas:
+            continue
+        m = metas[name]
+        lines += [f"## {CAPTIONS[name]}", "",
+                  f"`{m['command']}` — {m['wall_seconds']:.0f} s; files: "
+                  + ", ".join(f"[{f}]({f})" for f in m["files"]), ""]
+        if (out / f"{name}.png").exists():
+            lines += [f"![{name}]({name}.png)", ""]
+        if (out / f"{name}.md").exists():
+            lines += [_strip_header((out / f"{name}.md").read_text()), ""]
+        for note in m.get("notes", []):
+            lines += [f"- {note}"]
+    path = out / "REPORT.md"
+    path.write_text("\n".join(lines).rstrip() + "\n")
+    return path

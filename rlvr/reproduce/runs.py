@@ -1,0 +1,195 @@
+"""The run cache shared by every reproduce script.
+
+A training run is identified by the hash of its full ``TrainConfig`` (``rlvr.config.config_hash``,
+with the output folder, ``resume`` and display-only fields blanked) and lives in
+``<cache>/runs/<hash>/`` (``<cache>`` defaults to ``rlvr_home()``). ``ensure_run`` returns a
+finished run at once, resumes an interrupted one from its last checkpoint (the trainer's
+``resume``), and trains a missing one. Evaluations of a model are cached the same way under
+``<cache>/evals/<hash>/``, so fig2, table_kk and the report share one evaluation of each
+checkpoint, and figures are redrawn from the saved responses without touching a model.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlvr.config import config_hash
+from rlvr.eval.runner import EvalConfig, EvalResult, evaluate, read_jsonl, save_result
+from rlvr.eval.metrics import summarize_by_group
+from rlvr.reproduce.profiles import Setting, flat_to_nested, setting_overrides
+
+DONE = "run.json"
+
+#: Fields that do not change what a run computes (blanked before hashing).
+_NEUTRAL = {"out": "", "resume": False, "progress": True, "tensorboard": False}
+
+
+@dataclass
+class Run:
+    key: str
+    path: Path
+    config: Any  # TrainConfig
+    metrics: list[dict[str, Any]]
+    compute_seconds: float
+
+    @property
+    def final(self) -> Path:
+        return self.path / "final"
+
+
+def train_config(setting: Setting, algo: str, seed: int, extra: dict[str, Any] | None = None):
+    """The ``TrainConfig`` of one run (profile overrides + env/algo/seed + ``extra``)."""
+    from rlvr.agents.train_config import load_train_config
+
+    flat = setting_overrides(setting, algo, seed, {**(extra or {}), "out": "pending"})
+    return load_train_config(flat_to_nested(flat))
+
+
+def run_key(cfg) -> str:
+    return config_hash(dataclasses.replace(cfg, **_NEUTRAL))
+
+
+def compute_seconds(metrics: list[dict[str, Any]]) -> float:
+    """Training compute of a run: the sum of its steps' rollout and update seconds (stable
+    across resumes, unlike the wall time of one invocation)."""
+    return float(sum(float(m.get("time/rollout_s", 0.0)) + float(m.get("time/update_s", 0.0))
+                     for m in metrics))
+
+
+def _read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def ensure_run(cfg, cache: Path, *, say=print, progress: bool = True) -> Run:
+    """The finished run of ``cfg`` from the cache, trained (or resumed) first when needed."""
+    key = run_key(cfg)
+    path = Path(cache) / "runs" / key
+    done = path / DONE
+    if not done.exists():
+        from rlvr.agents.trainer import Trainer
+
+        resuming = (path / "checkpoints").exists()
+        say(f"[reproduce] {'resuming' if resuming else 'training'} {cfg.env}/{cfg.algo} "
+            f"seed {cfg.seed} -> {path}")
+        run_cfg = dataclasses.replace(cfg, out=str(path), resume=True, progress=progress)
+        start = time.perf_counter()
+        Trainer(run_cfg).train()
+        metrics = _read_metrics(path / "metrics.jsonl")
+        done.write_text(json.dumps({
+            "key": key, "env": cfg.env, "algo": cfg.algo, "seed": cfg.seed, "model": cfg.model,
+            "steps": len(metrics), "compute_seconds": round(compute_seconds(metrics), 2),
+            "last_invocation_seconds": round(time.perf_counter() - start, 2),
+        }, indent=2))
+    metrics = _read_metrics(path / "metrics.jsonl")
+    return Run(key, path, cfg, metrics, compute_seconds(metrics))
+
+
+# -- evaluations -------------------------------------------------------------------------------
+def eval_config(setting: Setting, cfg, model: str, *, eval_set: dict[str, Any] | None = None,
+                seed: int = 0) -> EvalConfig:
+    """How to evaluate ``model`` on ``setting``: the training run's prompt format, temperature
+    and response budget, the setting's groups (or ``eval_set``), greedy + ``k`` samples."""
+    env_kwargs = {k: v for k, v in cfg.env_kwargs.items() if k not in ("split", setting.group_by)}
+    env_kwargs.update(setting.eval_env_kwargs)
+    group_by, group_values = setting.group_by, list(setting.group_values)
+    if eval_set is not None:
+        env_kwargs.update(eval_set)
+        group_by, group_values = "", []
+    k = setting.k
+    return EvalConfig(
+        model=model, env=setting.env, env_kwargs=env_kwargs, split="test", group_by=group_by,
+        group_values=group_values, n_items=setting.n_items, greedy=True, k=k,
+        temperature=setting.eval_temperature or cfg.rollout.temperature or 1.0,
+        top_p=cfg.rollout.top_p, max_new_tokens=setting.eval_max_new_tokens or cfg.rollout.max_response_tokens,
+        stop=list(cfg.rollout.stop), batch_size=setting.eval_batch_size,
+        pass_ks=sorted({1, k}) if k else [1], seed=seed,
+        device="cuda" if cfg.device == "cuda" else "cpu")
+
+
+@dataclass
+class Evaluation:
+    key: str
+    path: Path
+    records: list[dict[str, Any]]
+    summary: dict[Any, dict[str, float]]
+
+
+def ensure_eval(ecfg: EvalConfig, cache: Path, *, say=print, progress: bool = True) -> Evaluation:
+    """Responses and summary of ``ecfg`` from the cache, evaluated first when missing."""
+    key = config_hash(dataclasses.replace(ecfg, out=""))
+    path = Path(cache) / "evals" / key
+    if not (path / "summary.json").exists():
+        say(f"[reproduce] evaluating {ecfg.model} on {ecfg.env} -> {path}")
+        result: EvalResult = evaluate(ecfg, progress=progress)
+        save_result(result, path)
+    records = read_jsonl(path / "responses.jsonl")
+    ks = sorted(set(ecfg.pass_ks) | ({ecfg.k} if ecfg.k else set()))
+    return Evaluation(key, path, records, summarize_by_group(records, ks=ks))
+
+
+# -- the continued-SFT reference (fig2) ----------------------------------------------------------
+def ensure_sft_reference(setting: Setting, seed: int, budget_seconds: float, cache: Path, *,
+                         say=print, progress: bool = True, smoke: bool = False) -> Path:
+    """The base model after continued SFT for about ``budget_seconds`` of compute (issue 6's
+    equal-compute baseline), cached by (base, steps, seed).
+
+    Steps are derived deterministically from the base build's measured SFT speed
+    (``build.json``: steps per second), so the same RL runs give the same SFT run. The recipe is
+    the base build's own SFT config restarted (warm-up, cosine decay) on fresh examples.
+    """
+    import hashlib
+
+    from rlvr.models import traces
+    from rlvr.models.sft import SFTConfig, sft
+
+    base_dir, build_cfg = _base_build(setting.model)
+    if build_cfg is None:  # micro (smoke): no build record; two steps on the K&K traces
+        sft_cfg = SFTConfig(steps=2, batch_size=2, warmup_steps=0, seed=seed, max_length=512)
+        task, data = setting.env, dict(traces.TINY_SETTINGS.get(setting.env, {}))
+    else:
+        record = json.loads((base_dir / "build.json").read_text())
+        speed = record["sft"]["steps"] / max(record["sft"]["seconds"], 1e-9)
+        steps = max(1, int(round(speed * budget_seconds)))
+        sft_cfg = dataclasses.replace(build_cfg.sft, steps=steps, seed=10_000 + seed,
+                                      warmup_steps=min(build_cfg.sft.warmup_steps, steps // 10),
+                                      max_seconds=0.0)
+        task, data = build_cfg.task, dict(build_cfg.data)
+    blob = json.dumps({"base": str(base_dir or setting.model), "sft": dataclasses.asdict(sft_cfg),
+                       "task": task, "data": data}, sort_keys=True, default=str)
+    path = Path(cache) / "sft" / hashlib.sha256(blob.encode()).hexdigest()[:12]
+    if (path / "sft.json").exists():
+        return path
+    say(f"[reproduce] continued SFT of {setting.model} for {sft_cfg.steps} steps -> {path}")
+    from rlvr.models import load_model
+
+    model, tokenizer = load_model(setting.model, seed=seed)
+    stats = sft(model, tokenizer, traces.example_stream(task, data, seed=sft_cfg.seed), sft_cfg,
+                progress=progress, desc="continued sft")
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    (path / "sft.json").write_text(json.dumps({"budget_seconds": budget_seconds, **stats},
+                                              indent=2, default=str))
+    return path
+
+
+def _base_build(model: str):
+    """``(directory, BuildConfig)`` of a tiny preset, or ``(None, None)`` for anything else."""
+    try:
+        from rlvr.models.build import ensure_built
+        from rlvr.models.presets import PRESETS
+    except ImportError:
+        return None, None
+    if model not in PRESETS:
+        return None, None
+    return ensure_built(PRESETS[model], progress=False), PRESETS[model]
+
+
+__all__ = ["Evaluation", "Run", "compute_seconds", "ensure_eval", "ensure_run",
+           "ensure_sft_reference", "eval_config", "run_key", "train_config"]

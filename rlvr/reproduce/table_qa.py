@@ -1,0 +1,22 @@
+"""Table: search-QA exact match, GRPO vs GRPO-SG (and the base model).
+
+Paper profile: NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue, Bamboogle. Tiny profile: the
+synthetic single- and two-hop questions. EM after SQuAD normalisation of the parsed answer
+(``rlvr.eval.metrics``), greedy; F1 beside it. See ``rlvr.reproduce.tables``.
+"""
+from __future__ import annotations
+
+from rlvr.reproduce import paper_numbers
+from rlvr.reproduce.common import Context, Output
+from rlvr.reproduce.tables import build
+
+NAME = "table_qa"
+
+
+def run(ctx: Context) -> dict:
+    out = Output(ctx, NAME)
+    build(ctx, out, "searchqa", "Search QA exact match",
+          [("greedy_em", "exact match (greedy)"), ("greedy_f1", "F1 (greedy)"),
+           ("avg@k", "avg@k (EM at the training temperature)")],
+          "search QA", paper_numbers.qa_lines(), key="em")
+    return out.finish()

@@ -1,0 +1,88 @@
+"""Shared body of table_math and table_qa: GRPO vs GRPO-SG (and the base model) per column.
+
+Columns are the profile's evaluation sets (paper: one benchmark each) or, on the tiny profile,
+the groups of the synthetic task (difficulty, hops). Cells: mean over seeds [95% bootstrap CI
+over seeds]. "GRPO-SG beats GRPO" is decided from the paired per-item difference over all
+columns together.
+"""
+from __future__ import annotations
+
+from rlvr.reproduce.collect import base_evals, compare, evals_for, runs_for, sample_metric, seed_ci
+from rlvr.reproduce.common import METHOD_LABELS, Context, Output, fmt_ci, markdown_table
+
+METHODS = ("base", "grpo", "grpo_sg")
+
+
+def column_evals(ctx: Context, out: Output, setting_key: str):
+    """``column -> method -> [evaluation per seed]`` and the summary group of each column."""
+    setting = ctx.profile.settings[setting_key]
+    runs = {m: runs_for(ctx, out, setting_key, m) for m in METHODS if m != "base"}
+    if setting.eval_sets:
+        cols = {}
+        for name, kwargs in setting.eval_sets.items():
+            cols[name] = {"base": base_evals(ctx, out, setting_key, (name, kwargs)),
+                          **{m: evals_for(ctx, out, setting_key, runs[m], (name, kwargs)) for m in runs}}
+        return cols, {name: "all" for name in cols}
+    evs = {"base": base_evals(ctx, out, setting_key),
+           **{m: evals_for(ctx, out, setting_key, runs[m]) for m in runs}}
+    labels = {f"{setting.group_by} {v}": str(v) for v in setting.group_values}
+    return {label: evs for label in labels}, labels
+
+
+def build(ctx: Context, out: Output, setting_key: str, title: str, metrics: list[tuple[str, str]],
+          claim_setting: str, paper_lines: list[str], key: str = "correct") -> None:
+    """Write ``<name>.md`` and ``<name>.csv``; ``metrics`` are ``(summary key, heading)`` pairs."""
+    cols, group_of = column_evals(ctx, out, setting_key)
+    first = next(iter(cols.values()))
+    csv_rows = []
+    md = [f"# {title} ({ctx.profile.name} profile, seeds {ctx.seeds}, "
+          f"model {ctx.profile.settings[setting_key].model})", ""]
+    for metric, heading in metrics:
+        if metric == "avg@k":
+            metric = sample_metric(first["grpo"])
+        table = []
+        for m in METHODS:
+            cells = []
+            for col, evs in cols.items():
+                ci = seed_ci(evs[m], metric, group_of[col])
+                cells.append(fmt_ci(ci))
+                if ci is not None:
+                    csv_rows.append({"method": m, "metric": metric, "column": col, "mean": ci.mean,
+                                     "low": ci.low, "high": ci.high, "seeds": ci.n})
+            table.append([METHOD_LABELS[m]] + cells)
+        md += [f"## {heading.replace('avg@k', metric)}", "",
+               markdown_table(["method"] + list(cols), table), ""]
+    # One paired comparison over every item of every column.
+    a = [ev for evs in _distinct(cols, "grpo_sg") for ev in evs]
+    b = [ev for evs in _distinct(cols, "grpo") for ev in evs]
+    compare(out, "GRPO-SG beats GRPO", claim_setting, _tagged(a), _tagged(b), key=key,
+            label="GRPO-SG - GRPO")
+    md += ["## Claim (paired per-item difference)", ""]
+    md += [f"- **{c['claim']}** ({c['setting']}): {c['verdict']}. {c['evidence']}." for c in out.claims]
+    md += ["", "## The paper's reported numbers", ""] + paper_lines
+    out.write_csv(csv_rows)
+    out.write_md("\n".join(md))
+
+
+def _distinct(cols, method):
+    """Each column's evaluations once (tiny-profile columns share one evaluation)."""
+    seen, outl = set(), []
+    for name, evs in cols.items():
+        ids = tuple(id(e) for e in evs[method])
+        if ids in seen:
+            continue
+        seen.add(ids)
+        outl.append([(name, e) for e in evs[method]])
+    return outl
+
+
+class _Tagged:
+    """An evaluation whose item ids carry its column, so items of different sets never collide."""
+
+    def __init__(self, name, ev):
+        self.records = [{**r, "item": f"{name}:{r['item']}"} for r in ev.records]
+        self.summary = ev.summary
+
+
+def _tagged(pairs):
+    return [_Tagged(name, ev) for name, ev in pairs]

@@ -1,0 +1,61 @@
+"""The run cache (reuse, resume) and ``rlvr reproduce all --smoke`` end to end."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from rlvr.reproduce import profiles, runs
+
+
+def test_run_cache_reuses_and_resumes(tmp_path, monkeypatch):
+    setting = profiles.tiny_profile(smoke=True).settings["kk"]
+    cfg = runs.train_config(setting, "grpo", 0)
+    first = runs.ensure_run(cfg, tmp_path, say=lambda m: None, progress=False)
+    assert (first.path / runs.DONE).exists() and (first.final / "config.json").exists()
+    assert len(first.metrics) == cfg.steps == 2
+
+    import rlvr.agents.trainer as trainer_mod
+
+    class NoTraining:
+        def __init__(self, *a, **k):
+            raise AssertionError("a cached run must not be trained again")
+
+    with monkeypatch.context() as m:
+        m.setattr(trainer_mod, "Trainer", NoTraining)
+        again = runs.ensure_run(cfg, tmp_path, say=lambda m: None)
+    assert again.key == first.key and again.metrics == first.metrics
+
+    # Interrupt after step 1: no completion marker, no final model, no step-2 checkpoint.
+    (first.path / runs.DONE).unlink()
+    shutil.rmtree(first.final)
+    for ckpt in (first.path / "checkpoints").glob("step_00000002*"):
+        shutil.rmtree(ckpt)
+    said = []
+    resumed = runs.ensure_run(cfg, tmp_path, say=said.append, progress=False)
+    assert "resuming" in said[0]
+    strip = trainer_mod.strip_time
+    assert strip(resumed.metrics) == strip(first.metrics)
+
+
+EXPECTED = {
+    "fig1": (".png", ".csv"), "fig2": (".png", ".csv"), "fig3": (".png", ".csv", "_variability.csv"),
+    "fig4": (".png", ".csv"), "table_kk": (".md", ".csv"), "table_math": (".md", ".csv"),
+    "table_qa": (".md", ".csv"), "sweep": (".png", ".csv", ".md"),
+}
+
+
+@pytest.mark.slow
+def test_reproduce_all_smoke(tmp_path):
+    from rlvr.cli import main
+
+    out = tmp_path / "results"
+    assert main(["reproduce", "all", "--smoke", "--out", str(out), "--quiet"]) == 0
+    for name, suffixes in EXPECTED.items():
+        for suffix in (*suffixes, ".meta.json"):
+            path = out / f"{name}{suffix}"
+            assert path.exists() and path.stat().st_size > 0, path
+    text = (out / "REPORT.md").read_text()
+    for name in EXPECTED:
+        assert f"]({name}" in text
+    assert "GRPO-SG beats GRPO" in text and "Smoke run" in text
