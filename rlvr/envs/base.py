@@ -7,6 +7,7 @@ about trainers.
 from __future__ import annotations
 
 import abc
+import copy
 import string
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,7 +110,9 @@ class SingleTurnEnv(gym.Env, abc.ABC):
         prompt, gt, extra = self._sample_task(self.np_random, dict(options or {}))
         self._prompt, self._ground_truth, self._task_info = prompt, gt, extra
         self._last_response = ""
-        return prompt, {"ground_truth": gt, **extra}
+        # Infos are handed out as copies: a caller mutating one must not change the env's task
+        # (and check_env rejects reset/step infos that share an object).
+        return prompt, copy.deepcopy({"ground_truth": gt, **extra})
 
     def step(self, action):
         if self._prompt is None:
@@ -117,7 +120,8 @@ class SingleTurnEnv(gym.Env, abc.ABC):
         response = coerce_text(action)
         self._last_response = response
         result = self._score(response, self._ground_truth)
-        info = {"ground_truth": self._ground_truth, **self._task_info, **result.as_info()}
+        info = copy.deepcopy({"ground_truth": self._ground_truth, **self._task_info})
+        info.update(result.as_info())
         # Single-turn: the episode ends on the first step; the observation is the prompt again
         # (there is no next observation), which keeps it inside observation_space.
         return self._prompt, float(result.reward), True, False, info
