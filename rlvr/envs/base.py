@@ -84,7 +84,7 @@ class SingleTurnEnv(gym.Env, abc.ABC):
     ``_score(response, ground_truth) -> Score``.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
 
     def __init__(self, max_prompt_chars: int = 20_000, render_mode: str | None = None):
         self.observation_space = AnyText(max_prompt_chars)

@@ -1,0 +1,205 @@
+"""Math evaluation sets with per-dataset gold normalisation (DESIGN section 4, shared/data/SOURCES.md).
+
+Every loader returns records ``{"problem", "ground_truth", "source", "id"}`` (plus ``solution``
+when the set has one). Gold answers, by set:
+
+- MATH-500, AIME24: ``answer`` as given (a string).
+- AMC23: ``answer`` is a float (``27.0``) -> ``"27"``.
+- Minerva: no answer field; the gold is the last ``\\boxed{}`` of ``solution``.
+- OlympiadBench: ``final_answer`` is a list of strings wrapped in ``$``; ``$`` stripped, several
+  entries joined with ``", "``; ``context`` (when present) is put before ``question``.
+- GSM8K: ``answer`` ends in ``#### n``; ``n`` with thousands separators removed.
+
+Named sets are read from the shared data folder (``rlvr.data_paths.shared_data_dir()``) when it
+has them, else from the Hugging Face hub when ``datasets`` is installed and a network is there.
+Any other argument is a local ``.jsonl``/``.json``/``.parquet`` path; its gold format is guessed
+from its fields unless ``answer_format`` says it.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from rlvr.data_paths import shared_data_dir
+from rlvr.envs.math.extract import last_boxed
+from rlvr.envs.math.reward import gold_to_text
+from rlvr.envs.math.synthetic import generate_dataset
+
+ANSWER_FORMATS = ("auto", "answer", "amc", "solution_boxed", "final_answer", "gsm8k", "ground_truth")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    local_path: str  # relative to the shared data folder
+    answer_format: str
+    hub: tuple[str, str | None, str]  # (name, config, split) on the Hugging Face hub
+    size: int
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    "math500": DatasetSpec("math500/test.jsonl", "answer", ("HuggingFaceH4/MATH-500", None, "test"), 500),
+    "aime24": DatasetSpec("aime24/test.jsonl", "answer", ("HuggingFaceH4/aime_2024", None, "train"), 30),
+    "amc23": DatasetSpec("amc23/test.jsonl", "amc", ("math-ai/amc23", None, "test"), 40),
+    "minerva": DatasetSpec("minerva_math/test.jsonl", "solution_boxed", ("math-ai/minervamath", None, "test"), 272),
+    "olympiadbench": DatasetSpec(
+        "olympiadbench/test.jsonl", "final_answer", ("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train"), 675
+    ),
+    "gsm8k": DatasetSpec("gsm8k/test.jsonl", "gsm8k", ("openai/gsm8k", "main", "test"), 1319),
+}
+_ALIASES = {"math-500": "math500", "minerva_math": "minerva", "olympiad": "olympiadbench", "aime2024": "aime24"}
+
+
+# -- gold normalisation -----------------------------------------------------------------------------
+def gsm8k_gold(answer: str) -> str:
+    """``"... #### 1,234"`` -> ``"1234"``."""
+    _, sep, tail = str(answer).rpartition("####")
+    return (tail if sep else str(answer)).strip().replace(",", "")
+
+
+def olympiad_gold(final_answer: Any) -> str:
+    """``["$(1,2)$", "$3$"]`` -> ``"(1,2), 3"``; ``["$69$,$84$"]`` -> ``"69,84"``.
+
+    OlympiadBench puts several answers either in several list entries or in one entry as
+    ``$a$,$b$``; every unescaped ``$`` goes, and a trailing full stop with it.
+    """
+    items = final_answer if isinstance(final_answer, (list, tuple)) else [final_answer]
+    cleaned = []
+    for item in items:
+        text = re.sub(r"(?<!\\)\$", "", str(item)).strip().rstrip(".").strip()
+        if text:
+            cleaned.append(text)
+    return ", ".join(cleaned)
+
+
+def _guess_format(row: dict) -> str:
+    if "final_answer" in row:
+        return "final_answer"
+    if "ground_truth" in row or isinstance(row.get("reward_model"), dict):
+        return "ground_truth"
+    answer = row.get("answer")
+    if isinstance(answer, str) and "####" in answer:
+        return "gsm8k"
+    if answer is not None:
+        return "amc" if isinstance(answer, float) else "answer"
+    if "solution" in row:
+        return "solution_boxed"
+    raise ValueError(f"cannot tell the gold answer field of a record with keys {sorted(row)}")
+
+
+def gold_answer(row: dict, answer_format: str = "auto") -> str:
+    """The gold answer string of one raw record (see the module docstring)."""
+    fmt = _guess_format(row) if answer_format == "auto" else answer_format
+    if fmt in ("answer", "amc"):
+        if "answer" not in row and "solution" in row:  # hub copies differ in field names
+            return gold_answer(row, "solution_boxed")
+        return gold_to_text(row["answer"])
+    if fmt == "gsm8k":
+        return gsm8k_gold(row["answer"])
+    if fmt == "final_answer":
+        return olympiad_gold(row["final_answer"])
+    if fmt == "solution_boxed":
+        if row.get("answer") not in (None, ""):
+            return gold_to_text(row["answer"])
+        found = last_boxed(str(row["solution"]))
+        return found.content or ""
+    if fmt == "ground_truth":
+        gt = row["ground_truth"] if "ground_truth" in row else row["reward_model"]["ground_truth"]
+        return gold_to_text(gt)
+    raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
+
+
+def _problem_text(row: dict) -> str:
+    for key in ("problem", "question", "prompt"):
+        if isinstance(row.get(key), str) and row[key].strip():
+            text = row[key]
+            context = row.get("context")
+            return f"{context}\n{text}" if isinstance(context, str) and context.strip() else text
+    raise ValueError(f"no problem text (problem/question) in a record with keys {sorted(row)}")
+
+
+def normalize_records(rows: Iterable[dict], source: str, answer_format: str = "auto") -> list[dict]:
+    """Raw rows -> ``{"problem", "ground_truth", "source", "id"[, "solution"]}``."""
+    out = []
+    for i, row in enumerate(rows):
+        rid = next((row[k] for k in ("unique_id", "id", "idx") if row.get(k) not in (None, "")), i)
+        rec = {
+            "problem": _problem_text(row),
+            "ground_truth": gold_answer(row, answer_format),
+            "source": source,
+            "id": f"{source}/{rid}",
+        }
+        if isinstance(row.get("solution"), str):
+            rec["solution"] = row["solution"]
+        out.append(rec)
+    return out
+
+
+# -- file and hub readers ---------------------------------------------------------------------------
+def read_rows(path: str | Path) -> list[dict]:
+    """Rows of a ``.jsonl``, ``.json`` (a list) or ``.parquet`` file."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    if path.suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: a .json dataset must hold a list of records")
+        return data
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _from_hub(name: str, spec: DatasetSpec) -> list[dict]:
+    try:
+        import datasets as hf_datasets
+    except ImportError as exc:
+        raise FileNotFoundError(
+            f"dataset {name!r}: no local copy (set RLVR_SHARED_DATA to a folder holding "
+            f"{spec.local_path}) and the `datasets` package is not installed for the hub"
+        ) from exc
+    hub_name, config, split = spec.hub
+    return list(hf_datasets.load_dataset(hub_name, config, split=split))
+
+
+def load_dataset(
+    name_or_path: str | Path,
+    split: str = "test",
+    *,
+    data_dir: str | Path | None = None,
+    answer_format: str = "auto",
+    n: int = 500,
+    difficulty: Any = None,
+    seed: int = 0,
+) -> list[dict]:
+    """Records of a named math set, a local file, or ``"synthetic"`` (``n`` problems of the
+    ``split`` stream at ``difficulty``, see ``synthetic.py``).
+
+    Named sets (``DATASETS``) are test sets: ``split`` must be ``"test"`` for them.
+    """
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
+    key = str(name_or_path)
+    key = _ALIASES.get(key.lower(), key.lower()) if not Path(key).suffix else key
+    if key == "synthetic":
+        return generate_dataset(n, split=split, difficulty=difficulty, seed=seed)
+    if key in DATASETS:
+        if split != "test":
+            raise ValueError(f"dataset {key!r} has only a 'test' split, got split={split!r}")
+        spec = DATASETS[key]
+        root = Path(data_dir) if data_dir is not None else shared_data_dir()
+        local = root / spec.local_path if root is not None else None
+        rows = read_rows(local) if local is not None and local.is_file() else _from_hub(key, spec)
+        fmt = spec.answer_format if answer_format == "auto" else answer_format
+        return normalize_records(rows, key, fmt)
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"dataset {name_or_path!r} is neither a known name ({', '.join(DATASETS)}, synthetic) "
+            "nor an existing .jsonl/.json/.parquet file"
+        )
+    return normalize_records(read_rows(path), path.stem, answer_format)
