@@ -15,6 +15,11 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "sample": ("rlvr.envs.cli", "sample tasks (prompts + ground truth) from an environment as JSONL"),
     "score": ("rlvr.envs.cli", "score responses from a JSONL file with an environment's reward"),
+    "eval": ("rlvr.eval.cli", "evaluate a checkpoint on an environment: greedy, avg@k, pass@k, EM/F1 as JSONL"),
+    "reproduce": ("rlvr.reproduce.cli", "reproduce a figure or table of the paper (fig1..fig4, table_*, sweep, all)"),
+    "train": ("rlvr.agents.train_cli", "train a policy with GRPO / GRPO-SG / baselines on an environment"),
+    "build-model": ("rlvr.models.cli", "build (or find cached) a tiny base model: tokenizer + Qwen2 + SFT warm start"),
+    "prepare-verl": ("rlvr.integrations.verl_data", "write environment tasks as verl-ready parquet (chat prompt, ground truth)"),
 }
 
 

@@ -1,0 +1,59 @@
+"""``rlvr train env=<kk|math|searchqa> algo=<...> out=DIR [key=value ...] [--resume]``.
+
+Configuration layers: ``rlvr/profiles/{profile}.yaml`` (``profile=`` picks it; default
+``default``), then ``{profile}_{env}.yaml`` if present, then the ``key=value`` arguments
+(``optim.lr=1e-6``, ``env_kwargs.n_people=3``). ``--print-config`` shows the result and exits.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rlvr.config import ConfigError, to_dict
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="env=kk algo=grpo_sg out=DIR steps=N model=micro|PATH|HUB_NAME "
+                             "profile=NAME ... (see docs/training.md)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the newest valid checkpoint under out=DIR")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved configuration as YAML and exit")
+
+
+def run_train(args: argparse.Namespace) -> int:
+    import yaml
+
+    from rlvr.agents.train_config import load_train_config
+
+    overrides = list(args.overrides)
+    if args.resume:
+        overrides.append("resume=true")
+    try:
+        if args.print_config:
+            overrides = overrides if any(o.startswith("out=") for o in overrides) else [
+                *overrides, "out=-"]
+        cfg = load_train_config(overrides)
+    except ConfigError as e:
+        print(f"rlvr train: {e}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
+        return 0
+    from rlvr.agents.trainer import Trainer
+
+    try:
+        trainer = Trainer(cfg)
+        records = trainer.train()
+    except (MemoryError, FileExistsError, ConfigError) as e:
+        print(f"rlvr train: {e}", file=sys.stderr)
+        return 2
+    if records:
+        last = records[-1]
+        print(f"rlvr train: step {last['step']} reward/mean {last['reward/mean']:.4f} "
+              f"accuracy {last['accuracy']:.4f}; metrics in {trainer.metrics_path}")
+    else:
+        print(f"rlvr train: nothing to do (already at step {trainer.step}); "
+              f"metrics in {trainer.metrics_path}")
+    return 0

@@ -1,0 +1,78 @@
+"""Small stand-ins shared by the policy/rollout/trainer tests: toy envs whose rewards vary under a
+random model (so advantages are non-zero), a multi-turn env with a fixed observation, and a
+scripted backend that replays given turn texts."""
+from __future__ import annotations
+
+import gymnasium as gym
+
+from rlvr.agents.rollout.base import Generation, RolloutBackend, truncate_at_stop
+from rlvr.envs.base import AnyText, coerce_text
+
+OBS = "\n<information>Doc 1(Title: T) tool text</information>\n"
+
+
+class LetterEnv(gym.Env):
+    """Single-turn: reward = share of ASCII letters in the response; correct when > 0.1."""
+
+    def __init__(self, fail_on: int | None = None):
+        self.observation_space = AnyText(1000)
+        self.action_space = AnyText(100_000)
+        self.fail_on = fail_on
+        self._index = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._index = int((options or {}).get("index", 0))
+        return f"Task {self._index}: write letters.\n", {"ground_truth": None}
+
+    def step(self, action):
+        if self.fail_on is not None and self._index == self.fail_on:
+            raise RuntimeError("verifier crashed")
+        text = coerce_text(action)
+        share = sum(c.isascii() and c.isalpha() for c in text) / max(1, len(text))
+        return "", float(share), True, False, {"correct": share > 0.1,
+                                               "reward_components": {"letters": share}}
+
+
+class ToolEnv(gym.Env):
+    """Multi-turn: every turn but the last gets ``OBS``; ends after ``turns`` turns."""
+
+    def __init__(self, turns: int = 3):
+        self.observation_space = AnyText(1000)
+        self.action_space = AnyText(100_000)
+        self.turns = turns
+        self.seen: list[str] = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.seen = []
+        return "Question: who?\n", {"ground_truth": ["x"]}
+
+    def step(self, action):
+        self.seen.append(coerce_text(action))
+        done = len(self.seen) >= self.turns
+        reward = float(len(self.seen[-1]) % 3) if done else 0.0
+        return ("" if done else OBS), reward, done, False, {"correct": reward > 1}
+
+
+class ScriptedBackend(RolloutBackend):
+    """Replays ``script[turn]`` as every row's text for that turn (tokenised by ``tokenizer``)."""
+
+    def __init__(self, tokenizer, script: list[str]):
+        self.tokenizer = tokenizer
+        self.script = script
+        self.calls: list[list[list[int]]] = []
+
+    def generate(self, contexts, params, *, seed, max_new_tokens=None):
+        self.calls.append([list(c) for c in contexts])
+        text = self.script[min(len(self.calls) - 1, len(self.script) - 1)]
+        ids, lps, reasons, texts = [], [], [], []
+        for i in range(len(contexts)):
+            budget = params.max_new_tokens if max_new_tokens is None else max_new_tokens[i]
+            toks = self.tokenizer(text, add_special_tokens=False)["input_ids"][:budget]
+            ids.append(toks)
+            lps.append([-1.0] * len(toks))
+            out, found = truncate_at_stop(self.tokenizer.decode(toks), params.stop)
+            texts.append(out)
+            reasons.append("stop" if found else "length")
+        return Generation(ids, lps, reasons, texts)
