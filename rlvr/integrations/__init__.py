@@ -1,0 +1,16 @@
+"""Bridges from rlvr's environments and losses to other training libraries.
+
+Nothing here is imported by ``import rlvr``; each module imports its library lazily or only
+where that library is installed:
+
+- ``verl_plugin``: our probability-based policy losses in verl's ``POLICY_LOSS_REGISTRY``
+  (loaded by verl 0.9.1's ``verl.plugins`` entry-point group at ``import verl``).
+- ``verl_actor``: a whole actor loss for verl's ``set_loss_fn`` (logit-shaped GRPO-SG, 80/20, Lopti).
+- ``verl_reward``: ``compute_score(data_source, solution_str, ground_truth, extra_info)`` for
+  verl's ``reward.custom_reward_function``, dispatching to our three environments.
+- ``verl_data``: our tasks as verl-ready parquet (``rlvr prepare-verl``); needs only pyarrow.
+- ``trl_rewards``: reward functions in TRL ``GRPOTrainer``'s signature, a dataset export in its
+  prompt format, and the search environment for its ``environment_factory``.
+
+See ``docs/integrations_verl.md`` and ``docs/integrations_trl.md``.
+"""

@@ -1,0 +1,178 @@
+"""verl plugin: rlvr's probability-based token-weighted losses in verl's policy-loss registry.
+
+verl 0.9.1 loads every entry point of the ``verl.plugins`` group at the end of ``import verl``
+(``verl/__init__.py``; ``VERL_USE_EXTERNAL_PLUGINS=none`` turns discovery off, a comma list keeps
+only the named entry points). rlvr declares::
+
+    [project.entry-points."verl.plugins"]
+    rlvr = "rlvr.integrations.verl_plugin"
+
+so importing this module registers, with ``verl.trainer.ppo.core_algos.register_policy_loss``:
+
+- ``grpo_sg``: TR-GRPO weights ``clip(alpha * (sigmoid(p / tau) - mu), L, U)`` on ``p = exp(log_prob)``
+  (GRPO-SG Eq. 20 with ``shaping_input="prob"``);
+- ``reverse``: the decreasing counterpart (``rlvr.agents.weights``);
+- ``ar``: advantage reweighting ``(alpha * p_old + 1 - alpha) * A`` (Yang et al. 2025).
+
+Select one with ``actor_rollout_ref.actor.policy_loss.loss_mode=grpo_sg``. A verl policy loss
+receives only log-probs, so logit-shaped GRPO-SG, 80/20 (entropy) and Lopti (two optimizer steps)
+cannot be policy losses: they go through ``rlvr.integrations.verl_actor`` and ``set_loss_fn``.
+
+Each loss has verl's exact signature ``(old_log_prob, log_prob, advantages, response_mask,
+loss_agg_mode, config, rollout_is_weights) -> (loss, metrics)``, computes the same per-token
+surrogate as verl's ``vanilla`` loss (clip ``config.clip_ratio_low/high``, dual clip
+``config.clip_ratio_c`` for negative advantages) times our detached weight, multiplies verl's
+rollout-correction weights when given, and aggregates with verl's own
+``agg_loss(..., **config.global_batch_info)`` so the loss is invariant to data parallelism.
+
+Hyperparameters live in verl's policy-loss config. verl's ``PolicyLossConfig`` dataclass rejects
+unknown keys, so point its ``_target_`` at ``RlvrPolicyLossConfig`` (a subclass adding our keys)::
+
+    actor_rollout_ref.actor.policy_loss._target_=rlvr.integrations.verl_plugin.RlvrPolicyLossConfig
+    +actor_rollout_ref.actor.policy_loss.alpha=... (also tau, mu, lower, upper, ar_alpha,
+    weight_position, shaping_input)
+
+Keys left unset take the defaults of ``rlvr.agents.config`` (``GRPO_SG_DEFAULTS`` etc.).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
+from verl.workers.config import PolicyLossConfig
+
+from rlvr.agents.config import WeightConfig
+from rlvr.agents.losses import clipped_surrogate
+from rlvr.agents.weights import token_weights
+
+#: The policy-loss names this plugin registers in verl (``loss_mode``) -> our weight scheme.
+PLUGIN_LOSSES = ("grpo_sg", "reverse", "ar")
+#: The keys read from ``config.policy_loss`` (fields of ``WeightConfig`` plus the weight position).
+CONFIG_KEYS = ("shaping_input", "alpha", "tau", "mu", "lower", "upper", "ar_alpha", "weight_position")
+
+
+@dataclass
+class RlvrPolicyLossConfig(PolicyLossConfig):
+    """verl's ``PolicyLossConfig`` plus rlvr's weight hyperparameters (None: rlvr's default)."""
+
+    shaping_input: str = "prob"
+    alpha: Optional[float] = None
+    tau: Optional[float] = None
+    mu: Optional[float] = None
+    lower: Optional[float] = None
+    upper: Optional[float] = None
+    ar_alpha: Optional[float] = None
+    weight_position: str = "surrogate"
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    """``cfg.get(key)`` for verl's dataclass configs, OmegaConf ``DictConfig`` and dicts alike."""
+    if cfg is None:
+        return default
+    value = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
+    return default if value is None else value
+
+
+def weight_config(scheme: str, config: Any) -> tuple[WeightConfig, str]:
+    """``(WeightConfig, weight_position)`` for ``scheme`` from ``config.policy_loss``.
+
+    Raises ``ValueError`` naming the key when ``shaping_input`` is not ``"prob"``: a verl policy
+    loss sees no logits (use ``rlvr.integrations.verl_actor`` for the logit form).
+    """
+    if scheme not in PLUGIN_LOSSES:
+        raise ValueError(f"loss_mode: {scheme!r} is not an rlvr plugin loss; known: {list(PLUGIN_LOSSES)}")
+    pl = _get(config, "policy_loss")
+    shaping_input = _get(pl, "shaping_input", "prob")
+    if scheme in ("grpo_sg", "reverse") and shaping_input != "prob":
+        raise ValueError(
+            f"policy_loss.shaping_input: verl passes a policy loss only log-probs, so {scheme!r} runs "
+            f"with shaping_input='prob' here, got {shaping_input!r}; use "
+            "rlvr.integrations.verl_actor (set_loss_fn) for logit-shaped GRPO-SG"
+        )
+    kwargs = {k: _get(pl, k) for k in ("alpha", "tau", "mu", "lower", "upper")}
+    ar_alpha = _get(pl, "ar_alpha")
+    if ar_alpha is not None:
+        kwargs["ar_alpha"] = float(ar_alpha)
+    wc = WeightConfig(scheme=scheme, shaping_input="prob", **kwargs)
+    return wc, str(_get(pl, "weight_position", "surrogate"))
+
+
+def clip_settings(config: Any) -> tuple[float, float, float]:
+    """``(clip_low, clip_high, clip_ratio_c)`` exactly as verl's ``vanilla`` loss reads them."""
+    clip = _get(config, "clip_ratio", 0.2)
+    return (
+        float(_get(config, "clip_ratio_low", clip)),
+        float(_get(config, "clip_ratio_high", clip)),
+        float(_get(config, "clip_ratio_c", 3.0)),
+    )
+
+
+def rlvr_policy_loss(
+    scheme: str,
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The token-weighted clipped surrogate of ``scheme`` in verl's policy-loss contract.
+
+    Weights: ``token_weights(scheme, logprobs=log_prob, old_logprobs=old_log_prob)`` (detached);
+    per-token loss ``w * s`` with ``s`` verl's dual-clip surrogate; aggregation verl's ``agg_loss``.
+    """
+    if config is None:
+        raise ValueError("config: verl passes the actor config; rlvr's verl losses need it")
+    wc, weight_position = weight_config(scheme, config)
+    clip_low, clip_high, clip_c = clip_settings(config)
+    mask = response_mask.to(torch.bool)
+    weights = token_weights(scheme, logprobs=log_prob, mask=mask, old_logprobs=old_log_prob, **wc.params())
+    terms = clipped_surrogate(
+        log_prob, old_log_prob.detach(), advantages.detach(), weights=weights,
+        clip_low=clip_low, clip_high=clip_high, dual_clip=clip_c, weight_position=weight_position,
+    )
+    pg = terms["pg"]
+    if rollout_is_weights is not None:
+        pg = pg * rollout_is_weights
+    global_batch_info = dict(_get(config, "global_batch_info", {}) or {})
+    loss = agg_loss(loss_mat=pg, loss_mask=mask, loss_agg_mode=loss_agg_mode, **global_batch_info)
+
+    with torch.no_grad():
+        n = mask.sum().clamp(min=1)
+        valid_w = weights[mask]
+        metrics = {
+            "actor/pg_clipfrac": float((terms["clipped"] & mask).sum() / n),
+            "actor/ppo_kl": float(((old_log_prob - log_prob) * mask).sum() / n),
+            "actor/pg_clipfrac_lower": float((terms["dual_clipped"] & mask).sum() / n),
+            "actor/rlvr_weight_mean": float(valid_w.mean()) if valid_w.numel() else 0.0,
+            "actor/rlvr_weight_min": float(valid_w.min()) if valid_w.numel() else 0.0,
+            "actor/rlvr_weight_max": float(valid_w.max()) if valid_w.numel() else 0.0,
+        }
+    return loss, metrics
+
+
+@register_policy_loss("grpo_sg")
+def compute_policy_loss_grpo_sg(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
+                                config=None, rollout_is_weights=None):
+    """TR-GRPO / GRPO-SG with ``shaping_input="prob"`` (``rlvr_policy_loss``)."""
+    return rlvr_policy_loss("grpo_sg", old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
+                            rollout_is_weights)
+
+
+@register_policy_loss("reverse")
+def compute_policy_loss_reverse(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
+                                config=None, rollout_is_weights=None):
+    """Reverse shaping (emphasises low-probability tokens) on the probability (``rlvr_policy_loss``)."""
+    return rlvr_policy_loss("reverse", old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
+                            rollout_is_weights)
+
+
+@register_policy_loss("ar")
+def compute_policy_loss_ar(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
+                           config=None, rollout_is_weights=None):
+    """Advantage reweighting ``(alpha * p_old + 1 - alpha) * A`` (``rlvr_policy_loss``)."""
+    return rlvr_policy_loss("ar", old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
+                            rollout_is_weights)

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Test the verl and TRL integrations against the real libraries, each in its own virtual env
+# (DESIGN section 8: verl 0.9.1 pins transformers < 5.11 and pulls Ray; TRL 1.x must not share it).
+#
+#   scripts/test_integrations.sh [verl|trl|all]      (default: all)
+#
+# Venvs live under ${RLVR_CI_CACHE:-$HOME/.cache/rlvr-ci}/venv-verl and venv-trl. A venv is reused
+# when its recorded requirements hash (pins below + Python version + pyproject dependencies)
+# matches; otherwise it is rebuilt: torch==2.13.0 first (the CPU wheel; an unpinned torch pulls a
+# CUDA build), then the library and this repo resolved together. This repo is re-installed
+# editable (--no-deps) on every run, so its entry points (verl.plugins) are always current.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${RLVR_CI_CACHE:-$HOME/.cache/rlvr-ci}"
+PYTHON="${PYTHON:-python3}"
+TORCH_PIN="torch==2.13.0"
+VERL_REQS="verl==0.9.1 pytest>=8"
+TRL_REQS="trl==1.16.0 pytest>=8"
+WHICH="${1:-all}"
+
+case "$WHICH" in
+  verl|trl|all) ;;
+  *) echo "usage: $0 [verl|trl|all]" >&2; exit 2 ;;
+esac
+
+req_hash() {  # $1 = requirement string
+  {
+    echo "$TORCH_PIN $1"
+    "$PYTHON" -c 'import sys; print(sys.version)'
+    sed -n '/^dependencies = \[/,/^\]/p' "$ROOT/pyproject.toml"
+  } | sha256sum | cut -d' ' -f1
+}
+
+ensure_venv() {  # $1 = name, $2 = requirements
+  local venv="$CACHE/venv-$1" want have t0
+  want="$(req_hash "$2")"
+  have="$(cat "$venv/.rlvr-reqs-hash" 2>/dev/null || true)"
+  t0=$SECONDS
+  if [[ "$want" != "$have" ]]; then
+    echo "== building $venv ($2)"
+    rm -rf "$venv"
+    mkdir -p "$CACHE"
+    "$PYTHON" -m venv "$venv"
+    "$venv/bin/pip" install -q "$TORCH_PIN" 2> >(grep -v 'is ignored' >&2)
+    # shellcheck disable=SC2086
+    "$venv/bin/pip" install -q $2 -e "$ROOT" 2> >(grep -v 'is ignored' >&2)
+    echo "$want" > "$venv/.rlvr-reqs-hash"
+  else
+    echo "== reusing $venv"
+    "$venv/bin/pip" install -q --no-deps -e "$ROOT" 2> >(grep -v 'is ignored' >&2)
+  fi
+  echo "== $1 venv ready in $((SECONDS - t0)) s"
+}
+
+run_checks() {  # $1 = name
+  local venv="$CACHE/venv-$1" t0=$SECONDS rc=0
+  # -P: do not put the working directory on sys.path, so the installed distribution's metadata
+  # (entry points) is what importlib sees, not a stale rlvr.egg-info in the checkout.
+  (cd "$ROOT" && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 \
+     "$venv/bin/python" -P -m pytest "tests/integrations/$1_check.py" -p no:cacheprovider) || rc=$?
+  echo "== $1 checks: exit $rc in $((SECONDS - t0)) s"
+  return $rc
+}
+
+status=0
+T0=$SECONDS
+for name in verl trl; do
+  if [[ "$WHICH" == all || "$WHICH" == "$name" ]]; then
+    if [[ "$name" == verl ]]; then reqs="$VERL_REQS"; else reqs="$TRL_REQS"; fi
+    ensure_venv "$name" "$reqs"
+    run_checks "$name" || status=1
+  fi
+done
+echo "== integrations: total $((SECONDS - T0)) s, exit $status"
+exit $status
