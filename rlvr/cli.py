@@ -33,7 +33,11 @@ def _runner(mod, name):
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="rlvr", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="rlvr",
+        description="RL with verifiable rewards: environments, GRPO-family training, evaluation "
+        "and the reproduction of GRPO-SG (arXiv 2511.00066).",
+    )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = argv[0] if argv else None
@@ -41,7 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name, help=help_, description=help_)
         if name == chosen:
             _adder(importlib.import_module(module), name)(p)
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    # argparse cannot take key=value positionals after options (``score in.jsonl --out x k=v``):
+    # hand such leftovers to the sub-command's key=value list when it has one.
+    kv_dest = next((d for d in ("overrides", "kwargs") if isinstance(getattr(args, d, None), list)), None)
+    if rest:
+        if kv_dest is None or any(r.startswith("-") or "=" not in r for r in rest):
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        getattr(args, kv_dest).extend(rest)
     if args.version:
         from rlvr import __version__
 

@@ -38,14 +38,13 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        errors = []
         for arg in args:
             if arg is type(None):
                 continue
             try:
                 return _coerce(value, arg, key)
-            except ConfigError as e:
-                errors.append(str(e))
+            except ConfigError:
+                continue
         raise ConfigError(f"{key}: {value!r} fits none of {tp}")
     if origin is typing.Literal:
         if value not in args:
@@ -59,7 +58,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         return _build(tp, value, prefix=f"{key}.")
     if origin in (list, tuple):
         if isinstance(value, str):
-            value = [v for v in value.split(",") if v != ""]
+            value = [yaml.safe_load(v) for v in value.split(",") if v.strip() != ""]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
         inner = args[0] if args else Any

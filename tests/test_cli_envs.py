@@ -1,0 +1,45 @@
+"""``rlvr sample`` / ``rlvr score``: the environments from the command line."""
+from __future__ import annotations
+
+import json
+
+from rlvr.cli import main
+
+
+def _answer(gt: dict) -> str:
+    lines = "\n".join(f"({i}) {n} is a {r}" for i, (n, r) in enumerate(gt.items(), 1))
+    return f" reasoning </think>\n<answer>\n{lines}\n</answer>"
+
+
+def test_sample_then_score_kk(tmp_path, capsys):
+    tasks = tmp_path / "tasks.jsonl"
+    assert main(["sample", "--env", "kk", "-n", "3", "--seed", "5", "--out", str(tasks),
+                 "n_people=3"]) == 0
+    recs = [json.loads(l) for l in tasks.read_text().splitlines()]
+    assert [r["seed"] for r in recs] == [5, 6, 7] and all(r["n_people"] == 3 for r in recs)
+    # Right, wrong, and a malformed line.
+    lines = [dict(recs[0], response=_answer(recs[0]["ground_truth"])),
+             dict(recs[1], response="<answer>nonsense</answer>")]
+    inp = tmp_path / "resp.jsonl"
+    inp.write_text("\n".join(json.dumps(l) for l in lines) + "\n{not json\n")
+    out = tmp_path / "scored.jsonl"
+    capsys.readouterr()
+    assert main(["score", "--env", "kk", str(inp), "--out", str(out), "prefilled_think=true"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["scored"] == 2 and summary["skipped"] == 1 and summary["accuracy"] == 0.5
+    scored = [json.loads(l) for l in out.read_text().splitlines()]
+    assert scored[0]["reward"] == 3.0 and scored[0]["correct"] is True
+    assert scored[1]["correct"] is False
+
+
+def test_sample_is_deterministic(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for p in (a, b):
+        assert main(["sample", "--env", "math", "-n", "4", "--seed", "1", "--out", str(p),
+                     "dataset=synthetic"]) == 0
+    assert a.read_text() == b.read_text()
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip()

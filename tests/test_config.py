@@ -1,0 +1,66 @@
+"""rlvr.config: typed dataclass configs with YAML profiles and key=value overrides."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+
+from rlvr.config import ConfigError, config_hash, load_config, merge, parse_overrides
+
+
+@dataclass
+class Optim:
+    lr: float = 1e-3
+    steps: int = 10
+
+
+@dataclass
+class Cfg:
+    name: str = "x"
+    mode: Literal["a", "b"] = "a"
+    flag: bool = False
+    sizes: list[int] = field(default_factory=lambda: [1, 2])
+    optim: Optim = field(default_factory=Optim)
+    note: str | None = None
+
+
+def test_overrides_nested_and_typed():
+    cfg = load_config(Cfg, overrides=["optim.lr=1e-6", "optim.steps=3", "mode=b", "flag=true",
+                                      "sizes=[3,4]", "note=hi"])
+    assert cfg.optim.lr == 1e-6 and cfg.optim.steps == 3
+    assert cfg.mode == "b" and cfg.flag is True and cfg.sizes == [3, 4] and cfg.note == "hi"
+
+
+def test_comma_list_and_none():
+    cfg = load_config(Cfg, overrides=["sizes=5,6", "note=null"])
+    assert cfg.sizes == [5, 6] and cfg.note is None
+
+
+@pytest.mark.parametrize("item, key", [
+    ("optim.lrr=1", "optim.lrr"), ("mode=c", "mode"), ("optim.steps=1.5", "optim.steps"),
+    ("flag=maybe", "flag"), ("optim.lr=fast", "optim.lr"),
+])
+def test_bad_overrides_name_the_key(item, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(Cfg, overrides=[item])
+
+
+def test_not_key_value():
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_overrides(["lr"])
+
+
+def test_profile_then_overrides(tmp_path):
+    prof = tmp_path / "p.yaml"
+    prof.write_text("name: prof\noptim:\n  lr: 0.5\n")
+    cfg = load_config(Cfg, "p", ["optim.steps=7"], profile_dir=tmp_path)
+    assert (cfg.name, cfg.optim.lr, cfg.optim.steps) == ("prof", 0.5, 7)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(Cfg, "nope", profile_dir=tmp_path)
+
+
+def test_hash_changes_with_content_only():
+    a, b = Cfg(), Cfg()
+    assert config_hash(a) == config_hash(b)
+    assert config_hash(merge(a, {"optim": {"lr": 2e-3}})) != config_hash(a)
