@@ -1,7 +1,7 @@
 """The ``rlvr`` command.
 
 Each sub-command lives in the module that owns it and exposes ``add_<name>_arguments(parser)``
-and ``run_<name>(args) -> int`` (or plain ``add_arguments``/``run``); sub-commands that take
+and ``run_<name>(args) -> int`` (hyphens in the name read as underscores) (or plain ``add_arguments``/``run``); sub-commands that take
 ``key=value`` overrides add a positional ``overrides`` argument with ``nargs="*"``; this table maps the sub-command's name to that module, imported only when
 the sub-command is used (so ``rlvr --help`` stays fast and one broken extra never blocks another).
 """
@@ -15,6 +15,8 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "sample": ("rlvr.envs.cli", "sample tasks (prompts + ground truth) from an environment as JSONL"),
     "score": ("rlvr.envs.cli", "score responses from a JSONL file with an environment's reward"),
+    "index": ("rlvr.envs.searchqa.cli", "build a FAISS search index (flat/hnsw/ivfpq) from a passage JSONL"),
+    "retrieval-serve": ("rlvr.envs.searchqa.cli", "serve a search index over Search-R1's POST /retrieve on loopback"),
     "eval": ("rlvr.eval.cli", "evaluate a checkpoint on an environment: greedy, avg@k, pass@k, EM/F1 as JSONL"),
     "reproduce": ("rlvr.reproduce.cli", "reproduce a figure or table of the paper (fig1..fig4, table_*, sweep, all)"),
     "train": ("rlvr.agents.train_cli", "train a policy with GRPO / GRPO-SG / baselines on an environment"),
@@ -24,11 +26,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _adder(mod, name):
-    return getattr(mod, f"add_{name}_arguments", None) or getattr(mod, "add_arguments")
+    attr = name.replace("-", "_")
+    return getattr(mod, f"add_{attr}_arguments", None) or getattr(mod, "add_arguments")
 
 
 def _runner(mod, name):
-    return getattr(mod, f"run_{name}", None) or getattr(mod, "run")
+    attr = name.replace("-", "_")
+    return getattr(mod, f"run_{attr}", None) or getattr(mod, "run")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,75 @@
+"""``rlvr index`` (build a FAISS index from a passage JSONL) and ``rlvr retrieval-serve``
+(serve an index over Search-R1's ``POST /retrieve`` protocol on loopback)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def add_index_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--corpus", required=True,
+                   help="passages JSONL ({id,title,text} or Search-R1 {id,contents}); 'synthetic' for the synthetic task's corpus")
+    p.add_argument("--out", required=True, help="output folder (index.faiss, meta.json, ...)")
+    p.add_argument("--encoder", default="minilm",
+                   help="lexical | minilm (offline default) | e5 | a sentence-transformers name or folder")
+    p.add_argument("--kind", default="flat", choices=["flat", "hnsw", "ivfpq"])
+    p.add_argument("--hnsw-m", type=int, help="HNSW graph degree M (default 32)")
+    p.add_argument("--ef-construction", type=int, help="HNSW efConstruction (default 200)")
+    p.add_argument("--ef-search", type=int, help="HNSW efSearch (default 128)")
+    p.add_argument("--nlist", type=int, help="IVF lists (default ~4 sqrt(n))")
+    p.add_argument("--pq-m", type=int, help="PQ bytes per vector (default min(64, d/4) dividing d)")
+    p.add_argument("--nprobe", type=int, help="IVF lists visited per query (default 32)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic corpus")
+
+
+def run_index(args) -> int:
+    from rlvr.envs.searchqa.index import build_index
+    from rlvr.envs.searchqa.synthetic import synthetic_task
+
+    params = {
+        "hnsw": {"M": args.hnsw_m, "efConstruction": args.ef_construction, "efSearch": args.ef_search},
+        "ivfpq": {"nlist": args.nlist, "pq_m": args.pq_m, "nprobe": args.nprobe},
+        "flat": {},
+    }[args.kind]
+    corpus = synthetic_task(args.seed)[0] if args.corpus == "synthetic" else args.corpus
+    t0 = time.perf_counter()
+    try:
+        index = build_index(corpus, encoder=args.encoder, kind=args.kind, params=params, out_dir=args.out)
+    except (FileNotFoundError, ValueError, ImportError, OSError) as e:
+        print(f"rlvr index: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"out": args.out, "passages": len(index), "kind": index.kind, "params": index.params,
+                      "encoder": index.encoder.spec(), "seconds": round(time.perf_counter() - t0, 2)}))
+    return 0
+
+
+def add_retrieval_serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--index", required=True, help="folder written by `rlvr index`")
+    p.add_argument("--corpus", help="passages JSONL, overriding the one recorded in the index")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback; the service has no auth)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--topk", type=int, default=3, help="top-k when a request gives none")
+    p.add_argument("--no-mmap", action="store_true", help="read the index into memory instead of memory-mapping it")
+
+
+def run_retrieval_serve(args) -> int:
+    from rlvr.envs.searchqa.index import load_index
+    from rlvr.envs.searchqa.server import make_server
+
+    try:
+        index = load_index(args.index, corpus=args.corpus, mmap=not args.no_mmap)
+    except (FileNotFoundError, ValueError, ImportError, OSError) as e:
+        print(f"rlvr retrieval-serve: {e}", file=sys.stderr)
+        return 2
+    server = make_server(index, args.host, args.port, args.topk)
+    host, port = server.server_address[:2]
+    print(f"serving {len(index)} passages ({index.kind}) at http://{host}:{port}/retrieve", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0

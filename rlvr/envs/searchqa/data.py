@@ -1,0 +1,132 @@
+"""Question-answer sets for the search env: local samples, JSONL/Parquet files, Hugging Face names.
+
+- Local samples in ``../shared/data`` (see its SOURCES.md): ``nq`` (NQ-open dev, 3610, the set
+  DPR/FlashRAG/Search-R1 call "NQ test"), and R1-Searcher's 500-question samples ``hotpotqa``,
+  ``2wiki``, ``musique`` plus the full ``bamboogle`` (125).
+- Any ``.jsonl``/``.json``/``.parquet`` path with a question field and one of the answer fields
+  ``golden_answers`` (FlashRAG), ``answer``/``answers`` (string or list) or
+  ``reward_model.ground_truth.target`` (Search-R1 parquet).
+- Hugging Face names (need ``pip install 'rlvr[hub]'`` and a network): ``flashrag:<subset>``
+  loads ``RUC-NLPIR/FlashRAG_datasets`` (the collection Search-R1 trains and evaluates on);
+  ``triviaqa`` and ``popqa`` (and the names above when no local copy exists) map to their
+  FlashRAG subsets.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlvr.data_paths import shared_data_dir
+
+
+@dataclass(frozen=True)
+class QAItem:
+    question: str
+    answers: tuple[str, ...]
+    id: str = ""
+    source: str = ""
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+#: name -> path under shared data
+LOCAL_SAMPLES = {
+    "nq": "nq_open/NQ-open.dev.jsonl",
+    "hotpotqa": "hotpotqa/hotpotqa_500.jsonl",
+    "2wiki": "2wikimultihopqa/2wiki_500.jsonl",
+    "musique": "musique/musique_500.jsonl",
+    "bamboogle": "bamboogle/bamboogle.jsonl",
+}
+
+#: name -> FlashRAG subset in RUC-NLPIR/FlashRAG_datasets
+FLASHRAG_SUBSETS = {
+    "nq": "nq", "triviaqa": "triviaqa", "popqa": "popqa", "hotpotqa": "hotpotqa",
+    "2wiki": "2wikimultihopqa", "musique": "musique", "bamboogle": "bamboogle",
+}
+FLASHRAG_REPO = "RUC-NLPIR/FlashRAG_datasets"
+
+_ANSWER_FIELDS = ("golden_answers", "answers", "answer", "target")
+
+
+def _answers_of(record: dict) -> list[str]:
+    for key in _ANSWER_FIELDS:
+        if key in record and record[key] is not None:
+            value = record[key]
+            break
+    else:
+        gt = (record.get("reward_model") or {}).get("ground_truth")
+        value = gt.get("target") if isinstance(gt, dict) else gt
+    if value is None:
+        raise ValueError(f"record has no answer field (tried {_ANSWER_FIELDS}); keys: {sorted(record)}")
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]
+
+
+def _question_of(record: dict) -> str:
+    for key in ("question", "query", "problem"):
+        if key in record:
+            return str(record[key])
+    raise ValueError(f"record has no question field; keys: {sorted(record)}")
+
+
+def items_from_records(records, source: str) -> list[QAItem]:
+    out = []
+    for i, r in enumerate(records):
+        rid = str(r.get("id", r.get("idx", i)))
+        out.append(QAItem(_question_of(r), tuple(_answers_of(r)), rid, source))
+    return out
+
+
+def load_qa_file(path: str | Path) -> list[QAItem]:
+    """Questions and gold answers from a ``.jsonl``, ``.json`` or ``.parquet`` file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"dataset file not found: {path}")
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        records = pq.read_table(path).to_pylist()
+    elif path.suffix == ".json":
+        records = json.loads(path.read_text(encoding="utf-8"))
+    else:
+        with open(path, encoding="utf-8") as fh:
+            records = [json.loads(line) for line in fh if line.strip()]
+    return items_from_records(records, path.stem)
+
+
+def load_flashrag(subset: str, split: str = "test") -> list[QAItem]:
+    """A FlashRAG subset from the Hugging Face hub (needs ``datasets`` and a network)."""
+    try:
+        import datasets
+    except ImportError as e:
+        raise ImportError(
+            f"dataset {subset!r} is loaded from the Hugging Face hub ({FLASHRAG_REPO}): "
+            "install the hub extra (pip install 'rlvr[hub]') and use a machine with a network, "
+            "or pass a local .jsonl/.parquet path"
+        ) from e
+    try:
+        ds = datasets.load_dataset(FLASHRAG_REPO, subset, split=split)
+    except Exception as e:  # hub errors come in many types (network, missing split, auth)
+        raise RuntimeError(f"could not load {FLASHRAG_REPO} subset {subset!r} split {split!r}: {e}") from e
+    return items_from_records(ds, f"flashrag:{subset}")
+
+
+def load_qa(name: str, split: str = "test") -> list[QAItem]:
+    """Questions by name (local sample first, then FlashRAG) or by file path."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"dataset must be a non-empty name or path, got {name!r}")
+    if name.startswith("flashrag:"):
+        return load_flashrag(name.split(":", 1)[1], split)
+    if name in LOCAL_SAMPLES:
+        root = shared_data_dir()
+        if root is not None and (root / LOCAL_SAMPLES[name]).is_file():
+            return [
+                QAItem(it.question, it.answers, it.id, name) for it in load_qa_file(root / LOCAL_SAMPLES[name])
+            ]
+    if name in FLASHRAG_SUBSETS:
+        return load_flashrag(FLASHRAG_SUBSETS[name], split)
+    if Path(name).suffix in (".jsonl", ".json", ".parquet"):
+        return load_qa_file(name)
+    known = sorted(set(LOCAL_SAMPLES) | set(FLASHRAG_SUBSETS) | {"synthetic"})
+    raise ValueError(f"unknown dataset {name!r}: use one of {known}, 'flashrag:<subset>' or a .jsonl/.json/.parquet path")

@@ -1,0 +1,228 @@
+"""FAISS indexes over passage embeddings: exact inner product (flat), HNSW and IVF-PQ.
+
+Vectors are L2-normalised, so inner product is cosine similarity. A saved index is a folder:
+``index.faiss`` (FAISS's own format), ``meta.json`` (kind, search parameters, encoder spec,
+corpus location), ``idf.npy`` for the lexical encoder and ``corpus.jsonl`` when the corpus was
+in memory. ``load_index`` memory-maps ``index.faiss`` (``faiss.IO_FLAG_MMAP``) so a large index is
+paged in from disk on demand instead of being read whole.
+
+Sizes (DESIGN section 4): flat stores 4*d bytes per passage (21M x 768 = 62 GB for e5 over
+Wikipedia); HNSW adds about 8*M bytes of graph links; IVF-PQ stores ``pq_m`` bytes per passage.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import faiss
+import numpy as np
+
+from rlvr.envs.searchqa.corpus import Corpus, JsonlCorpus, Passage, load_corpus, write_corpus
+from rlvr.envs.searchqa.encoders import Encoder, HashedTfidfEncoder, encoder_from_spec, get_encoder
+
+INDEX_KINDS = ("flat", "hnsw", "ivfpq")
+
+#: Defaults: HNSW M=32 / efConstruction=200 / efSearch=128 and IVF nprobe=32 are FAISS-wiki
+#: starting points; ``bench/bench_retrieval.py`` measures the recall/throughput they give.
+DEFAULT_PARAMS = {
+    "flat": {},
+    "hnsw": {"M": 32, "efConstruction": 200, "efSearch": 128},
+    "ivfpq": {"nlist": None, "pq_m": None, "nbits": 8, "nprobe": 32},
+}
+
+
+@dataclass(frozen=True)
+class Hit:
+    passage: Passage
+    score: float
+    row: int
+
+
+def _pq_m(dim: int) -> int:
+    """Largest divisor of ``dim`` not above min(64, dim/4): at least 4 dims per 1-byte code and at
+    most 64 bytes per passage (the usual PQ64 for 768-d e5 vectors); at least 1."""
+    for m in range(max(min(64, dim // 4), 1), 0, -1):
+        if dim % m == 0:
+            return m
+    return 1
+
+
+def resolve_params(kind: str, n: int, dim: int, params: dict | None = None) -> dict:
+    """Full parameter set for ``kind`` on ``n`` vectors of size ``dim`` (defaults filled in)."""
+    if kind not in INDEX_KINDS:
+        raise ValueError(f"index kind must be one of {INDEX_KINDS}, got {kind!r}")
+    params = dict(params or {})
+    unknown = set(params) - set(DEFAULT_PARAMS[kind])
+    if unknown:
+        raise ValueError(f"unknown {kind} index parameters {sorted(unknown)}; known: {sorted(DEFAULT_PARAMS[kind])}")
+    out = {**DEFAULT_PARAMS[kind], **{k: v for k, v in params.items() if v is not None}}
+    if kind == "ivfpq":
+        # nlist ~ 4 sqrt(n) (FAISS guideline) with >= 39 training points per list.
+        out["nlist"] = int(out["nlist"] or max(1, min(int(4 * math.sqrt(n)), n // 39)))
+        out["pq_m"] = int(out["pq_m"] or _pq_m(dim))
+        # k-means on 2**nbits centroids per sub-quantizer needs at least that many points.
+        out["nbits"] = int(min(out["nbits"], max(1, int(math.log2(max(n, 2))))))
+        if dim % out["pq_m"]:
+            raise ValueError(f"pq_m={out['pq_m']} must divide the vector size {dim}")
+    return out
+
+
+def apply_search_params(index: faiss.Index, kind: str, params: dict) -> None:
+    ps = faiss.ParameterSpace()
+    if kind == "hnsw":
+        ps.set_index_parameter(index, "efSearch", int(params["efSearch"]))
+    elif kind == "ivfpq":
+        ps.set_index_parameter(index, "nprobe", int(min(params["nprobe"], params["nlist"])))
+
+
+def build_faiss(
+    vectors: np.ndarray, kind: str = "flat", params: dict | None = None, *, progress: bool = True,
+    batch_size: int = 20_000, seed: int = 0,
+) -> tuple[faiss.Index, dict]:
+    """Build a FAISS inner-product index over ``vectors`` (n, d); returns ``(index, params)``."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or len(vectors) == 0:
+        raise ValueError(f"vectors must be a non-empty (n, d) array, got shape {vectors.shape}")
+    n, dim = vectors.shape
+    params = resolve_params(kind, n, dim, params)
+    if kind == "flat":
+        index = faiss.IndexFlatIP(dim)
+    elif kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, int(params["M"]), faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = int(params["efConstruction"])
+    else:
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFPQ(
+            quantizer, dim, int(params["nlist"]), int(params["pq_m"]), int(params["nbits"]), faiss.METRIC_INNER_PRODUCT
+        )
+        # index_factory("IVF..,PQ..") turns on polysemous training, a code-reordering step that
+        # took minutes even on 2k vectors here and only matters for polysemous (Hamming) search.
+        index.do_polysemous_training = False
+        n_train = min(n, max(params["nlist"], 2 ** params["nbits"]) * 64)
+        sample = np.random.default_rng(seed).choice(n, size=n_train, replace=False)
+        index.train(vectors[np.sort(sample)])
+    chunks = range(0, n, batch_size)
+    if progress:
+        from tqdm import tqdm
+
+        chunks = tqdm(chunks, desc=f"add to {kind} index", unit="batch")
+    for start in chunks:
+        index.add(vectors[start : start + batch_size])
+    apply_search_params(index, kind, params)
+    return index, params
+
+
+class SearchIndex:
+    """Encoder + FAISS index + passages: ``search(["query", ...], k)`` -> top-k ``Hit`` lists."""
+
+    def __init__(self, index: faiss.Index, encoder: Encoder, corpus, kind: str, params: dict):
+        if index.ntotal != len(corpus):
+            raise ValueError(f"index holds {index.ntotal} vectors but the corpus has {len(corpus)} passages")
+        self.index, self.encoder, self.corpus, self.kind, self.params = index, encoder, corpus, kind, params
+
+    def __len__(self) -> int:
+        return self.index.ntotal
+
+    def search_vectors(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        return self.index.search(vectors, int(k))
+
+    def search(self, queries: Sequence[str], k: int = 3) -> list[list[Hit]]:
+        """Top-``k`` passages per query, best first (fewer when the index holds fewer)."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        queries = list(queries)
+        if not queries:
+            return []
+        scores, ids = self.search_vectors(self.encoder.encode_queries(queries), min(k, len(self)))
+        return [
+            [Hit(self.corpus[int(i)], float(s), int(i)) for s, i in zip(srow, irow) if i >= 0]
+            for srow, irow in zip(scores, ids)
+        ]
+
+    def save(self, out_dir: str | Path) -> Path:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        faiss.write_index(self.index, str(out / "index.faiss"))
+        if isinstance(self.corpus, JsonlCorpus):
+            corpus_ref = str(self.corpus.path.resolve())
+        else:
+            write_corpus(self.corpus, out / "corpus.jsonl")
+            corpus_ref = "corpus.jsonl"
+        if isinstance(self.encoder, HashedTfidfEncoder):
+            np.save(out / "idf.npy", self.encoder.idf)
+        meta = {
+            "format": 1, "kind": self.kind, "params": self.params, "ntotal": int(self.index.ntotal),
+            "dim": int(self.index.d), "encoder": self.encoder.spec(), "corpus": corpus_ref,
+        }
+        (out / "meta.json").write_text(json.dumps(meta, indent=2))
+        return out
+
+
+def _passage_texts(corpus) -> list[str]:
+    return [f"{p.title}\n{p.text}" if p.title else p.text for p in corpus]
+
+
+def build_index(
+    corpus, encoder: str | Encoder = "lexical", kind: str = "flat", params: dict | None = None, *,
+    out_dir: str | Path | None = None, progress: bool = True, encode_batch: int = 10_000,
+) -> SearchIndex:
+    """Encode every passage of ``corpus`` (path, ``Corpus`` or list) and index it.
+
+    A lexical encoder given by name is first fitted (IDF) on the corpus. Saved to ``out_dir``
+    when given.
+    """
+    corpus = load_corpus(corpus, progress=progress)
+    if len(corpus) == 0:
+        raise ValueError("corpus is empty")
+    enc = get_encoder(encoder) if isinstance(encoder, str) else encoder
+    texts = _passage_texts(corpus)
+    if isinstance(enc, HashedTfidfEncoder) and isinstance(encoder, str):
+        enc.fit(texts)
+    starts = range(0, len(texts), encode_batch)
+    if progress:
+        from tqdm import tqdm
+
+        starts = tqdm(starts, desc="encode passages", unit="batch")
+    vectors = np.concatenate([enc.encode_passages(texts[s : s + encode_batch]) for s in starts])
+    index, resolved = build_faiss(vectors, kind, params, progress=progress)
+    built = SearchIndex(index, enc, corpus, kind, resolved)
+    if out_dir is not None:
+        built.save(out_dir)
+    return built
+
+
+def read_faiss(path: str | Path, mmap: bool = True) -> faiss.Index:
+    """Read an index file, memory-mapped where this FAISS build supports it for the index type."""
+    if mmap:
+        try:
+            return faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+        except RuntimeError:
+            pass
+    return faiss.read_index(str(path))
+
+
+def load_index(path: str | Path, corpus=None, *, mmap: bool = True, encoder: Encoder | None = None) -> SearchIndex:
+    """Load a folder written by ``SearchIndex.save``; ``corpus`` overrides the recorded one."""
+    folder = Path(path)
+    meta_path = folder / "meta.json"
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"no index at {folder} (meta.json missing); build one with `rlvr index`")
+    meta = json.loads(meta_path.read_text())
+    index = read_faiss(folder / "index.faiss", mmap=mmap)
+    apply_search_params(index, meta["kind"], meta["params"])
+    if encoder is None:
+        idf_path = folder / "idf.npy"
+        encoder = encoder_from_spec(meta["encoder"], np.load(idf_path) if idf_path.is_file() else None)
+    if corpus is None:
+        ref = Path(meta["corpus"])
+        corpus = ref if ref.is_absolute() else folder / ref
+    return SearchIndex(index, encoder, load_corpus(corpus), meta["kind"], meta["params"])
+
+
+def index_nbytes(index: faiss.Index) -> int:
+    """Serialized size of an index in bytes (what it occupies in memory, up to small overheads)."""
+    return int(faiss.serialize_index(index).nbytes)
