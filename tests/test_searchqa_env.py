@@ -152,3 +152,16 @@ def test_list_dataset_with_own_corpus():
     assert info["ground_truth"] == ["1234"]
     obs = env.step("<search>Zorb founded</search>")[0]
     assert obs.startswith("\n\n<information>Doc 1(Title: Zorb) Zorb was founded in 1234.")
+
+
+def test_hops_filter():
+    import gymnasium as gym
+    import pytest as _pytest
+
+    for h in (1, 2):
+        env = gym.make("rlvr/SearchQA-v0", dataset="synthetic", hops=h)
+        for i in range(5):
+            _, info = env.reset(seed=0, options={"index": i})
+            assert info["hops"] == h
+    with _pytest.raises(ValueError, match="hops"):
+        gym.make("rlvr/SearchQA-v0", dataset="synthetic", hops=3)

@@ -97,6 +97,8 @@ class SearchQAEnv(gym.Env):
         index_path: a folder written by ``rlvr index``; used instead of building an index.
         synthetic: keyword arguments of ``synthetic.make_world`` (n_people, n_cities, ...);
             ``seed`` picks the synthetic world.
+        hops: keep only questions of this many hops (1, 2, or a list); the synthetic task
+            records hops, the public QA sets do not.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
@@ -117,6 +119,7 @@ class SearchQAEnv(gym.Env):
         max_answer_tags: int = MAX_ANSWER_TAGS,
         max_prompt_chars: int = 20_000,
         render_mode: str | None = None,
+        hops: int | list[int] | None = None,
     ):
         if int(topk) < 1:
             raise ValueError(f"topk must be >= 1, got {topk}")
@@ -129,6 +132,12 @@ class SearchQAEnv(gym.Env):
         self.max_obs_chars = None if max_obs_chars is None else int(max_obs_chars)
         self.max_answer_tags = int(max_answer_tags)
         self.items = self._load_items(dataset, split, seed, synthetic or {})
+        if hops is not None:  # keep only single-hop (1) or two-hop (2) questions, like n_people
+            wanted = {int(h) for h in (hops if isinstance(hops, (list, tuple)) else [hops])}
+            self.items = [it for it in self.items if it.meta.get("hops") in wanted]
+            if not self.items:
+                raise ValueError(f"hops: no questions with hops in {sorted(wanted)} "
+                                 f"(dataset {dataset!r}; only the synthetic task records hops)")
         if not self.items:
             raise ValueError(f"dataset {dataset!r} split {split!r} has no questions")
         self.retriever = self._make_retriever(dataset, corpus, retriever, index_path, seed, synthetic or {})
