@@ -1,7 +1,9 @@
-"""Models: the ``micro`` test model and loaders for local paths and hub names.
+"""Models: the ``micro`` test model, the tiny base models, and loaders for paths and hub names.
 
-``load_model(spec)`` takes ``"micro"``, a local directory saved with ``save_pretrained``, or a
-Hugging Face hub name (needs a network, or a populated hub cache).
+``load_model(spec)`` takes ``"micro"``, a tiny preset name (``"tiny-kk"``, ``"tiny-math"``,
+``"tiny-searchqa"``: built on first use and cached under ``$RLVR_HOME/models``, see
+``rlvr.models.build``), a local directory saved with ``save_pretrained``, or a Hugging Face hub
+name (needs a network, or a populated hub cache).
 """
 from __future__ import annotations
 
@@ -14,6 +16,12 @@ def load_model(spec: str, *, seed: int = 0, dtype=None):
     """Return ``(model, tokenizer)`` for ``spec`` (see the module docstring)."""
     if spec == "micro":
         return build_micro(seed=seed)
+    from rlvr.models.presets import PRESETS
+
+    if spec in PRESETS:
+        from rlvr.models.build import ensure_built
+
+        spec = str(ensure_built(PRESETS[spec]))
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = Path(spec).expanduser()

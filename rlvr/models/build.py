@@ -1,0 +1,183 @@
+"""Build, cache and load the tiny base models.
+
+A build is: train a tokenizer on task text -> initialise a Qwen2 model of ``ArchConfig`` ->
+supervised warm start on generator traces (``rlvr.models.traces``) -> ``save_pretrained``.
+It lives in ``rlvr_home()/models/<name>-<hash>``, where the hash covers the whole
+``BuildConfig`` *and* a fingerprint of the first generated examples, so a change to any setting
+or to a generator's output gives a new directory instead of a stale model. Directories are
+written under a temporary name and renamed into place (atomic on one file system); a finished
+directory has ``build.json`` with the configuration, timings and statistics.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.config import ConfigError, merge, parse_overrides, to_dict
+from rlvr.data_paths import rlvr_home
+from rlvr.models import traces
+from rlvr.models.sft import SFTConfig, sft
+from rlvr.models.tiny import ArchConfig, build_tiny, count_parameters
+from rlvr.models.tokenizer import train_tokenizer
+
+BUILD_FORMAT = 1  # bump when the build procedure itself changes meaning
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    """What the shared tokenizer is trained on (``rlvr.models.tokenizer``)."""
+
+    vocab_size: int = 1024
+    min_frequency: int = 2
+    #: Tasks whose text the tokenizer is trained on (all three: one vocabulary covers every task,
+    #: and every base built with the same ``TokenizerConfig`` gets the same tokenizer).
+    tasks: tuple[str, ...] = ("kk", "math", "searchqa")
+    #: Task settings of the tokenizer corpus (default: ``traces.TINY_SETTINGS``).
+    settings: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(traces.TINY_SETTINGS))
+    texts_per_task: int = 3000
+    seed: int = 1234
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    name: str = "tiny-kk"
+    task: str = "kk"
+    #: Task settings handed to ``rlvr.models.traces`` (generator options, template, CoT...).
+    data: dict[str, Any] = field(default_factory=dict)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    arch: ArchConfig = ArchConfig()
+    sft: SFTConfig = SFTConfig()
+    #: > 0: draw this many examples once and train on seeded passes over them (for generators
+    #: slower than training, like sympy-checked math); 0: a fresh example every time.
+    unique_examples: int = 0
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.task not in traces.TASKS:
+            raise ConfigError(f"BuildConfig.task must be one of {sorted(traces.TASKS)}, "
+                              f"got {self.task!r}")
+        unknown = set(self.tokenizer.tasks) - set(traces.TASKS)
+        if unknown:
+            raise ConfigError(f"BuildConfig.tokenizer.tasks has unknown task(s) {sorted(unknown)}")
+        if not self.name or "/" in self.name:
+            raise ConfigError(f"BuildConfig.name must be a non-empty name without '/', got {self.name!r}")
+
+
+def tokenizer_corpus(cfg: TokenizerConfig, per_task: int | None = None) -> list[str]:
+    """Texts of every task in ``cfg.tasks``, ``per_task`` (default ``texts_per_task``) each."""
+    texts: list[str] = []
+    for task in cfg.tasks:
+        if task not in cfg.settings:
+            raise ConfigError(f"tokenizer.settings has no entry for task {task!r}")
+        texts += traces.tokenizer_texts(task, cfg.settings[task], per_task or cfg.texts_per_task,
+                                        seed=cfg.seed)
+    return texts
+
+
+def data_fingerprint(cfg: BuildConfig, n: int = 16) -> str:
+    """Hash of the first ``n`` training examples and tokenizer texts: catches generator changes."""
+    h = hashlib.sha256()
+    for seg in traces.take(traces.example_stream(cfg.task, cfg.data, seed=cfg.seed), n):
+        h.update(json.dumps(seg).encode())
+    for text in tokenizer_corpus(cfg.tokenizer, per_task=4):
+        h.update(text.encode())
+    return h.hexdigest()
+
+
+def build_key(cfg: BuildConfig) -> str:
+    """``<name>-<12 hex>``: hash of the full configuration plus the data fingerprint."""
+    blob = json.dumps({"format": BUILD_FORMAT, "config": to_dict(cfg),
+                       "data": data_fingerprint(cfg)}, sort_keys=True, default=str)
+    return f"{cfg.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+
+def models_dir(home: str | Path | None = None) -> Path:
+    return Path(home) if home is not None else rlvr_home() / "models"
+
+
+def build(cfg: BuildConfig, out_dir: str | Path, progress: bool = True) -> dict[str, Any]:
+    """Build the model of ``cfg`` into ``out_dir`` (created); returns the build record."""
+    out_dir = Path(out_dir)
+    t0 = time.perf_counter()
+    texts = tokenizer_corpus(cfg.tokenizer)
+    tokenizer = train_tokenizer(texts, cfg.tokenizer.vocab_size, cfg.tokenizer.min_frequency)
+    t_tok = time.perf_counter() - t0
+    model = build_tiny(cfg.arch, tokenizer, seed=cfg.seed)
+    stream = traces.example_stream(cfg.task, cfg.data, seed=cfg.seed)
+    if cfg.unique_examples:
+        from tqdm.auto import tqdm
+
+        pool = traces.take(tqdm(stream, total=cfg.unique_examples, desc=f"{cfg.name} examples",
+                                disable=not progress, leave=False), cfg.unique_examples)
+        stream = traces.epochs(pool, seed=cfg.seed)
+    else:
+        stream = traces.prefetch(stream)
+    stats = sft(model, tokenizer, stream, cfg.sft, progress=progress, desc=f"build {cfg.name}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    record = {
+        "name": cfg.name,
+        "config": to_dict(cfg),
+        "parameters": count_parameters(model),
+        "vocab_size": len(tokenizer),
+        "tokenizer_seconds": round(t_tok, 2),
+        "sft": stats,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
+    (out_dir / "build.json").write_text(json.dumps(record, indent=2, default=str))
+    return record
+
+
+def ensure_built(cfg: BuildConfig, home: str | Path | None = None, progress: bool = True,
+                 rebuild: bool = False) -> Path:
+    """The cached directory of ``cfg``, built first when missing (or when ``rebuild``)."""
+    root = models_dir(home)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / build_key(cfg)
+    if (final / "build.json").exists() and not rebuild:
+        return final
+    tmp = root / f".{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    if progress:
+        print(f"building base model {cfg.name} -> {final}", flush=True)
+    try:
+        build(cfg, tmp, progress=progress)
+        if final.exists():
+            if (final / "build.json").exists() and not rebuild:
+                return final  # another process finished the same build first
+            shutil.rmtree(final, ignore_errors=True)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if not (final / "build.json").exists():
+                raise
+            # Lost a race with another process building the same key: theirs is identical.
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def with_overrides(cfg: BuildConfig, overrides: list[str] | dict[str, Any] | None) -> BuildConfig:
+    """``cfg`` with ``key=value`` overrides (``sft.steps=100``, ``arch.hidden_size=64``...)."""
+    if not overrides:
+        return cfg
+    values = parse_overrides(overrides) if isinstance(overrides, list) else overrides
+    data = values.pop("data", None)
+    out = merge(cfg, values)
+    if data is not None:
+        if not isinstance(data, dict):
+            raise ConfigError(f"data: expected a mapping, got {data!r}")
+        out = dataclasses.replace(out, data={**out.data, **data})
+    return out

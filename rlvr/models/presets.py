@@ -1,0 +1,30 @@
+"""The tiny base models: one preset ``BuildConfig`` per task.
+
+``load_model("tiny-kk")`` (and ``rlvr build-model tiny-kk``) builds the preset once and reuses
+the cached directory afterwards. Sizes follow issue 6's measurements on the project's 2-core CPU
+(see ``rlvr.models.tiny`` and ``docs/tiny_models.md`` for the figures behind each number).
+"""
+from __future__ import annotations
+
+from rlvr.models.build import BuildConfig
+from rlvr.models.sft import SFTConfig
+from rlvr.models.traces import TINY_SETTINGS
+
+PRESETS: dict[str, BuildConfig] = {
+    "tiny-kk": BuildConfig(
+        name="tiny-kk", task="kk", data={**TINY_SETTINGS["kk"], "copy_aux": 0.5},
+        sft=SFTConfig(steps=3000, batch_size=16, lr=3e-3, min_lr_ratio=0.2, warmup_steps=100,
+                      context_loss_weight=0.5),
+    ),
+    "tiny-math": BuildConfig(
+        name="tiny-math", task="math", data=dict(TINY_SETTINGS["math"]),
+        # sympy makes ~60 problems/s here, slower than training consumes them: draw 8,000 once.
+        unique_examples=8000,
+        sft=SFTConfig(steps=1000, batch_size=32, lr=2e-3, warmup_steps=50),
+    ),
+    "tiny-searchqa": BuildConfig(
+        name="tiny-searchqa", task="searchqa", data=dict(TINY_SETTINGS["searchqa"]),
+        sft=SFTConfig(steps=400, batch_size=16, lr=3e-3, min_lr_ratio=0.2, warmup_steps=50,
+                      context_loss_weight=0.5),
+    ),
+}

@@ -1,0 +1,202 @@
+"""Supervised warm start: next-token cross-entropy on the response tokens only.
+
+An example is a sequence of text segments, each marked trainable or not: ``[(prompt, False),
+(response, True)]`` for single-turn tasks; multi-turn traces interleave the model's turns
+(trainable) with tool observations (not trainable), exactly as the RL trainer masks them.
+Segments are tokenised one by one and concatenated, which is how a policy sees them at rollout
+time (prompt ids, then generated ids, then observation ids); the last segment is followed by eos.
+
+Loss: the mean over trainable tokens of the batch (token-mean). With ``context_loss_weight > 0``
+the other real tokens (prompt, tool observations) also get a language-modelling loss of that
+weight: a model trained from scratch must first learn to read and copy from its context (K&K
+answers copy the names from the prompt), and the prompt tokens cost the forward/backward pass
+anyway, so their loss is free signal. The logged ``loss_ema`` is always the response-only loss.
+fp32, AdamW, linear warm-up then
+cosine decay to ``min_lr_ratio * lr``. A fixed step budget keeps a build deterministic (dropout
+is 0 in Qwen2, data order comes from the seeded example stream); ``max_seconds`` is a safety cap
+only.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+Segment = tuple[str, bool]
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    steps: int = 3000
+    batch_size: int = 32
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.98)
+    grad_clip: float = 1.0
+    max_length: int = 768
+    seed: int = 0
+    max_seconds: float = 0.0
+    context_loss_weight: float = 0.0
+    #: Batches drawn together and cut by length (1: off); see ``length_grouped_batches``.
+    length_groups: int = 8
+
+    def __post_init__(self):
+        if self.steps < 0:
+            raise ValueError(f"SFTConfig.steps must be >= 0, got {self.steps}")
+        if self.batch_size < 1:
+            raise ValueError(f"SFTConfig.batch_size must be >= 1, got {self.batch_size}")
+        if not self.lr > 0:
+            raise ValueError(f"SFTConfig.lr must be > 0, got {self.lr}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"SFTConfig.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.context_loss_weight < 0:
+            raise ValueError(f"SFTConfig.context_loss_weight must be >= 0, got {self.context_loss_weight}")
+        if self.length_groups < 1:
+            raise ValueError(f"SFTConfig.length_groups must be >= 1, got {self.length_groups}")
+        if self.max_length < 2:
+            raise ValueError(f"SFTConfig.max_length must be >= 2, got {self.max_length}")
+
+
+def encode_example(tokenizer, segments: Sequence[Segment]) -> tuple[list[int], list[int]]:
+    """Token ids and a 0/1 loss mask for one example; eos closes the last segment."""
+    ids: list[int] = []
+    mask: list[int] = []
+    for text, trainable in segments:
+        piece = tokenizer.encode(text, add_special_tokens=False)
+        ids += piece
+        mask += [int(trainable)] * len(piece)
+    ids.append(tokenizer.eos_token_id)
+    mask.append(int(segments[-1][1]) if segments else 0)
+    return ids, mask
+
+
+def collate(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded ``input_ids``, ``attention_mask``, ``labels`` (-100 where not trainable) and
+    ``context`` (real tokens that are not trainable: prompt and observations)."""
+    width = max(len(ids) for ids, _ in encoded)
+    input_ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(encoded), width), dtype=torch.long)
+    labels = torch.full((len(encoded), width), -100, dtype=torch.long)
+    context = torch.zeros((len(encoded), width), dtype=torch.bool)
+    for row, (ids, mask) in enumerate(encoded):
+        n = len(ids)
+        input_ids[row, :n] = torch.tensor(ids)
+        attention[row, :n] = 1
+        trainable = torch.tensor(mask, dtype=torch.bool)
+        labels[row, :n] = torch.where(trainable, torch.tensor(ids), torch.tensor(-100))
+        context[row, :n] = ~trainable
+    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels, "context": context}
+
+
+def length_grouped_batches(pool: list, batch_size: int, rng: random.Random) -> list[list]:
+    """Sort ``pool`` by length, cut it into batches, shuffle the batches (seeded).
+
+    Batches are padded to their longest example, so mixing a 40-token and a 250-token example
+    spends most of a step on padding; grouping similar lengths (Hugging Face's
+    ``group_by_length``) keeps the compute on real tokens. Returned in pop() order.
+    """
+    ordered = sorted(pool, key=lambda e: len(e[0]))
+    batches = [ordered[i:i + batch_size] for i in range(0, len(ordered), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def lr_at(step: int, cfg: SFTConfig) -> float:
+    """Linear warm-up over ``warmup_steps``, then cosine decay to ``min_lr_ratio * lr``."""
+    if cfg.warmup_steps and step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    span = max(1, cfg.steps - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    cosine = 0.5 * (1 + math.cos(math.pi * progress))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
+
+
+def response_loss(model, batch: dict[str, torch.Tensor],
+                  context_weight: float = 0.0) -> tuple[torch.Tensor, int, float]:
+    """Next-token cross-entropy: weight 1 on trainable targets, ``context_weight`` on the other
+    real tokens; returns (weighted token-mean loss, trainable tokens, response-only loss)."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    ce = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.size(-1)), batch["input_ids"][:, 1:].reshape(-1),
+        reduction="none",
+    ).view(logits.size(0), -1)
+    response = (batch["labels"][:, 1:] != -100).to(ce.dtype)
+    weight = response + context_weight * batch["context"][:, 1:].to(ce.dtype)
+    n_tokens = int(response.sum())
+    loss = (ce * weight).sum() / weight.sum().clamp_min(1.0)
+    response_ce = float((ce.detach() * response).sum() / max(1, n_tokens))
+    return loss, n_tokens, response_ce
+
+
+def sft(model, tokenizer, examples: Iterator[Sequence[Segment]], cfg: SFTConfig,
+        progress: bool = True, desc: str = "sft") -> dict[str, float]:
+    """Train ``model`` in place on ``examples`` for ``cfg.steps`` steps; returns run statistics.
+
+    Examples longer than ``cfg.max_length`` tokens are skipped (and counted), never cut: a cut
+    response would teach the model to stop mid-answer.
+    """
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    optim = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=cfg.betas,
+    )
+    start = time.perf_counter()
+    seen_tokens = trained_tokens = skipped = 0
+    ema_loss = float("nan")
+    done = 0
+    pending: list[list[tuple[list[int], list[int]]]] = []
+    order_rng = random.Random(cfg.seed)
+    bar = tqdm(total=cfg.steps, desc=desc, disable=not progress, dynamic_ncols=True, leave=False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        for step in range(cfg.steps):
+            if cfg.max_seconds and time.perf_counter() - start > cfg.max_seconds:
+                break
+            if not pending:
+                pool = []
+                while len(pool) < cfg.batch_size * cfg.length_groups:
+                    ids, mask = encode_example(tokenizer, next(examples))
+                    if len(ids) > cfg.max_length:
+                        skipped += 1
+                        continue
+                    pool.append((ids, mask))
+                pending = length_grouped_batches(pool, cfg.batch_size, order_rng)
+            batch = collate(pending.pop(), tokenizer.pad_token_id)
+            for group in optim.param_groups:
+                group["lr"] = lr_at(step, cfg)
+            loss, n_tokens, value = response_loss(model, batch, cfg.context_loss_weight)
+            optim.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optim.step()
+            ema_loss = value if math.isnan(ema_loss) else 0.98 * ema_loss + 0.02 * value
+            seen_tokens += int(batch["attention_mask"].sum())
+            trained_tokens += n_tokens
+            done += 1
+            bar.update(1)
+            if step % 10 == 0:
+                elapsed = time.perf_counter() - start
+                bar.set_postfix(loss=f"{ema_loss:.3f}", tok_s=f"{seen_tokens / max(elapsed, 1e-9):.0f}")
+    bar.close()
+    model.eval()
+    elapsed = time.perf_counter() - start
+    return {
+        "steps": done,
+        "seconds": round(elapsed, 2),
+        "tokens": seen_tokens,
+        "trained_tokens": trained_tokens,
+        "tokens_per_s": round(seen_tokens / max(elapsed, 1e-9), 1),
+        "loss_ema": round(ema_loss, 4),
+        "skipped_too_long": skipped,
+    }

@@ -1,0 +1,319 @@
+"""Warm-start data: prompts from the environments and target responses built from their answers.
+
+Prompts come from the environments themselves (``reset`` on the ``train`` split), so a base
+model is trained on exactly the text the RL trainer will show it; a task's ``settings`` are the
+environment's keyword arguments plus the trace options below. Targets:
+
+- ``kk``: ``</think><answer>(1) Name is a knight\\n...</answer>`` after the prefilled ``<think>``
+  (answer only: on this machine a solver chain of thought in the targets gave a weaker base at
+  equal wall time, issue 6); ``cot: true`` puts the env's solver chain of thought inside the
+  think block instead.
+- ``math``: the synthetic generator's worked solution, ending in ``\\boxed{answer}``.
+- ``searchqa``: the turns of a correct episode: ``<search> entity </search>``, the environment's
+  ``<information>`` observation (not trainable), for two-hop questions a second search on the
+  bridge entity (the passage named in the first result that holds the answer), then
+  ``<answer> gold </answer>``. Questions whose answer the searches do not retrieve are skipped:
+  a trace that answers without evidence would teach guessing.
+
+An example is a list of ``(text, trainable)`` segments (``rlvr.models.sft``).
+"""
+from __future__ import annotations
+
+import itertools
+import queue
+import random
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlvr.models.sft import Segment
+
+TASKS = ("kk", "math", "searchqa")
+
+#: Trace options per task (everything else in ``settings`` goes to the environment).
+TRACE_OPTIONS = {"kk": ("cot", "copy_aux"), "math": (), "searchqa": ()}
+
+#: The tiny profile's settings per task: the ``plain`` template and no system turn. A model
+#: trained from scratch learns the response format from the warm start, not from instructions,
+#: and training cost is linear in tokens: the shortest system prompt (46 tokens) would be ~30 %
+#: of a 3-person K&K example.
+TINY_SETTINGS: dict[str, dict[str, Any]] = {
+    "kk": {"n_people": [2, 3, 4, 5], "template": "plain", "prefill_think": True,
+           "system_prompt": "", "cot": False},
+    "math": {"dataset": "synthetic", "difficulty": [1, 2, 3, 4, 5], "template": "plain",
+             "system_prompt": ""},
+    "searchqa": {"dataset": "synthetic", "template": "plain", "topk": 2, "max_turns": 3},
+}
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    prompt: str
+    ground_truth: Any
+    group: str
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def take(it, n: int) -> list:
+    return list(itertools.islice(it, n))
+
+
+def epochs(examples: list, seed: int = 0) -> Iterator:
+    """Endless passes over ``examples``, each in a fresh seeded order."""
+    if not examples:
+        raise ValueError("epochs() needs at least one example")
+    rng = random.Random(seed)
+    while True:
+        order = list(range(len(examples)))
+        rng.shuffle(order)
+        for i in order:
+            yield examples[i]
+
+
+def prefetch(it: Iterator, size: int = 256) -> Iterator:
+    """Yield ``it``'s items in order, produced ahead by one background thread.
+
+    Generating examples is pure Python (sympy for math) while a training step is mostly torch
+    kernels that release the GIL, so the two overlap. One producer keeps the order (and so the
+    build) deterministic.
+    """
+    buf: queue.Queue = queue.Queue(maxsize=size)
+    done = object()
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                buf.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce():
+        try:
+            for item in it:
+                if not put(item):
+                    return
+        except Exception as e:  # handed to the consumer, which re-raises it
+            put(e)
+            return
+        put(done)
+
+    thread = threading.Thread(target=produce, daemon=True, name="rlvr-prefetch")
+    thread.start()
+    try:
+        while True:
+            item = buf.get()
+            if item is done:
+                return
+            if isinstance(item, Exception):
+                raise item
+            yield item
+    finally:
+        stop.set()
+
+
+def _check_task(task: str) -> None:
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+
+
+def env_kwargs(task: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The environment's keyword arguments in ``settings`` (trace options removed)."""
+    _check_task(task)
+    return {k: v for k, v in settings.items() if k not in TRACE_OPTIONS[task]}
+
+
+def make_env(task: str, settings: dict[str, Any], split: str = "train"):
+    _check_task(task)
+    kwargs = env_kwargs(task, settings)
+    if task == "kk":
+        from rlvr.envs.kk.env import KnightsKnavesEnv
+
+        return KnightsKnavesEnv(split=split, **kwargs)
+    if task == "math":
+        from rlvr.envs.math.env import MathEnv
+
+        return MathEnv(split=split, **kwargs)
+    from rlvr.envs.searchqa.env import SearchQAEnv
+
+    return SearchQAEnv(split=split, **kwargs)
+
+
+# -- K&K ------------------------------------------------------------------------------------------
+def kk_response(info: dict[str, Any], cot: bool, prefilled_think: bool = True) -> str:
+    """The target response for a K&K reset ``info`` (Logic-RL's answer layout)."""
+    head = "" if prefilled_think else "<think>"
+    think = f"{info['cot']}\n" if cot else ""
+    return f"{head}{think}</think><answer>{info['solution_text_format']}</answer>"
+
+
+def kk_copy_example(rng: random.Random, sizes: list[int], template: str) -> list[Segment]:
+    """An auxiliary copy example: the quiz's "You meet ..." sentence -> its names, numbered.
+
+    Answering K&K means copying the inhabitants' names, in order, into ``(i) Name is a ...``
+    lines. A model trained from scratch learns that copy circuit late (its response loss sits at
+    the no-copy plateau for tens of thousands of full examples); these ~25-token examples teach
+    it at a fifth of the cost of a full one.
+    """
+    from rlvr.envs.kk.generator import NAME_POOL
+    from rlvr.envs.kk.render import join_names
+    from rlvr.envs.prompts import render_prompt
+
+    n = rng.choice(sizes)
+    names = rng.sample(NAME_POOL, n)
+    prompt = render_prompt(None, f"You meet {n} inhabitants: {join_names(names)}.", template)
+    return [(prompt, False), ("\n".join(f"({i}) {name}" for i, name in enumerate(names, 1)), True)]
+
+
+def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[list[Segment]]:
+    env = make_env("kk", settings, split)
+    cot = bool(settings.get("cot", False))
+    prefill = bool(settings.get("prefill_think", True))
+    copy_aux = float(settings.get("copy_aux", 0.0))
+    if not 0.0 <= copy_aux < 1.0:
+        raise ValueError(f"copy_aux must be in [0, 1), got {copy_aux}")
+    sizes = settings.get("n_people", 3)
+    sizes = [sizes] if isinstance(sizes, int) else list(sizes)
+    rng = random.Random(seed)
+    while True:
+        if copy_aux and rng.random() < copy_aux:
+            yield kk_copy_example(rng, sizes, settings.get("template", "qwen"))
+            continue
+        prompt, info = env.reset(seed=rng.getrandbits(62))
+        yield [(prompt, False), (kk_response(info, cot, prefill), True)]
+
+
+def _kk_eval_items(settings: dict[str, Any], n: int, split: str) -> list[EvalItem]:
+    sizes = settings.get("n_people", 3)
+    sizes = [sizes] if isinstance(sizes, int) else list(sizes)
+    items = []
+    for size in dict.fromkeys(sizes):
+        env = make_env("kk", {**settings, "n_people": size}, split)
+        for i in range(n):
+            prompt, info = env.reset(seed=0, options={"index": i})
+            items.append(EvalItem(prompt, info["ground_truth"], f"kk{size}", {"n_people": size}))
+    return items
+
+
+# -- math ---------------------------------------------------------------------------------------
+_MATH_INDEX_SPACE = 2**31
+
+
+def _math_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[list[Segment]]:
+    env = make_env("math", settings, split)
+    if not env.synthetic:
+        raise ValueError("math warm-start traces need dataset='synthetic' (worked solutions)")
+    rng = random.Random(seed)
+    while True:
+        index = rng.randrange(_MATH_INDEX_SPACE)
+        prompt, _ = env.reset(seed=0, options={"index": index})
+        yield [(prompt, False), (env.record(index)["solution"], True)]
+
+
+def _math_eval_items(settings: dict[str, Any], n: int, split: str) -> list[EvalItem]:
+    levels = settings.get("difficulty") or [1, 2, 3, 4, 5]
+    levels = [levels] if isinstance(levels, int) else list(levels)
+    items = []
+    for level in dict.fromkeys(levels):
+        env = make_env("math", {**settings, "difficulty": level}, split)
+        for i in range(n):
+            prompt, info = env.reset(seed=0, options={"index": i})
+            items.append(EvalItem(prompt, info["ground_truth"], f"math{level}", {"difficulty": level}))
+    return items
+
+
+# -- search QA ----------------------------------------------------------------------------------
+def _bridge(first_obs: str, gold: str, passages: dict[str, Any]) -> str | None:
+    """The title of a passage named in ``first_obs`` (not a retrieved title) whose text holds ``gold``."""
+    for title, passage in passages.items():
+        if f"(Title: {title})" not in first_obs and title in first_obs and gold in passage.text:
+            return title
+    return None
+
+
+def search_trace(env, index: int, passages: dict[str, Any]) -> list[Segment] | None:
+    """The segments of a correct episode for item ``index`` of ``env`` (None: not retrievable)."""
+    prompt, info = env.reset(seed=0, options={"index": index})
+    item = env.items[index]
+    gold = item.answers[0]
+    segments: list[Segment] = [(prompt, False)]
+    turn = f"<search> {item.meta['entity']} </search>"
+    obs = env.step(turn)[0]
+    segments += [(turn, True), (obs, False)]
+    if info.get("hops", 1) > 1:
+        bridge = _bridge(obs, gold, passages)
+        if bridge is None:
+            return None
+        turn = f"<search> {bridge} </search>"
+        second = env.step(turn)[0]
+        segments += [(turn, True), (second, False)]
+        obs += second
+    if gold not in obs:
+        return None
+    answer = f"<answer> {gold} </answer>"
+    if not env.step(answer)[4]["correct"]:
+        return None
+    segments.append((answer, True))
+    return segments
+
+
+def _search_passages(settings: dict[str, Any]) -> dict[str, Any]:
+    from rlvr.envs.searchqa.synthetic import synthetic_task
+
+    corpus, _ = synthetic_task(int(settings.get("seed", 0)), "train", **dict(settings.get("synthetic") or {}))
+    return {p.title: p for p in corpus}
+
+
+def _searchqa_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[list[Segment]]:
+    if settings.get("dataset", "synthetic") != "synthetic":
+        raise ValueError("search QA warm-start traces need dataset='synthetic'")
+    env = make_env("searchqa", settings, split)
+    passages = _search_passages(settings)
+    rng = random.Random(seed)
+    misses = 0
+    while True:
+        trace = search_trace(env, rng.randrange(len(env.items)), passages)
+        if trace is not None:
+            misses = 0
+            yield trace
+        else:
+            misses += 1
+            if misses > 1000:
+                raise RuntimeError("no retrievable search QA item in 1000 draws: check topk/retriever")
+
+
+def _searchqa_eval_items(settings: dict[str, Any], n: int, split: str) -> list[EvalItem]:
+    env = make_env("searchqa", settings, split)
+    items = []
+    for i in range(min(n, len(env.items))):
+        prompt, info = env.reset(seed=0, options={"index": i})
+        items.append(EvalItem(prompt, info["ground_truth"], "searchqa",
+                              {"index": i, "hops": info.get("hops", 1)}))
+    return items
+
+
+# -- dispatch -------------------------------------------------------------------------------------
+_EXAMPLES = {"kk": _kk_examples, "math": _math_examples, "searchqa": _searchqa_examples}
+_EVAL_ITEMS = {"kk": _kk_eval_items, "math": _math_eval_items, "searchqa": _searchqa_eval_items}
+
+
+def example_stream(task: str, settings: dict[str, Any], seed: int = 0,
+                   split: str = "train") -> Iterator[list[Segment]]:
+    """An endless, seeded stream of training examples for ``task``."""
+    _check_task(task)
+    return _EXAMPLES[task](settings, seed, split)
+
+
+def tokenizer_texts(task: str, settings: dict[str, Any], n: int, seed: int = 0) -> list[str]:
+    """``n`` full texts (prompt + response) of ``task`` for training a tokenizer."""
+    return ["".join(text for text, _ in ex) for ex in take(example_stream(task, settings, seed), n)]
+
+
+def eval_items(task: str, settings: dict[str, Any], n: int, split: str = "test") -> list[EvalItem]:
+    """The first ``n`` held-out items per group (K&K: per size; math: per level; search QA: all
+    questions together) of ``task``."""
+    _check_task(task)
+    return _EVAL_ITEMS[task](settings, n, split)

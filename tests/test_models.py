@@ -1,0 +1,285 @@
+"""Tiny base models: tokenizer, SFT warm start, build cache, presets and profiles (issue 6).
+
+Everything here uses a micro-sized ``BuildConfig`` (a few thousand parameters, a few SFT steps),
+so the whole file runs in seconds; the real presets are only hashed and validated, not built.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from rlvr.config import ConfigError
+from rlvr.models import load_model, traces
+from rlvr.models.build import BuildConfig, TokenizerConfig, build_key, ensure_built, with_overrides
+from rlvr.models.micro import SPECIAL_TOKENS
+from rlvr.models.presets import PRESETS
+from rlvr.models.sft import SFTConfig, collate, encode_example, lr_at, sft
+from rlvr.models.tiny import ArchConfig, build_tiny
+from rlvr.models.tokenizer import TAG_TOKENS, train_tokenizer
+
+KK = dict(traces.TINY_SETTINGS["kk"], n_people=[2, 3])
+MICRO_ARCH = ArchConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                        intermediate_size=64, max_position_embeddings=512)
+
+
+def micro_build_config(**changes) -> BuildConfig:
+    cfg = BuildConfig(
+        name="test-kk", task="kk", data=KK,
+        tokenizer=TokenizerConfig(vocab_size=320, tasks=("kk",), texts_per_task=40,
+                                  settings={"kk": KK}),
+        arch=MICRO_ARCH,
+        sft=SFTConfig(steps=3, batch_size=4, warmup_steps=1, max_length=512),
+    )
+    return dataclasses.replace(cfg, **changes)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Micro models gain nothing from threads, and a busy 2-core machine loses a lot to them."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def kk_texts():
+    return traces.tokenizer_texts("kk", KK, 40, seed=0)
+
+
+# -- tokenizer -----------------------------------------------------------------------------------
+def test_tokenizer_is_deterministic_and_keeps_tags_whole(kk_texts):
+    a = train_tokenizer(kk_texts, vocab_size=320)
+    b = train_tokenizer(kk_texts, vocab_size=320)
+    assert a.backend_tokenizer.to_str() == b.backend_tokenizer.to_str()
+    assert [a.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS] == [0, 1, 2, 3]
+    assert a.eos_token == "<|endoftext|>" and a.pad_token == "<|pad|>"
+    assert a.padding_side == "left"
+    for tag in TAG_TOKENS:
+        assert len(a.encode(tag, add_special_tokens=False)) == 1, tag
+    # Digits are one token each, so numbers are spelled out digit by digit.
+    assert a.tokenize("2048") == ["2", "0", "4", "8"]
+    # Byte-level: any text round-trips, including text never seen in training.
+    odd = "Zoë ∑ 日本 \x00 <answer>(1) X is a knave</answer>"
+    assert a.decode(a.encode(odd, add_special_tokens=False)) == odd
+
+
+def test_tokenizer_rejects_a_vocabulary_below_the_byte_alphabet(kk_texts):
+    with pytest.raises(ValueError, match="vocab_size"):
+        train_tokenizer(kk_texts, vocab_size=100)
+
+
+# -- SFT -----------------------------------------------------------------------------------------
+def test_loss_mask_covers_the_response_and_eos_only(kk_texts):
+    tok = train_tokenizer(kk_texts, vocab_size=320)
+    ids, mask = encode_example(tok, [("User: hi\nAssistant: <think>", False),
+                                     ("</think><answer>ok</answer>", True)])
+    n_prompt = len(tok.encode("User: hi\nAssistant: <think>", add_special_tokens=False))
+    assert mask[:n_prompt] == [0] * n_prompt
+    assert mask[n_prompt:] == [1] * (len(ids) - n_prompt)
+    assert ids[-1] == tok.eos_token_id
+    batch = collate([(ids, mask), (ids[:3], mask[:3])], tok.pad_token_id)
+    assert batch["input_ids"].shape == (2, len(ids))
+    assert batch["attention_mask"][1].tolist() == [1, 1, 1] + [0] * (len(ids) - 3)
+    assert (batch["labels"][0] != -100).sum() == sum(mask)
+    assert (batch["labels"][1] == -100).all()
+    assert batch["context"][0].sum() == n_prompt and not batch["context"][0, len(mask):].any()
+
+
+def test_lr_schedule_warms_up_then_decays_to_the_floor():
+    cfg = SFTConfig(steps=100, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
+    assert lr_at(0, cfg) == pytest.approx(1e-4)
+    assert lr_at(9, cfg) == pytest.approx(1e-3)
+    assert lr_at(55, cfg) < 1e-3
+    assert lr_at(100, cfg) == pytest.approx(1e-4)
+
+
+def test_sft_lowers_the_loss_and_is_deterministic(kk_texts):
+    tok = train_tokenizer(kk_texts, vocab_size=320)
+    cfg = SFTConfig(steps=6, batch_size=4, lr=3e-3, warmup_steps=1)
+
+    def run():
+        model = build_tiny(MICRO_ARCH, tok, seed=0)
+        stats = sft(model, tok, traces.example_stream("kk", KK, seed=1), cfg, progress=False)
+        return model, stats
+
+    (m1, s1), (m2, s2) = run(), run()
+    assert s1["steps"] == 6 and s1["trained_tokens"] > 0
+    assert s1["loss_ema"] == s2["loss_ema"]
+    for p, q in zip(m1.parameters(), m2.parameters()):
+        assert torch.equal(p, q)
+    first = [(traces.take(traces.example_stream("kk", KK, seed=1), 4))]
+    batch = collate([encode_example(tok, ex) for ex in first[0]], tok.pad_token_id)
+    from rlvr.models.sft import response_loss
+
+    fresh = build_tiny(MICRO_ARCH, tok, seed=0)
+    with torch.no_grad():
+        assert response_loss(m1, batch)[0] < response_loss(fresh, batch)[0]
+        # The context weight adds the prompt tokens' loss; the response-only value is unchanged.
+        plain, with_ctx = response_loss(m1, batch), response_loss(m1, batch, context_weight=0.5)
+        assert plain[2] == pytest.approx(with_ctx[2]) and plain[1] == with_ctx[1]
+        assert plain[0] != with_ctx[0]
+
+
+def test_sft_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="batch_size"):
+        SFTConfig(batch_size=0)
+    with pytest.raises(ValueError, match="lr"):
+        SFTConfig(lr=0)
+
+
+# -- build and cache -----------------------------------------------------------------------------
+def test_build_saves_a_from_pretrained_model_and_reuses_the_cache(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = micro_build_config()
+    path = ensure_built(cfg, home=tmp_path, progress=False)
+    assert path.parent == tmp_path and path.name == build_key(cfg)
+    record = json.loads((path / "build.json").read_text())
+    assert record["sft"]["steps"] == 3 and record["parameters"] > 0
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dir left
+
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path)
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    assert tok.convert_tokens_to_ids("<answer>") != tok.unk_token_id
+    m2, t2 = load_model(str(path))
+    assert t2.padding_side == "left" and t2.pad_token == "<|pad|>"
+    ids = t2("User: hi", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, m2(ids).logits)
+
+    mtime = (path / "build.json").stat().st_mtime_ns
+    assert ensure_built(cfg, home=tmp_path, progress=False) == path
+    assert (path / "build.json").stat().st_mtime_ns == mtime  # not rebuilt
+
+
+def test_build_is_deterministic(tmp_path):
+    cfg = micro_build_config()
+    a = ensure_built(cfg, home=tmp_path / "a", progress=False)
+    b = ensure_built(cfg, home=tmp_path / "b", progress=False)
+    ma, _ = load_model(str(a))
+    mb, _ = load_model(str(b))
+    for p, q in zip(ma.parameters(), mb.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_cache_key_changes_with_any_setting():
+    cfg = micro_build_config()
+    key = build_key(cfg)
+    assert build_key(micro_build_config()) == key
+    changed = [
+        with_overrides(cfg, ["sft.steps=4"]),
+        with_overrides(cfg, ["arch.hidden_size=64"]),
+        with_overrides(cfg, ["tokenizer.vocab_size=330"]),
+        with_overrides(cfg, ["seed=1"]),
+        with_overrides(cfg, {"data": {"n_people": [2, 4]}}),
+    ]
+    keys = {build_key(c) for c in changed}
+    assert key not in keys and len(keys) == len(changed)
+
+
+def test_overrides_name_the_bad_key():
+    with pytest.raises(ConfigError, match="sft.stepz"):
+        with_overrides(micro_build_config(), ["sft.stepz=3"])
+    with pytest.raises(ConfigError, match="task"):
+        micro_build_config(task="chess")
+
+
+def test_build_model_cli_builds_and_evaluates(tmp_path, capsys):
+    from rlvr.cli import main
+
+    rc = main(["build-model", "tiny-kk",
+               "sft.steps=2", "sft.batch_size=2", "tokenizer.vocab_size=320", "tokenizer.tasks=kk",
+               "tokenizer.texts_per_task=40", "arch.hidden_size=32", "arch.num_layers=1",
+               "arch.num_heads=2", "arch.num_kv_heads=1", "arch.intermediate_size=64",
+               "data.n_people=[2]",
+               "--home", str(tmp_path), "--quiet", "--eval", "--eval-n", "2"])
+    assert rc == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith(str(tmp_path / "tiny-kk-"))
+    rows = [json.loads(line) for line in lines[2:]]
+    assert [r["group"] for r in rows] == ["kk2"]
+    assert all(0.0 <= r["accuracy"] <= 1.0 and r["items"] == 2 for r in rows)
+
+
+# -- presets and the tiny profile ----------------------------------------------------------------
+def test_presets_are_consistent():
+    for name, cfg in PRESETS.items():
+        assert cfg.name == name and name == f"tiny-{cfg.task}"
+        assert set(cfg.tokenizer.tasks) == set(traces.TASKS)
+        # One tokenizer for all presets: identical tokenizer settings.
+        assert cfg.tokenizer == next(iter(PRESETS.values())).tokenizer
+
+
+@pytest.mark.parametrize("env", ["kk", "math", "searchqa"])
+def test_tiny_profile_validates_and_matches_its_base(env, tmp_path):
+    from rlvr.agents.train_config import load_train_config
+
+    cfg = load_train_config([f"env={env}", "profile=tiny", f"out={tmp_path}"])
+    assert cfg.model == f"tiny-{env}" and cfg.model in PRESETS
+    assert cfg.group_size >= 16 and cfg.optim.lr <= 5e-5 and cfg.loss.kl_coef > 0
+    preset = traces.env_kwargs(env, PRESETS[cfg.model].data)
+    # The RL prompts must be the warm-start prompts: same env settings, sizes/levels a subset.
+    varying = {"kk": "n_people", "math": "difficulty"}.get(env)
+    if varying:
+        assert set(cfg.env_kwargs[varying]) <= set(preset[varying])
+    assert {k: v for k, v in cfg.env_kwargs.items() if k != varying} == \
+        {k: v for k, v in preset.items() if k != varying}
+    pick = {varying: cfg.env_kwargs[varying][0]} if varying else {}
+    a = traces.make_env(env, {**preset, **pick}, "test")
+    b = traces.make_env(env, {**cfg.env_kwargs, **pick}, "test")
+    for i in range(3):
+        assert a.reset(seed=0, options={"index": i})[0] == b.reset(seed=0, options={"index": i})[0]
+
+
+def test_search_traces_are_correct_episodes():
+    from rlvr.envs.searchqa import score
+
+    settings = traces.TINY_SETTINGS["searchqa"]
+    examples = traces.take(traces.example_stream("searchqa", settings, seed=0), 20)
+    for ex in examples:
+        texts, trainable = zip(*ex)
+        assert trainable[0] is False and trainable[-1] is True
+        assert texts[1].startswith("<search>") and texts[-1].startswith("<answer>")
+        # Observations (the env's <information> blocks) are never trainable.
+        assert all(not t for text, t in ex[1:] if "<information>" in text)
+    assert any(len(ex) == 6 for ex in examples) and any(len(ex) == 4 for ex in examples)
+    env = traces.make_env("searchqa", settings, "train")
+    prompt, info = env.reset(seed=0, options={"index": 3})
+    trace = traces.search_trace(env, 3, traces._search_passages(settings))
+    if trace is not None:
+        assert score("".join(t for t, train in trace[1:] if train), info["ground_truth"]).correct
+
+
+@pytest.fixture(scope="module")
+def micro_bases(tmp_path_factory):
+    """Micro-sized bases of each task, built with the tiny presets' data settings."""
+    home = tmp_path_factory.mktemp("models")
+    tok = TokenizerConfig(vocab_size=400, tasks=tuple(p.task for p in PRESETS.values()),
+                          texts_per_task=30)
+    out = {}
+    for cfg in PRESETS.values():
+        small = dataclasses.replace(cfg, name=f"micro-{cfg.task}", tokenizer=tok, arch=MICRO_ARCH,
+                                    sft=SFTConfig(steps=2, batch_size=2, warmup_steps=1))
+        out[cfg.task] = ensure_built(small, home=home, progress=False)
+    return out
+
+
+@pytest.mark.parametrize("env", ["kk", "math", "searchqa"])
+def test_two_rl_steps_with_the_tiny_profile_on_a_micro_base(env, micro_bases, tmp_path):
+    from rlvr.agents.train_config import load_train_config
+    from rlvr.agents.trainer import Trainer, read_metrics
+
+    cfg = load_train_config([f"env={env}", "profile=tiny", f"out={tmp_path}", "steps=2",
+                             "prompts_per_step=2", "group_size=2", "save_every=0",
+                             "eval.at_end=false", "rollout.max_response_tokens=24",
+                             f"model={micro_bases[env]}", "progress=false", "num_threads=1"])
+    Trainer(cfg).train()
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(np.isfinite(r["reward/mean"]) for r in rows)
