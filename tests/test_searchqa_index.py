@@ -97,3 +97,37 @@ def test_minilm_encoder_offline(monkeypatch):
     assert index.encoder.dim == 384
     assert index.search(["What is the French capital?"], 1)[0][0].passage.id == "0"
     assert index.search(["who produces honey"], 1)[0][0].passage.id == "1"
+
+
+def _unit_rows(rng, n, d):
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_ivfpq_refine_reranks_with_full_vectors(tmp_path):
+    import faiss
+
+    rng = np.random.default_rng(0)
+    vectors, queries = _unit_rows(rng, 1500, 16), _unit_rows(rng, 50, 16)
+    _, exact = build_faiss(vectors, "flat", progress=False)[0].search(queries, 10)
+    base = {"nlist": 4, "nprobe": 4, "pq_m": 2, "nbits": 4}
+    plain, _ = build_faiss(vectors, "ivfpq", base, progress=False)
+    refined, params = build_faiss(vectors, "ivfpq", {**base, "refine": 150}, progress=False)
+    assert isinstance(refined, faiss.IndexRefineFlat) and params["refine"] == 150
+    # 1-byte codes of 16-d vectors mis-rank neighbours; re-ranking all 1500 candidates
+    # (every list probed, k_factor * k = ntotal) must give exactly the flat top-10.
+    assert not np.array_equal(plain.search(queries, 10)[1], exact)
+    np.testing.assert_array_equal(refined.search(queries, 10)[1], exact)
+    for bad in (-1, 0.5, "many"):
+        with pytest.raises(ValueError, match="refine must be 0"):
+            resolve_params("ivfpq", 3000, 32, {"refine": bad})
+
+
+def test_ivfpq_refine_round_trip(tmp_path, corpus):
+    enc = HashedTfidfEncoder(dim=64).fit(corpus.texts())
+    built = build_index(corpus, encoder=enc, kind="ivfpq", params={"refine": 4, "nprobe": 2}, progress=False)
+    built.save(tmp_path / "rf")
+    loaded = load_index(tmp_path / "rf")
+    assert loaded.params["refine"] == 4 and loaded.index.k_factor == 4
+    queries = ["Who founded Gollim Trust?", corpus[5].text]
+    assert [[h.row for h in r] for r in loaded.search(queries, 5)] == [[h.row for h in r] for r in built.search(queries, 5)]

@@ -21,6 +21,8 @@ def add_index_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nlist", type=int, help="IVF lists (default ~4 sqrt(n))")
     p.add_argument("--pq-m", type=int, help="PQ bytes per vector (default min(64, d/4) dividing d)")
     p.add_argument("--nprobe", type=int, help="IVF lists visited per query (default 32)")
+    p.add_argument("--refine", type=float,
+                   help="IVF-PQ: re-rank refine*k PQ candidates with the full vectors (default 0: off)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic corpus")
 
 
@@ -30,7 +32,7 @@ def run_index(args) -> int:
 
     params = {
         "hnsw": {"M": args.hnsw_m, "efConstruction": args.ef_construction, "efSearch": args.ef_search},
-        "ivfpq": {"nlist": args.nlist, "pq_m": args.pq_m, "nprobe": args.nprobe},
+        "ivfpq": {"nlist": args.nlist, "pq_m": args.pq_m, "nprobe": args.nprobe, "refine": args.refine},
         "flat": {},
     }[args.kind]
     corpus = synthetic_task(args.seed)[0] if args.corpus == "synthetic" else args.corpus

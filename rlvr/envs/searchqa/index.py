@@ -7,7 +7,8 @@ in memory. ``load_index`` memory-maps ``index.faiss`` (``faiss.IO_FLAG_MMAP``) s
 paged in from disk on demand instead of being read whole.
 
 Sizes (DESIGN section 4): flat stores 4*d bytes per passage (21M x 768 = 62 GB for e5 over
-Wikipedia); HNSW adds about 8*M bytes of graph links; IVF-PQ stores ``pq_m`` bytes per passage.
+Wikipedia); HNSW adds about 8*M bytes of graph links; IVF-PQ stores ``pq_m`` bytes per passage,
+plus the 4*d-byte full vectors when ``refine`` > 0 re-ranks its candidates exactly.
 """
 from __future__ import annotations
 
@@ -27,10 +28,12 @@ INDEX_KINDS = ("flat", "hnsw", "ivfpq")
 
 #: Defaults: HNSW M=32 / efConstruction=200 / efSearch=128 and IVF nprobe=32 are FAISS-wiki
 #: starting points; ``bench/bench_retrieval.py`` measures the recall/throughput they give.
+#: IVF-PQ ``refine`` is FAISS's ``k_factor`` of ``IndexRefineFlat``: 0 = plain PQ scores; r > 0 =
+#: PQ proposes r*k candidates that are re-ranked by exact inner product with the full vectors.
 DEFAULT_PARAMS = {
     "flat": {},
     "hnsw": {"M": 32, "efConstruction": 200, "efSearch": 128},
-    "ivfpq": {"nlist": None, "pq_m": None, "nbits": 8, "nprobe": 32},
+    "ivfpq": {"nlist": None, "pq_m": None, "nbits": 8, "nprobe": 32, "refine": 0},
 }
 
 
@@ -67,6 +70,13 @@ def resolve_params(kind: str, n: int, dim: int, params: dict | None = None) -> d
         out["nbits"] = int(min(out["nbits"], max(1, int(math.log2(max(n, 2))))))
         if dim % out["pq_m"]:
             raise ValueError(f"pq_m={out['pq_m']} must divide the vector size {dim}")
+        try:
+            refine = float(out["refine"])
+        except (TypeError, ValueError):
+            refine = float("nan")
+        if not (refine == 0 or refine >= 1):
+            raise ValueError(f"refine must be 0 (no re-ranking) or >= 1 (candidates per result), got {out['refine']!r}")
+        out["refine"] = int(refine) if refine.is_integer() else refine
     return out
 
 
@@ -75,7 +85,21 @@ def apply_search_params(index: faiss.Index, kind: str, params: dict) -> None:
     if kind == "hnsw":
         ps.set_index_parameter(index, "efSearch", int(params["efSearch"]))
     elif kind == "ivfpq":
+        # ParameterSpace passes "nprobe" through an IndexRefine wrapper to its IVF base index.
         ps.set_index_parameter(index, "nprobe", int(min(params["nprobe"], params["nlist"])))
+        if params.get("refine", 0) > 0:
+            ps.set_index_parameter(index, "k_factor_rf", float(params["refine"]))
+
+
+def refine_with_full_vectors(base: faiss.Index, vectors: np.ndarray, k_factor: float) -> faiss.IndexRefineFlat:
+    """Wrap a filled approximate index so that a search for k takes its ``k_factor * k`` best
+    candidates and re-ranks them by exact inner product with ``vectors`` (FAISS IndexRefineFlat)."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if len(vectors) != base.ntotal:
+        raise ValueError(f"refine needs all {base.ntotal} indexed vectors, got {len(vectors)}")
+    index = faiss.IndexRefineFlat(base, faiss.swig_ptr(vectors))
+    index.k_factor = float(k_factor)
+    return index
 
 
 def build_faiss(
@@ -111,6 +135,8 @@ def build_faiss(
         chunks = tqdm(chunks, desc=f"add to {kind} index", unit="batch")
     for start in chunks:
         index.add(vectors[start : start + batch_size])
+    if kind == "ivfpq" and params["refine"] > 0:
+        index = refine_with_full_vectors(index, vectors, params["refine"])
     apply_search_params(index, kind, params)
     return index, params
 
