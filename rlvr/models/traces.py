@@ -4,10 +4,15 @@ Prompts come from the environments themselves (``reset`` on the ``train`` split)
 model is trained on exactly the text the RL trainer will show it; a task's ``settings`` are the
 environment's keyword arguments plus the trace options below. Targets:
 
-- ``kk``: ``</think><answer>(1) Name is a knight\\n...</answer>`` after the prefilled ``<think>``
-  (answer only: on this machine a solver chain of thought in the targets gave a weaker base at
-  equal wall time, issue 6); ``cot: true`` puts the env's solver chain of thought inside the
-  think block instead.
+- ``kk``: after the prefilled ``<think>``, ``think`` decides the thought: ``"names"`` (default)
+  restates the inhabitants (``The inhabitants are A, B, and C.``), ``"none"`` leaves it empty,
+  ``"solver"`` is the env's solver chain of thought (40-80+ tokens; issue 6 measured it gives a
+  weaker base at equal wall time); then ``</think><answer>(1) A is a knight\\n...</answer>``.
+  Why ``names``: measured here, a 1M model trained from scratch copies a short numbered list
+  almost perfectly but fails to pick the i-th name out of the full quiz, where every name recurs
+  in the statements (3-person answers had their names in order 11 % of the time after 3,000
+  steps). Restating the list first is a contiguous copy (what induction heads do best), and the
+  answer lines then copy from a short list right before them.
 - ``math``: the synthetic generator's worked solution, ending in ``\\boxed{answer}``.
 - ``searchqa``: the turns of a correct episode: ``<search> entity </search>``, the environment's
   ``<information>`` observation (not trainable), for two-hop questions a second search on the
@@ -32,7 +37,8 @@ from rlvr.models.sft import Segment
 TASKS = ("kk", "math", "searchqa")
 
 #: Trace options per task (everything else in ``settings`` goes to the environment).
-TRACE_OPTIONS = {"kk": ("cot", "copy_aux"), "math": (), "searchqa": ()}
+TRACE_OPTIONS = {"kk": ("think", "copy_aux"), "math": (), "searchqa": ()}
+KK_THINK = ("none", "names", "solver")
 
 #: The tiny profile's settings per task: the ``plain`` template and no system turn. A model
 #: trained from scratch learns the response format from the warm start, not from instructions,
@@ -40,7 +46,7 @@ TRACE_OPTIONS = {"kk": ("cot", "copy_aux"), "math": (), "searchqa": ()}
 #: of a 3-person K&K example.
 TINY_SETTINGS: dict[str, dict[str, Any]] = {
     "kk": {"n_people": [2, 3, 4, 5], "template": "plain", "prefill_think": True,
-           "system_prompt": "", "cot": False},
+           "system_prompt": "", "think": "names"},
     "math": {"dataset": "synthetic", "difficulty": [1, 2, 3, 4, 5], "template": "plain",
              "system_prompt": ""},
     "searchqa": {"dataset": "synthetic", "template": "plain", "topk": 2, "max_turns": 3},
@@ -143,11 +149,16 @@ def make_env(task: str, settings: dict[str, Any], split: str = "train"):
 
 
 # -- K&K ------------------------------------------------------------------------------------------
-def kk_response(info: dict[str, Any], cot: bool, prefilled_think: bool = True) -> str:
+def kk_response(info: dict[str, Any], think: str = "names", prefilled_think: bool = True) -> str:
     """The target response for a K&K reset ``info`` (Logic-RL's answer layout)."""
+    from rlvr.envs.kk.render import join_names
+
+    if think not in KK_THINK:
+        raise ValueError(f"think must be one of {KK_THINK}, got {think!r}")
     head = "" if prefilled_think else "<think>"
-    think = f"{info['cot']}\n" if cot else ""
-    return f"{head}{think}</think><answer>{info['solution_text_format']}</answer>"
+    thought = {"none": "", "names": f"The inhabitants are {join_names(info['names'])}.",
+               "solver": f"{info['cot']}\n"}[think]
+    return f"{head}{thought}</think><answer>{info['solution_text_format']}</answer>"
 
 
 def kk_copy_example(rng: random.Random, sizes: list[int], template: str) -> list[Segment]:
@@ -170,7 +181,7 @@ def kk_copy_example(rng: random.Random, sizes: list[int], template: str) -> list
 
 def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[list[Segment]]:
     env = make_env("kk", settings, split)
-    cot = bool(settings.get("cot", False))
+    think = settings.get("think", "names")
     prefill = bool(settings.get("prefill_think", True))
     copy_aux = float(settings.get("copy_aux", 0.0))
     if not 0.0 <= copy_aux < 1.0:
@@ -183,7 +194,7 @@ def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[li
             yield kk_copy_example(rng, sizes, settings.get("template", "qwen"))
             continue
         prompt, info = env.reset(seed=rng.getrandbits(62))
-        yield [(prompt, False), (kk_response(info, cot, prefill), True)]
+        yield [(prompt, False), (kk_response(info, think, prefill), True)]
 
 
 def _kk_eval_items(settings: dict[str, Any], n: int, split: str) -> list[EvalItem]:
