@@ -33,7 +33,7 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         if args.print_config:
             overrides = overrides if any(o.startswith("out=") for o in overrides) else [
-                *overrides, "out=-"]
+                *overrides, "out=unset"]  # only shown, never written
         cfg = load_train_config(overrides)
     except ConfigError as e:
         print(f"rlvr train: {e}", file=sys.stderr)
