@@ -21,6 +21,11 @@ def byte_level_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
+    return wrap_tokenizer(tok)
+
+
+def wrap_tokenizer(tok: Tokenizer) -> PreTrainedTokenizerFast:
+    """A ``transformers`` tokenizer around ``tok`` with the project's eos/pad and left padding."""
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|endoftext|>",

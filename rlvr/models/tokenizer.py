@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from rlvr.models.micro import SPECIAL_TOKENS
+from rlvr.models.micro import SPECIAL_TOKENS, wrap_tokenizer
 
 #: Tags of the three tasks' response formats (DESIGN sections 3-4), one token each.
 TAG_TOKENS = (
@@ -54,18 +54,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024,
     tok.train_from_iterator(tag_free, trainer=trainer)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
     return wrap_tokenizer(tok)
-
-
-def wrap_tokenizer(tok: Tokenizer) -> PreTrainedTokenizerFast:
-    """A ``transformers`` tokenizer around ``tok`` with the project's eos/pad and left padding."""
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|endoftext|>",
-        pad_token="<|pad|>",
-        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
-    )
-    fast.padding_side = "left"
-    return fast
 
 
 def _strip_tags(text: str) -> str:
