@@ -197,16 +197,21 @@ def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[li
         yield [(prompt, False), (kk_response(info, think, prefill), True)]
 
 
-def _kk_eval_items(settings: dict[str, Any], n: int, split: str) -> list[EvalItem]:
-    sizes = settings.get("n_people", 3)
-    sizes = [sizes] if isinstance(sizes, int) else list(sizes)
+def _grouped_eval_items(task: str, key: str, values, settings: dict[str, Any], n: int,
+                        split: str) -> list[EvalItem]:
+    """Items ``0..n-1`` of the ``split`` for each value of the env kwarg ``key`` (one group each)."""
+    values = [values] if isinstance(values, int) else list(values)
     items = []
-    for size in dict.fromkeys(sizes):
-        env = make_env("kk", {**settings, "n_people": size}, split)
+    for value in dict.fromkeys(values):
+        env = make_env(task, {**settings, key: value}, split)
         for i in range(n):
             prompt, info = env.reset(seed=0, options={"index": i})
-            items.append(EvalItem(prompt, info["ground_truth"], f"kk{size}", {"n_people": size}))
+            items.append(EvalItem(prompt, info["ground_truth"], f"{task}{value}", {key: value}))
     return items
+
+
+def _kk_eval_items(settings: dict[str, Any], n: int, split: str) -> list[EvalItem]:
+    return _grouped_eval_items("kk", "n_people", settings.get("n_people", 3), settings, n, split)
 
 
 # -- math ---------------------------------------------------------------------------------------
@@ -226,14 +231,7 @@ def _math_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[
 
 def _math_eval_items(settings: dict[str, Any], n: int, split: str) -> list[EvalItem]:
     levels = settings.get("difficulty") or [1, 2, 3, 4, 5]
-    levels = [levels] if isinstance(levels, int) else list(levels)
-    items = []
-    for level in dict.fromkeys(levels):
-        env = make_env("math", {**settings, "difficulty": level}, split)
-        for i in range(n):
-            prompt, info = env.reset(seed=0, options={"index": i})
-            items.append(EvalItem(prompt, info["ground_truth"], f"math{level}", {"difficulty": level}))
-    return items
+    return _grouped_eval_items("math", "difficulty", levels, settings, n, split)
 
 
 # -- search QA ----------------------------------------------------------------------------------
