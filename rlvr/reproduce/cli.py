@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import time
 from pathlib import Path
 
@@ -30,6 +31,9 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="output folder (default results/<profile>/)")
     parser.add_argument("--cache", default=None, help="run cache folder (default RLVR_HOME)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--jobs", type=int, default=0,
+                        help="processes that train and evaluate side by side before the script runs "
+                             "(rlvr.reproduce.parallel; default: one per CPU core up to 4, 1 with --smoke)")
 
 
 def has_gpu() -> bool:
@@ -78,6 +82,11 @@ def run_reproduce(args: argparse.Namespace) -> int:
 
         hf_logging.disable_progress_bar()
     start = time.perf_counter()
+    jobs = args.jobs or (1 if args.smoke else min(4, os.cpu_count() or 1))
+    if jobs > 1:
+        from rlvr.reproduce.parallel import prefetch
+
+        prefetch(ctx, [args.name], jobs)
     meta = importlib.import_module(f"rlvr.reproduce.{args.name}").run(ctx)
     if args.name != "all":
         from rlvr.reproduce.report import write_report

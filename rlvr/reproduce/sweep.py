@@ -4,7 +4,8 @@ The paper does not publish tau, mu, alpha, L, U (DESIGN section 5). Each paramet
 its own around the defaults of ``rlvr.agents.config.GRPO_SG_DEFAULTS`` (the others held at
 their defaults); every point is a full training run per seed. Cells: greedy accuracy and avg@k
 over all K&K sizes, mean over seeds [95% bootstrap CI]; the last column is the paired per-item
-difference to the default GRPO-SG run.
+difference to the default GRPO-SG run. The profile's ``sweep_seeds`` sets how many seeds each
+point gets (the tiny profile: one, to fit its CPU budget; a single seed shows no interval).
 """
 from __future__ import annotations
 
@@ -25,9 +26,14 @@ def defaults(ctx: Context) -> dict[str, float]:
 
 
 def run(ctx: Context) -> dict:
+    from rlvr.reproduce.parallel import sweep_seeds
+
     out = Output(ctx, NAME)
     base = defaults(ctx)
-    default_evs = evals_for(ctx, out, "kk", runs_for(ctx, out, "kk", "grpo_sg"))
+    seeds = sweep_seeds(ctx)
+    point_ctx = Context(ctx.profile, ctx.out, ctx.cache, seeds, ctx.smoke, ctx.command, ctx.progress, ctx.log)
+    # The default point: the seeds the other points have (a paired comparison needs equal seeds).
+    default_evs = evals_for(point_ctx, out, "kk", runs_for(point_ctx, out, "kk", "grpo_sg"))
     avg_key = sample_metric(default_evs)
     rows, md_rows = [], []
     points: dict[str, list[tuple[float, list]]] = {}
@@ -35,7 +41,7 @@ def run(ctx: Context) -> dict:
         pts = [(float(base[param]), default_evs)]
         for v in values:
             tag = f"grpo_sg[{param}={v:g}]"
-            evs = evals_for(ctx, out, "kk", runs_for(ctx, out, "kk", "grpo_sg",
+            evs = evals_for(point_ctx, out, "kk", runs_for(point_ctx, out, "kk", "grpo_sg",
                                                      {f"weights.{param}": float(v)}, tag=tag))
             pts.append((float(v), evs))
         pts.sort(key=lambda p: p[0])
@@ -68,7 +74,7 @@ def run(ctx: Context) -> dict:
     out.save_fig(fig)
     out.write_csv(rows)
     out.write_md("\n".join([
-        f"# GRPO-SG sensitivity on K&K ({ctx.profile.name} profile, seeds {ctx.seeds})", "",
+        f"# GRPO-SG sensitivity on K&K ({ctx.profile.name} profile, seeds {seeds})", "",
         f"Defaults: {', '.join(f'{k}={v}' for k, v in base.items())}. One parameter varies at a time.", "",
         markdown_table(["parameter", "value", "greedy", avg_key, "paired diff vs default (greedy)"], md_rows)]))
     return out.finish({"defaults": base})

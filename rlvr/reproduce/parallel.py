@@ -1,0 +1,212 @@
+"""``rlvr reproduce ... --jobs N``: train and evaluate everything a script needs in N processes.
+
+The scripts themselves run one training run after another. With ``--jobs N`` (N > 1) the runs,
+continued-SFT references and evaluations they will ask for are first computed by a pool of N
+worker processes, each with ``cpu_count // N`` torch threads (a ~1M-parameter model does not
+use two cores well, so two one-thread runs side by side finish sooner than two two-thread runs in
+a row); then the scripts run as usual and find every result in the run cache. Results are the
+same ones the serial path writes: the cache is keyed by configuration hash, and a worker calls
+the same ``ensure_run`` / ``ensure_sft_reference`` / ``ensure_eval``.
+
+``required_runs`` states which runs each script uses; it must follow the scripts (a test checks
+that the scripts train nothing beyond it).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from rlvr.reproduce.common import Context
+from rlvr.reproduce.profiles import KK_METHODS
+from rlvr.reproduce.runs import eval_config, run_key, train_config
+
+#: (setting key, algorithm, config overrides, tag) of a training run; one per seed is trained.
+Need = tuple[str, str, dict[str, Any]]
+
+_GRPO_VS_SG = ("grpo", "grpo_sg")
+
+
+def required_runs(ctx: Context, names: Iterable[str]) -> list[tuple[Need, list[int]]]:
+    """The training runs (and their seeds) that the scripts ``names`` use, without duplicates."""
+    names = set(names)
+    if "all" in names:
+        names |= {"fig1", "fig2", "fig3", "fig4", "table_kk", "table_math", "table_qa", "sweep"}
+    envs = {s.env for s in ctx.profile.settings.values()}
+    needs: list[tuple[Need, list[int]]] = []
+
+    def add(key: str, algo: str, extra: dict[str, Any] | None = None, seeds: list[int] | None = None):
+        if key in ctx.profile.settings:
+            needs.append(((key, algo, dict(extra or {})), list(ctx.seeds if seeds is None else seeds)))
+
+    if "table_kk" in names:
+        for m in KK_METHODS:
+            add("kk", m)
+    if "fig2" in names:
+        for m in ("grpo", "grpo_sg", "reverse"):
+            add("kk", m)
+    if "fig1" in names:
+        add("kk", "grpo", seeds=ctx.seeds[:1])
+    if names & {"fig3", "fig4"}:
+        for env in ("kk", "math", "searchqa"):
+            if env in envs:
+                for m in _GRPO_VS_SG:
+                    add(env, m)
+    if "table_math" in names:
+        for m in _GRPO_VS_SG:
+            add("math", m)
+    if "table_qa" in names:
+        for m in _GRPO_VS_SG:
+            add("searchqa", m)
+    if "sweep" in names:
+        add("kk", "grpo_sg", seeds=sweep_seeds(ctx))
+        for param, values in ctx.profile.sweep.items():
+            for v in values:
+                add("kk", "grpo_sg", {f"weights.{param}": float(v)}, seeds=sweep_seeds(ctx))
+    merged: dict[str, tuple[Need, list[int]]] = {}
+    for need, seeds in needs:
+        k = repr(need)
+        if k in merged:
+            merged[k] = (need, sorted(set(merged[k][1]) | set(seeds)))
+        else:
+            merged[k] = (need, seeds)
+    return list(merged.values())
+
+
+def sweep_seeds(ctx: Context) -> list[int]:
+    """Seeds of the sweep's non-default points (the profile's ``sweep_seeds`` first seeds)."""
+    n = ctx.profile.sweep_seeds or len(ctx.seeds)
+    return ctx.seeds[:n]
+
+
+# -- worker entry points (top level, so the spawn context can pickle them) ----------------------
+def _init_worker(threads: int) -> None:
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    torch.set_num_threads(threads)
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def _train(cfg, cache: str) -> str:
+    from rlvr.reproduce.runs import ensure_run
+
+    run = ensure_run(cfg, Path(cache), say=lambda m: None, progress=False)
+    return f"trained {cfg.env}/{cfg.algo} seed {cfg.seed} ({len(run.metrics)} steps, {run.compute_seconds:.0f} s)"
+
+
+def _sft(setting, seed: int, budget: float, cache: str, smoke: bool) -> str:
+    from rlvr.reproduce.runs import ensure_sft_reference
+
+    path = ensure_sft_reference(setting, seed, budget, Path(cache), say=lambda m: None,
+                                progress=False, smoke=smoke)
+    return f"continued SFT seed {seed} ({budget:.0f} s budget) -> {path.name}"
+
+
+def _eval(ecfg, cache: str) -> str:
+    from rlvr.reproduce.runs import ensure_eval
+
+    ev = ensure_eval(ecfg, Path(cache), say=lambda m: None, progress=False)
+    return f"evaluated {ecfg.env} {Path(ecfg.model).parent.name or ecfg.model} -> {ev.key}"
+
+
+def _pool_map(ctx: Context, jobs: int, tasks: list[tuple], label: str) -> None:
+    """Run ``(fn, *args)`` tasks in ``jobs`` processes, longest first as given; report progress."""
+    if not tasks:
+        return
+    from tqdm.auto import tqdm
+
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    ctx.say(f"[reproduce] {label}: {len(tasks)} task(s) on {jobs} processes x {threads} thread(s)")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                             initializer=_init_worker, initargs=(threads,)) as pool, \
+            tqdm(total=len(tasks), desc=label, disable=not ctx.progress) as bar:
+        pending = {pool.submit(fn, *args) for fn, *args in tasks}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                ctx.log.append(f"[reproduce] {f.result()}")  # re-raises a worker's error here
+                if not ctx.progress:
+                    print(ctx.log[-1], flush=True)
+                bar.update(1)
+
+
+def _cost(setting_env: str) -> int:
+    """Relative cost of a run, to start the slowest ones first (multi-turn QA >> K&K > math)."""
+    return {"searchqa": 3, "kk": 2, "math": 1}.get(setting_env, 1)
+
+
+def _build_base(ctx: Context, model: str) -> None:
+    from rlvr.models.presets import PRESETS
+
+    if model in PRESETS:
+        from rlvr.models.build import ensure_built
+
+        ensure_built(PRESETS[model], progress=ctx.progress)
+
+
+def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
+    """Train, then evaluate, everything ``names`` need, in ``jobs`` processes (see module doc)."""
+    from rlvr.reproduce.runs import DONE, Run, _read_metrics, compute_seconds
+
+    names = list(names)
+    cache = str(ctx.cache)
+    runs: list[tuple[str, Any]] = []
+    for (key, algo, extra), seeds in required_runs(ctx, names):
+        for seed in seeds:
+            runs.append((key, train_config(ctx.profile.settings[key], algo, seed, extra)))
+    runs.sort(key=lambda kc: -_cost(ctx.profile.settings[kc[0]].env))
+    for model in dict.fromkeys(ctx.profile.settings[key].model for key, _ in runs):
+        _build_base(ctx, model)  # here, once: workers would otherwise race to build it
+    todo = [(_train, cfg, cache) for _, cfg in runs
+            if not (Path(cache) / "runs" / run_key(cfg) / DONE).exists()]
+    _pool_map(ctx, jobs, todo, "training runs")
+
+    def finished(cfg) -> Run:
+        path = Path(cache) / "runs" / run_key(cfg)
+        metrics = _read_metrics(path / "metrics.jsonl")
+        return Run(run_key(cfg), path, cfg, metrics, compute_seconds(metrics))
+
+    evals, sft = [], []
+    for key, cfg in runs:
+        setting = ctx.profile.settings[key]
+        run = finished(cfg)
+        for eval_set in (list(setting.eval_sets.values()) or [None]):
+            evals.append(eval_config(setting, cfg, str(run.final), seed=cfg.seed, eval_set=eval_set))
+    used = {key for key, _ in runs}
+    for key in used:  # the base model, once per seed (fig2, table_math, table_qa)
+        setting = ctx.profile.settings[key]
+        for seed in ctx.seeds:
+            cfg = train_config(setting, "grpo", seed)
+            for eval_set in (list(setting.eval_sets.values()) or [None]):
+                evals.append(eval_config(setting, cfg, setting.model, seed=seed, eval_set=eval_set))
+    if "fig2" in names or "all" in names:
+        if "kk" in ctx.profile.settings and ctx.profile.sft_reference:
+            setting = ctx.profile.settings["kk"]
+            for seed in ctx.seeds:
+                run = finished(train_config(setting, "grpo", seed))
+                sft.append((_sft, setting, seed, run.compute_seconds, cache, ctx.smoke))
+    _pool_map(ctx, jobs, sft, "continued SFT references")
+    if sft:  # their evaluations need the SFT folders, which exist now
+        from rlvr.reproduce.runs import ensure_sft_reference
+
+        setting = ctx.profile.settings["kk"]
+        for seed in ctx.seeds:
+            cfg = train_config(setting, "grpo", seed)
+            path = ensure_sft_reference(setting, seed, finished(cfg).compute_seconds, ctx.cache,
+                                        say=ctx.say, progress=False, smoke=ctx.smoke)
+            evals.append(eval_config(setting, cfg, str(path), seed=seed))
+    seen, unique = set(), []
+    for e in evals:
+        k = repr(e)
+        if k not in seen:
+            seen.add(k)
+            unique.append((_eval, e, cache))
+    _pool_map(ctx, jobs, unique, "evaluations")
+
+
+__all__ = ["prefetch", "required_runs", "sweep_seeds"]
