@@ -59,3 +59,31 @@ def test_reproduce_all_smoke(tmp_path):
     for name in EXPECTED:
         assert f"]({name}" in text
     assert "GRPO-SG beats GRPO" in text and "Smoke run" in text
+    # --jobs relies on required_runs listing every run the scripts trained, and nothing more.
+    from rlvr.reproduce import profiles
+    from rlvr.reproduce.common import Context
+    from rlvr.reproduce.parallel import required_runs
+    from rlvr.reproduce.runs import run_key, train_config
+
+    profile = profiles.tiny_profile(smoke=True)
+    ctx = Context(profile, out, out / ".cache", [0], smoke=True)
+    planned = {run_key(train_config(profile.settings[k], algo, seed, extra))
+               for (k, algo, extra), seeds in required_runs(ctx, ["all"]) for seed in seeds}
+    trained = {p.name for p in (out / ".cache" / "runs").iterdir()}
+    assert planned == trained
+
+
+@pytest.mark.slow
+def test_reproduce_jobs_prefetches_everything(tmp_path, capsys):
+    """With --jobs 2 the worker processes train and evaluate; the script then finds it all cached."""
+    from rlvr.cli import main
+
+    out = tmp_path / "results"
+    assert main(["reproduce", "fig2", "--smoke", "--jobs", "2", "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "on 2 processes" in printed
+    assert "trained kk/grpo_sg seed 0" in printed and "continued SFT seed 0" in printed
+    # The script itself trained and evaluated nothing: ensure_* only announce work they do.
+    after_prefetch = printed.split("[reproduce] evaluated")[-1]
+    assert "[reproduce] training" not in after_prefetch and "[reproduce] evaluating" not in after_prefetch
+    assert (out / "fig2.png").exists()
