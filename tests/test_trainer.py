@@ -118,6 +118,33 @@ def test_episode_error_is_counted_and_training_goes_on(tmp_path):
     assert records[1]["episodes/errors"] == 0
 
 
+class BadRowEnv(LetterEnv):
+    """``reset`` raises on the listed tasks (a malformed dataset row)."""
+
+    bad = {1}
+
+    def reset(self, *, seed=None, options=None):
+        if int((options or {}).get("index", 0)) in self.bad:
+            raise ValueError("malformed row")
+        return super().reset(seed=seed, options=options)
+
+
+def test_reset_error_skips_the_task_and_is_counted(tmp_path):
+    t = _toy_trainer(tmp_path, steps=1, env_cls=BadRowEnv)
+    rec = t.train()[0]
+    assert rec["episodes/reset_errors"] == 1 and rec["episodes/errors"] == 0
+    assert rec["update/optimizer_steps"] == 1
+
+
+def test_reset_failing_everywhere_stops_with_a_clear_error(tmp_path):
+    class AllBad(BadRowEnv):
+        bad = set(range(1000))
+
+    t = _toy_trainer(tmp_path, steps=1, env_cls=AllBad)
+    with pytest.raises(RuntimeError, match="env.reset failed on 9 tasks in a row.*malformed row"):
+        t.train()
+
+
 class NaNEnv(LetterEnv):
     def step(self, action):
         obs, _, term, trunc, info = super().step(action)

@@ -52,6 +52,8 @@ from rlvr.config import dump_yaml
 #: Minimum reward per env (DESIGN section 4): K&K totals lie in [-3, 3]; math and search QA
 #: score 0/1. An episode whose env raised scores this.
 ENV_MIN_REWARD = {"kk": -3.0, "math": 0.0, "searchqa": 0.0}
+#: Tasks in a row whose ``env.reset`` may fail before the run stops (``Trainer._reset_group``).
+MAX_RESET_SKIPS = 8
 
 #: Metric keys that measure wall time; they differ between otherwise identical runs.
 TIME_KEYS_PREFIXES = ("time/", "tokens/s", "perf/")
@@ -232,6 +234,7 @@ class Trainer:
                                                 schedule=o.schedule, min_ratio=o.min_lr_ratio))
         self.step = 0
         self.data_position = 0
+        self.reset_errors = 0  # tasks skipped because env.reset raised (counted since start)
         self.error_reward = (cfg.error_reward if cfg.error_reward is not None
                              else ENV_MIN_REWARD[cfg.env])
         self.sampling = SamplingParams(
@@ -293,15 +296,25 @@ class Trainer:
 
     # -- rollouts ------------------------------------------------------------------------------
     def _reset_group(self, envs: list, index: int) -> list[str]:
-        """Reset a group's envs to task ``index`` (modulo the size of a finite dataset)."""
+        """Reset a group's envs to task ``index`` (modulo the size of a finite dataset).
+
+        A task whose ``reset`` raises (a malformed dataset row, a tool that cannot start) is
+        skipped for the next index, with a warning and a count in ``self.reset_errors``; after
+        ``MAX_RESET_SKIPS`` failing tasks in a row the error is raised, naming the task.
+        """
         size = len(envs[0].unwrapped) if hasattr(type(envs[0].unwrapped), "__len__") else None
-        if size:
-            index %= size
-        prompts = []
-        for env in envs:
-            prompt, _ = env.reset(seed=self.cfg.seed + index, options={"index": index})
-            prompts.append(prompt)
-        return prompts
+        for skip in range(MAX_RESET_SKIPS + 1):
+            task = (index + skip) % size if size else index + skip
+            try:
+                return [env.reset(seed=self.cfg.seed + task, options={"index": task})[0] for env in envs]
+            except Exception as e:  # noqa: BLE001 - any env failure: skip the task, keep the run
+                self.reset_errors += 1
+                if skip == MAX_RESET_SKIPS:
+                    raise RuntimeError(f"env.reset failed on {MAX_RESET_SKIPS + 1} tasks in a row "
+                                       f"(last: task {task}): {type(e).__name__}: {e}") from e
+                print(f"[rlvr train] env.reset failed on task {task} ({type(e).__name__}: {e}); "
+                      "skipping to the next task", file=sys.stderr)
+        raise AssertionError("unreachable")
 
     def rollout(self, step: int) -> list[Episode]:
         """Play the step's episodes: G env instances per task, all tasks at once."""
@@ -615,6 +628,7 @@ class Trainer:
         record: dict[str, Any] = {"step": step}
         record.update(rollout_metrics(episodes, cfg.group_size))
         record.update(upd)
+        record["episodes/reset_errors"] = float(self.reset_errors)
         record["advantage/mean"] = float(adv.mean())
         record["advantage/abs_mean"] = float(adv.abs().mean())
         generated = sum(e.n_generated for e in episodes)
