@@ -39,7 +39,7 @@ def test_run_cache_reuses_and_resumes(tmp_path, monkeypatch):
 
 
 EXPECTED = {
-    "fig1": (".png", ".csv"), "fig2": (".png", ".csv"), "fig3": (".png", ".csv", "_variability.csv"),
+    "fig1": (".png", ".csv"), "fig2": (".png", ".csv", ".md"), "fig3": (".png", ".csv", "_variability.csv"),
     "fig4": (".png", ".csv"), "table_kk": (".md", ".csv"), "table_math": (".md", ".csv"),
     "table_qa": (".md", ".csv"), "sweep": (".png", ".csv", ".md"),
 }
@@ -71,6 +71,8 @@ def test_reproduce_all_smoke(tmp_path):
                for (k, algo, extra), seeds in required_runs(ctx, ["all"]) for seed in seeds}
     trained = {p.name for p in (out / ".cache" / "runs").iterdir()}
     assert planned == trained
+    index = (out / "runs.csv").read_text().splitlines()
+    assert len(index) == 1 + len(trained) and all((out / "runs" / f"{k}.yaml").exists() for k in trained)
 
 
 @pytest.mark.slow

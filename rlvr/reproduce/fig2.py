@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlvr.reproduce.collect import base_evals, evals_for, runs_for, sample_metric, seed_ci, sft_evals
-from rlvr.reproduce.common import METHOD_COLORS, METHOD_LABELS, Context, Output, plt
+from rlvr.reproduce.common import METHOD_COLORS, METHOD_LABELS, Context, Output, markdown_table, plt
 
 NAME = "fig2"
 RL_METHODS = ("grpo", "grpo_sg", "reverse")
@@ -73,10 +73,31 @@ def plot(ctx: Context, table: list[dict], out: Output) -> None:
     out.save_fig(fig)
 
 
+def markdown(ctx: Context, table: list[dict]) -> str:
+    """The figure's numbers: one table per mode, methods x sizes, mean [95% CI] over seeds."""
+    sizes = [str(v) for v in ctx.profile.settings["kk"].group_values] + ["all"]
+    md = [f"# K&K accuracy by puzzle size ({ctx.profile.name} profile, seeds {ctx.seeds}, "
+          f"model {ctx.profile.settings['kk'].model})", ""]
+    for mode in dict.fromkeys(r["mode"] for r in table):
+        cells = {(r["method"], r["n_people"]): r for r in table if r["mode"] == mode}
+        body = []
+        for m in dict.fromkeys(r["method"] for r in table):
+            row = [METHOD_LABELS.get(m, m)]
+            for s in sizes:
+                r = cells.get((m, s))
+                row.append("n/a" if r is None else (f"{r['mean']:.3f}" if r["seeds"] <= 1 else
+                                                    f"{r['mean']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"))
+            body.append(row)
+        md += [f"## {'greedy accuracy' if mode == 'greedy' else mode + ' at the training temperature'}", "",
+               markdown_table(["method"] + [f"{s} ppl" if s != "all" else "all" for s in sizes], body), ""]
+    return "\n".join(md)
+
+
 def run(ctx: Context) -> dict:
     out = Output(ctx, NAME)
     evs = collect(ctx, out)
     table = rows(ctx, evs)
     out.write_csv(table)
+    out.write_md(markdown(ctx, table))
     plot(ctx, table, out)
     return out.finish()

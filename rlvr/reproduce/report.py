@@ -96,6 +96,42 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
             lines += [_strip_header((out / f"{name}.md").read_text()), ""]
         for note in m.get("notes", []):
             lines += [f"- {note}"]
+    runs = write_run_index(ctx, metas)
+    if runs:
+        lines += ["", "## Training runs", "",
+                  f"{len(runs)} runs; each config is in [runs/](runs/) as `<config hash>.yaml`, and "
+                  "[runs.csv](runs.csv) lists them with their steps and training compute (rollout + "
+                  "update seconds, one process).", ""]
     path = out / "REPORT.md"
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path
+
+
+def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
+    """Copy the config of every training run the scripts used to ``<out>/runs/<hash>.yaml`` and
+    list the runs in ``<out>/runs.csv``, so each figure's hashes resolve inside the output folder."""
+    import csv
+    import shutil
+
+    keys: dict[str, list[str]] = {}
+    for name, m in metas.items():
+        for label, key in m.get("train_runs", {}).items():
+            keys.setdefault(key, []).append(f"{name}:{label}")
+    rows = []
+    for key, used_by in sorted(keys.items()):
+        run_dir = Path(ctx.cache) / "runs" / key
+        info = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
+        if (run_dir / "config.yaml").exists():
+            (out_runs := ctx.out / "runs").mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(run_dir / "config.yaml", out_runs / f"{key}.yaml")
+        rows.append({"config_hash": key, "env": info.get("env", ""), "algo": info.get("algo", ""),
+                     "seed": info.get("seed", ""), "model": info.get("model", ""),
+                     "steps": info.get("steps", ""), "compute_seconds": info.get("compute_seconds", ""),
+                     "used_by": " ".join(sorted(set(u.split(":")[0] for u in used_by))),
+                     "labels": " ".join(sorted(u.split(":", 1)[1] for u in used_by))})
+    if rows:
+        with open(ctx.out / "runs.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    return rows
