@@ -15,11 +15,10 @@ SCRIPTS = ("table_kk", "fig2", "fig1", "fig3", "fig4", "table_math", "table_qa",
 
 
 def run(ctx: Context) -> dict:
-    start = time.perf_counter()
     metas = {}
     for name in SCRIPTS:
         ctx.say(f"[reproduce] == {name} ==")
         metas[name] = importlib.import_module(f"rlvr.reproduce.{name}").run(ctx)
-    path = write_report(ctx, time.perf_counter() - start)
+    path = write_report(ctx, time.perf_counter() - ctx.started)
     ctx.say(f"[reproduce] wrote {path}")
     return {"name": "all", "scripts": list(metas), "report": str(path)}

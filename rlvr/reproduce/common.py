@@ -67,6 +67,8 @@ class Context:
     command: str = ""
     progress: bool = True
     log: list[str] = field(default_factory=list)
+    #: When the invocation started (``--jobs`` prefetching included), for the report's wall time.
+    started: float = field(default_factory=time.perf_counter)
 
     def say(self, msg: str) -> None:
         self.log.append(msg)

@@ -57,8 +57,8 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
         "",
         f"- command: `{ctx.command}`",
         f"- seeds: {ctx.seeds}",
-        f"- generated: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; wall time {wall / 60:.1f} min "
-        "(training runs taken from the cache cost nothing here)",
+        f"- generated: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; wall time {wall / 60:.1f} min, "
+        "training and evaluation included (runs already in the cache cost nothing)",
         "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
         f"- run cache: `{ctx.cache}` (each run is named by its config hash; see `<name>.meta.json`)",
         "",
