@@ -2,9 +2,9 @@
 variability.
 
 Top row: the gradient norm before clipping per step (trailing mean over ``window`` steps; line:
-mean over seeds, band: min-max over seeds). Lower rows: two variability measures per run, mean
+mean over seeds, band: min-max over seeds). Lower rows: three variability measures per run, mean
 over seeds with 95% bootstrap intervals: the standard deviation of the per-step gradient norm,
-and the number of spikes.
+its coefficient of variation (std / mean), and the number of spikes.
 
 A *spike* is a step whose gradient norm exceeds ``SPIKE_FACTOR`` (2) times the median of the
 ``SPIKE_WINDOW`` (10) steps before it; the first step has no history and is never a spike. A
@@ -13,7 +13,10 @@ of magnitude) and robust to the slow drift of the norm over training.
 
 "GRPO-SG has smoother gradient norms" is decided per setting from the per-seed paired
 difference std(GRPO) - std(GRPO-SG) (runs with the same seed see the same prompts): held when
-its 95% interval lies above 0.
+its 95% interval lies above 0. GRPO-SG's weights shrink the gradient of low-probability tokens,
+which carry most of its norm, so its norm is smaller overall and a smaller std can be a change of
+scale alone; the same claim is therefore also decided on the scale-free coefficient of variation
+(beyond the paper).
 """
 from __future__ import annotations
 
@@ -44,22 +47,26 @@ def count_spikes(g: np.ndarray, factor: float = SPIKE_FACTOR, window: int = SPIK
 def variability(g: np.ndarray) -> dict[str, float]:
     g = np.asarray(g, dtype=float)
     finite = g[np.isfinite(g)]
-    return {"std": float(finite.std()) if finite.size else float("nan"),
-            "spikes": float(count_spikes(g)), "mean": float(finite.mean()) if finite.size else float("nan")}
+    std = float(finite.std()) if finite.size else float("nan")
+    mean = float(finite.mean()) if finite.size else float("nan")
+    return {"std": std, "spikes": float(count_spikes(g)), "mean": mean,
+            "cv": std / mean if finite.size and mean > 0 else float("nan")}
 
 
 def run(ctx: Context) -> dict:
     out = Output(ctx, NAME)
     data = collect(ctx, out, "grad_norm")
     window = 1 if ctx.smoke else 5
-    fig, axes = plt.subplots(3, len(data), figsize=(4.6 * len(data), 9.0), squeeze=False,
-                             gridspec_kw={"height_ratios": [2, 1, 1]})
+    measures = ("std", "cv", "spikes")
+    fig, axes = plt.subplots(1 + len(measures), len(data), figsize=(4.6 * len(data), 11.5), squeeze=False,
+                             gridspec_kw={"height_ratios": [2] + [1] * len(measures)})
     plot_trajectories(axes[0], data, "gradient norm (before clipping)", window)
     var_rows = []
-    titles = {"std": "std of the gradient norm", "spikes": f"spikes (> {SPIKE_FACTOR:g}x trailing median)"}
+    titles = {"std": "std of the gradient norm", "cv": "coefficient of variation (std / mean)",
+              "spikes": f"spikes (> {SPIKE_FACTOR:g}x trailing median)"}
     for j, (setting, by_method) in enumerate(data.items()):
         stats = {m: [variability(r) for r in runs] for m, runs in by_method.items()}
-        for i, measure in enumerate(("std", "spikes")):
+        for i, measure in enumerate(measures):
             ax = axes[1 + i][j]
             for k, m in enumerate(METHODS):
                 vals = [s[measure] for s in stats[m] if np.isfinite(s[measure])]
@@ -78,6 +85,11 @@ def run(ctx: Context) -> dict:
         n = min(len(std_a), len(std_b))
         paired_seed_claim(out, "GRPO-SG has smoother gradient norms", SETTING_TITLES.get(setting, setting),
                           std_a[:n], std_b[:n], "std of the gradient norm, GRPO - GRPO-SG")
+        cv_a = [s["cv"] for s in stats["grpo"]][:n]
+        cv_b = [s["cv"] for s in stats["grpo_sg"]][:n]
+        paired_seed_claim(out, "GRPO-SG has smoother gradient norms (scale-free, beyond the paper)",
+                          SETTING_TITLES.get(setting, setting), cv_a, cv_b,
+                          "coefficient of variation of the gradient norm, GRPO - GRPO-SG")
     fig.suptitle(f"Gradient norms, GRPO vs GRPO-SG ({ctx.profile.name} profile, {len(ctx.seeds)} seed(s))")
     fig.tight_layout()
     out.save_fig(fig)
