@@ -102,7 +102,7 @@ def tiny_profile(smoke: bool = False) -> Profile:
                             group_values=QA_GROUP_VALUES, n_items=100, k=4),
     }
     return Profile("tiny", settings, seeds=3,
-                   sweep={"tau": [0.25, 1.0], "mu": [0.4, 0.6], "alpha": [2.0, 4.0]}, sweep_seeds=1)
+                   sweep={"tau": [0.25, 1.0], "mu": [0.4, 0.6], "alpha": [2.0, 4.0]})
 
 
 #: How the synthetic tasks are grouped in the tiny tables (the env keyword and its values).

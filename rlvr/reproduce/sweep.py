@@ -5,7 +5,7 @@ its own around the defaults of ``rlvr.agents.config.GRPO_SG_DEFAULTS`` (the othe
 their defaults); every point is a full training run per seed. Cells: greedy accuracy and avg@k
 over all K&K sizes, mean over seeds [95% bootstrap CI]; the last column is the paired per-item
 difference to the default GRPO-SG run. The profile's ``sweep_seeds`` sets how many seeds each
-point gets (the tiny profile: one, to fit its CPU budget; a single seed shows no interval).
+point gets (default: every seed; a single seed shows no interval).
 """
 from __future__ import annotations
 
