@@ -24,14 +24,14 @@ from rlvr.reproduce.common import Context
 from rlvr.reproduce.profiles import KK_METHODS
 from rlvr.reproduce.runs import eval_config, run_key, train_config
 
-#: (setting key, algorithm, config overrides, tag) of a training run; one per seed is trained.
+#: (setting key, algorithm, config overrides) of a training run; one per seed is trained.
 Need = tuple[str, str, dict[str, Any]]
-
-_GRPO_VS_SG = ("grpo", "grpo_sg")
 
 
 def required_runs(ctx: Context, names: Iterable[str]) -> list[tuple[Need, list[int]]]:
     """The training runs (and their seeds) that the scripts ``names`` use, without duplicates."""
+    from rlvr.reproduce import fig2, tables, trajectories
+
     names = set(names)
     if "all" in names:
         names |= {"fig1", "fig2", "fig3", "fig4", "table_kk", "table_math", "table_qa", "sweep"}
@@ -46,21 +46,20 @@ def required_runs(ctx: Context, names: Iterable[str]) -> list[tuple[Need, list[i
         for m in KK_METHODS:
             add("kk", m)
     if "fig2" in names:
-        for m in ("grpo", "grpo_sg", "reverse"):
+        for m in fig2.RL_METHODS:
             add("kk", m)
     if "fig1" in names:
         add("kk", "grpo", seeds=ctx.seeds[:1])
     if names & {"fig3", "fig4"}:
-        for env in ("kk", "math", "searchqa"):
+        for env in trajectories.SETTINGS:
             if env in envs:
-                for m in _GRPO_VS_SG:
+                for m in trajectories.METHODS:
                     add(env, m)
-    if "table_math" in names:
-        for m in _GRPO_VS_SG:
-            add("math", m)
-    if "table_qa" in names:
-        for m in _GRPO_VS_SG:
-            add("searchqa", m)
+    for name, key in (("table_math", "math"), ("table_qa", "searchqa")):
+        if name in names:
+            for m in tables.METHODS:
+                if m != "base":
+                    add(key, m)
     if "sweep" in names:
         add("kk", "grpo_sg", seeds=sweep_seeds(ctx))
         for param, values in ctx.profile.sweep.items():
