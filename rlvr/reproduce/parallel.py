@@ -150,7 +150,7 @@ def _build_base(ctx: Context, model: str) -> None:
 
 def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
     """Train, then evaluate, everything ``names`` need, in ``jobs`` processes (see module doc)."""
-    from rlvr.reproduce.runs import DONE, Run, _read_metrics, compute_seconds
+    from rlvr.reproduce.runs import DONE, Run, ensure_run, ensure_sft_reference
 
     names = list(names)
     cache = str(ctx.cache)
@@ -165,10 +165,8 @@ def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
             if not (Path(cache) / "runs" / run_key(cfg) / DONE).exists()]
     _pool_map(ctx, jobs, todo, "training runs")
 
-    def finished(cfg) -> Run:
-        path = Path(cache) / "runs" / run_key(cfg)
-        metrics = _read_metrics(path / "metrics.jsonl")
-        return Run(run_key(cfg), path, cfg, metrics, compute_seconds(metrics))
+    def finished(cfg) -> Run:  # a cache hit after the pool (trained here only if a worker failed)
+        return ensure_run(cfg, ctx.cache, say=ctx.say, progress=ctx.progress)
 
     evals, sft = [], []
     for key, cfg in runs:
@@ -176,8 +174,10 @@ def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
         run = finished(cfg)
         for eval_set in (list(setting.eval_sets.values()) or [None]):
             evals.append(eval_config(setting, cfg, str(run.final), seed=cfg.seed, eval_set=eval_set))
-    used = {key for key, _ in runs}
-    for key in used:  # the base model, once per seed (fig2, table_math, table_qa)
+    wanted = set(names)
+    base_for = [key for key, script in (("kk", "fig2"), ("math", "table_math"), ("searchqa", "table_qa"))
+                if key in ctx.profile.settings and (script in wanted or "all" in wanted)]
+    for key in base_for:  # the untrained base model, once per seed
         setting = ctx.profile.settings[key]
         for seed in ctx.seeds:
             cfg = train_config(setting, "grpo", seed)
@@ -191,8 +191,6 @@ def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
                 sft.append((_sft, setting, seed, run.compute_seconds, cache, ctx.smoke))
     _pool_map(ctx, jobs, sft, "continued SFT references")
     if sft:  # their evaluations need the SFT folders, which exist now
-        from rlvr.reproduce.runs import ensure_sft_reference
-
         setting = ctx.profile.settings["kk"]
         for seed in ctx.seeds:
             cfg = train_config(setting, "grpo", seed)
