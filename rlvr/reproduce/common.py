@@ -46,7 +46,8 @@ def versions() -> dict[str, str]:
     try:
         commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
                                 text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no",
+                                "--", ".", ":!results"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
         commit = (commit + ("+dirty" if dirty else "")) or "unknown"
     except (OSError, subprocess.SubprocessError):
