@@ -237,6 +237,21 @@ def test_tiny_profile_validates_and_matches_its_base(env, tmp_path):
         assert a.reset(seed=0, options={"index": i})[0] == b.reset(seed=0, options={"index": i})[0]
 
 
+def test_search_traces_from_other_worlds_never_use_the_rl_world():
+    settings = {**traces.TINY_SETTINGS["searchqa"], "trace_worlds": 3}
+    examples = traces.take(traces.example_stream("searchqa", settings, seed=0), 2 * traces.TRACES_PER_WORLD)
+    searched = {ex[1][0].removeprefix("<search> ").removesuffix(" </search>") for ex in examples}
+    home_titles = set(traces._search_passages(traces.TINY_SETTINGS["searchqa"]))
+    other_titles = set().union(*(traces._search_passages({**settings, "seed": s}) for s in (1, 2, 3)))
+    assert searched <= other_titles
+    assert len(searched & home_titles) <= 1  # random syllable names: a collision is rare, not impossible
+    # The evaluation items (and so the RL world) ignore the trace option.
+    assert traces.eval_items("searchqa", settings, 5) == traces.eval_items(
+        "searchqa", traces.TINY_SETTINGS["searchqa"], 5)
+    with pytest.raises(ValueError, match="trace_worlds"):
+        next(traces.example_stream("searchqa", {**settings, "trace_worlds": -1}))
+
+
 def test_search_traces_are_correct_episodes():
     from rlvr.envs.searchqa import score
 

@@ -37,7 +37,7 @@ from rlvr.models.sft import Segment
 TASKS = ("kk", "math", "searchqa")
 
 #: Trace options per task (everything else in ``settings`` goes to the environment).
-TRACE_OPTIONS = {"kk": ("think", "copy_aux"), "math": (), "searchqa": ()}
+TRACE_OPTIONS = {"kk": ("think", "copy_aux"), "math": (), "searchqa": ("trace_worlds",)}
 KK_THINK = ("none", "names", "solver")
 
 #: The tiny profile's settings per task: the ``plain`` template and no system turn. A model
@@ -269,6 +269,10 @@ def search_trace(env, index: int, passages: dict[str, Any]) -> list[Segment] | N
     return segments
 
 
+#: Consecutive warm-start traces drawn from one synthetic world when ``trace_worlds > 0``.
+TRACES_PER_WORLD = 32
+
+
 def _search_passages(settings: dict[str, Any]) -> dict[str, Any]:
     from rlvr.envs.searchqa.synthetic import synthetic_task
 
@@ -277,21 +281,39 @@ def _search_passages(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def _searchqa_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[list[Segment]]:
+    """Correct episodes; with ``trace_worlds=N`` each drawn from one of N other synthetic worlds.
+
+    ``trace_worlds=0``: traces come from the env's own world (``seed``, the world RL trains and
+    evaluates on). ``N > 0``: world seeds ``seed+1 .. seed+N``, never the env's own world. The
+    warm start trains on observation tokens too (``context_loss_weight``), so on one world a
+    small model memorises its ~280 passages and then answers that world's test questions
+    without reading them (measured: a one-world base, EM 0.67 on its own world's test split,
+    0.01 on another world's). Many worlds leave reading the passage as the only way to answer.
+    A world is built (~65 ms) when drawn and gives ``TRACES_PER_WORLD`` consecutive traces.
+    """
     if settings.get("dataset", "synthetic") != "synthetic":
         raise ValueError("search QA warm-start traces need dataset='synthetic'")
-    env = make_env("searchqa", settings, split)
-    passages = _search_passages(settings)
+    n_worlds = int(settings.get("trace_worlds", 0))
+    if n_worlds < 0:
+        raise ValueError(f"trace_worlds must be >= 0, got {n_worlds}")
+    home = int(settings.get("seed", 0))
     rng = random.Random(seed)
+    world_seed = home
     misses = 0
     while True:
-        trace = search_trace(env, rng.randrange(len(env.items)), passages)
-        if trace is not None:
-            misses = 0
-            yield trace
-        else:
-            misses += 1
-            if misses > 1000:
-                raise RuntimeError("no retrievable search QA item in 1000 draws: check topk/retriever")
+        if n_worlds:  # one world at a time (~11 MB each), TRACES_PER_WORLD traces from it
+            world_seed = home + 1 + rng.randrange(n_worlds)
+        ws = {**env_kwargs("searchqa", settings), "seed": world_seed}
+        env, passages = make_env("searchqa", ws, split), _search_passages(ws)
+        for _ in range(TRACES_PER_WORLD if n_worlds else 1 << 62):
+            trace = search_trace(env, rng.randrange(len(env.items)), passages)
+            if trace is not None:
+                misses = 0
+                yield trace
+            else:
+                misses += 1
+                if misses > 1000:
+                    raise RuntimeError("no retrievable search QA item in 1000 draws: check topk/retriever")
 
 
 def _searchqa_eval_items(settings: dict[str, Any], n: int, split: str) -> list[EvalItem]:
