@@ -95,3 +95,25 @@ def test_report_states_each_verdict_plainly(tmp_path):
     assert "0.42" in text and "python" in text and "git_commit" in text
     meta = json.loads((tmp_path / "table_kk.meta.json").read_text())
     assert meta["command"] == "rlvr reproduce test" and meta["files"] == ["table_kk.md", "table_kk.meta.json"]
+
+
+def test_keys_follow_the_preset_a_model_name_stands_for(monkeypatch):
+    """A changed tiny preset must not reuse runs or evaluations of the old base."""
+    from rlvr.models import presets
+    from rlvr.reproduce import runs
+
+    setting = profiles.tiny_profile().settings["kk"]
+    cfg = train_config(setting, "grpo", 0)
+    ecfg = runs.eval_config(setting, cfg, setting.model)
+    runs._preset_build_key.cache_clear()
+    before = run_key(cfg), runs.eval_key(ecfg)
+    changed = dataclasses.replace(presets.PRESETS["tiny-kk"], seed=presets.PRESETS["tiny-kk"].seed + 1)
+    monkeypatch.setitem(presets.PRESETS, "tiny-kk", changed)
+    runs._preset_build_key.cache_clear()
+    try:
+        after = run_key(cfg), runs.eval_key(ecfg)
+    finally:
+        runs._preset_build_key.cache_clear()
+    assert before[0] != after[0] and before[1] != after[1]
+    # A path or hub name is hashed as given.
+    assert runs.model_identity("/some/dir") == "/some/dir"

@@ -11,6 +11,7 @@ checkpoint, and figures are redrawn from the saved responses without touching a 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -49,8 +50,34 @@ def train_config(setting: Setting, algo: str, seed: int, extra: dict[str, Any] |
     return load_train_config(flat_to_nested(flat))
 
 
+def model_identity(model: str) -> str:
+    """What ``model`` names, as hashed into run and evaluation keys.
+
+    A tiny preset (``tiny-kk``) stands for its build directory name, ``<preset>-<hash of its
+    BuildConfig and training data>``: a changed preset then gives new keys instead of reusing
+    runs and evaluations of the old base. Any other name or path is used as given.
+    """
+    from rlvr.models.presets import PRESETS
+
+    if model not in PRESETS:
+        return model
+    return _preset_build_key(model)
+
+
+@functools.lru_cache(maxsize=None)
+def _preset_build_key(name: str) -> str:
+    from rlvr.models.build import build_key
+    from rlvr.models.presets import PRESETS
+
+    return build_key(PRESETS[name])
+
+
 def run_key(cfg) -> str:
-    return config_hash(dataclasses.replace(cfg, **_NEUTRAL))
+    return config_hash(dataclasses.replace(cfg, **_NEUTRAL, model=model_identity(cfg.model)))
+
+
+def eval_key(ecfg: EvalConfig) -> str:
+    return config_hash(dataclasses.replace(ecfg, out="", model=model_identity(ecfg.model)))
 
 
 def compute_seconds(metrics: list[dict[str, Any]]) -> float:
@@ -122,7 +149,7 @@ class Evaluation:
 
 def ensure_eval(ecfg: EvalConfig, cache: Path, *, say=print, progress: bool = True) -> Evaluation:
     """Responses and summary of ``ecfg`` from the cache, evaluated first when missing."""
-    key = config_hash(dataclasses.replace(ecfg, out=""))
+    key = eval_key(ecfg)
     path = Path(cache) / "evals" / key
     if not (path / "summary.json").exists():
         say(f"[reproduce] evaluating {ecfg.model} on {ecfg.env} -> {path}")
@@ -192,4 +219,5 @@ def _base_build(model: str):
 
 
 __all__ = ["Evaluation", "Run", "compute_seconds", "ensure_eval", "ensure_run",
-           "ensure_sft_reference", "eval_config", "run_key", "train_config"]
+           "ensure_sft_reference", "eval_config", "eval_key", "model_identity", "run_key",
+           "train_config"]
