@@ -80,3 +80,20 @@ def test_summarize_and_groups():
     assert g[3]["greedy"] == 1.0 and g[4]["avg@4"] == 0.0 and g["all"]["greedy"] == 0.5
     assert M.kk_accuracy_by_people(_records()) == {3: 1.0, 4: 0.0}
     assert M.kk_accuracy_by_people(_records(), mode="sample") == {3: 0.5, 4: 0.0}
+
+
+def test_summarize_reports_em_f1_and_tool_use_per_mode():
+    records = [
+        {"item": "a", "mode": "greedy", "correct": True, "em": 1.0, "f1": 1.0, "tool_calls": 2},
+        {"item": "b", "mode": "greedy", "correct": False, "em": 0.0, "f1": 0.5, "tool_calls": 0},
+        {"item": "a", "mode": "sample", "correct": False, "em": 0.0, "f1": 0.0, "tool_calls": 1},
+        {"item": "a", "mode": "sample", "correct": True, "em": 1.0, "f1": 1.0, "tool_calls": 1},
+        {"item": "b", "mode": "sample", "correct": False, "em": 0.0, "f1": 0.0, "tool_calls": 0},
+        {"item": "b", "mode": "sample", "correct": False, "em": 0.0, "f1": 0.0, "tool_calls": 0},
+    ]
+    out = M.summarize(records, ks=(1, 2))
+    assert out["greedy_em"] == 0.5 and out["greedy_f1"] == 0.75
+    assert out["greedy_tool_use"] == 0.5 and out["sample_tool_use"] == 0.5
+    assert out["avg@2"] == 0.25
+    # K&K and math records carry no tool calls: no tool-use key.
+    assert "greedy_tool_use" not in M.summarize([{"item": "a", "mode": "greedy", "correct": True}])

@@ -126,8 +126,9 @@ def summarize(records: Sequence[Mapping[str, Any]], ks: Sequence[int] = (1,)) ->
 
     Returns flat keys: ``n_items``, ``greedy`` (accuracy of the greedy response), ``avg@n`` (n =
     samples per item; also under ``avg@k``), ``pass@k`` for each k in ``ks`` not above n,
-    ``greedy_em``/``greedy_f1`` and ``sample_em``/``sample_f1`` when records carry them, and the
-    mean ``reward`` of each mode.
+    ``greedy_em``/``greedy_f1`` and ``sample_em``/``sample_f1`` when records carry them,
+    ``greedy_tool_use``/``sample_tool_use`` (share of episodes with at least one tool call) when
+    records carry ``tool_calls``, and the mean ``reward`` of each mode.
     """
     out: dict[str, float] = {}
     greedy = correct_by_item(records, "greedy")
@@ -152,6 +153,8 @@ def summarize(records: Sequence[Mapping[str, Any]], ks: Sequence[int] = (1,)) ->
         for key in ("em", "f1"):
             if any(key in r for r in mode_records):
                 out[f"{prefix}_{key}"] = float(np.mean([float(r.get(key, 0.0)) for r in mode_records]))
+        if any("tool_calls" in r for r in mode_records):
+            out[f"{prefix}_tool_use"] = float(np.mean([int(r.get("tool_calls", 0)) > 0 for r in mode_records]))
         if any("reward" in r for r in mode_records):
             out[f"{prefix}_reward"] = float(np.mean([float(r.get("reward", 0.0)) for r in mode_records]))
     return out
