@@ -1,5 +1,9 @@
 """Shared body of table_math and table_qa: GRPO vs GRPO-SG (and the base model) per column.
 
+The paper's math and QA tables compare GRPO with GRPO-SG; the Reverse weighting (the opposite
+shaping, DESIGN section 5) is a row too, so each task reports the three methods issue 6 asks
+for.
+
 Columns are the profile's evaluation sets (paper: one benchmark each) or, on the tiny profile,
 the groups of the synthetic task (difficulty, hops). Cells: mean over seeds [95% bootstrap CI
 over seeds]. "GRPO-SG beats GRPO" is decided from the paired per-item difference over all
@@ -10,7 +14,7 @@ from __future__ import annotations
 from rlvr.reproduce.collect import base_evals, compare, evals_for, runs_for, sample_metric, seed_ci
 from rlvr.reproduce.common import METHOD_LABELS, Context, Output, fmt_ci, markdown_table
 
-METHODS = ("base", "grpo", "grpo_sg")
+METHODS = ("base", "grpo", "grpo_sg", "reverse")
 
 
 def column_evals(ctx: Context, out: Output, setting_key: str):
