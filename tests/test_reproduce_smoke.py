@@ -50,6 +50,8 @@ def test_reproduce_all_smoke(tmp_path):
     from rlvr.cli import main
 
     out = tmp_path / "results"
+    (out / "runs").mkdir(parents=True)
+    (out / "runs" / "0123456789ab.yaml").write_text("from: an earlier reproduction\n")
     assert main(["reproduce", "all", "--smoke", "--out", str(out), "--quiet"]) == 0
     for name, suffixes in EXPECTED.items():
         for suffix in (*suffixes, ".meta.json"):
@@ -72,7 +74,8 @@ def test_reproduce_all_smoke(tmp_path):
     trained = {p.name for p in (out / ".cache" / "runs").iterdir()}
     assert planned == trained
     index = (out / "runs.csv").read_text().splitlines()
-    assert len(index) == 1 + len(trained) and all((out / "runs" / f"{k}.yaml").exists() for k in trained)
+    assert len(index) == 1 + len(trained)
+    assert {p.stem for p in (out / "runs").glob("*.yaml")} == trained  # stale configs removed
 
 
 @pytest.mark.slow

@@ -109,7 +109,8 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
 
 def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
     """Copy the config of every training run the scripts used to ``<out>/runs/<hash>.yaml`` and
-    list the runs in ``<out>/runs.csv``, so each figure's hashes resolve inside the output folder."""
+    list the runs in ``<out>/runs.csv``, so each figure's hashes resolve inside the output folder.
+    Configs of runs that no output uses any more are removed."""
     import csv
     import shutil
 
@@ -129,6 +130,9 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
                      "steps": info.get("steps", ""), "compute_seconds": info.get("compute_seconds", ""),
                      "used_by": " ".join(sorted(set(u.split(":")[0] for u in used_by))),
                      "labels": " ".join(sorted(u.split(":", 1)[1] for u in used_by))})
+    for stale in (ctx.out / "runs").glob("*.yaml"):  # configs of runs no output uses any more
+        if stale.stem not in keys:
+            stale.unlink()
     if rows:
         with open(ctx.out / "runs.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
