@@ -150,6 +150,7 @@ def _build_base(ctx: Context, model: str) -> None:
 
 def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
     """Train, then evaluate, everything ``names`` need, in ``jobs`` processes (see module doc)."""
+    from rlvr.reproduce import tables
     from rlvr.reproduce.runs import DONE, Run, ensure_run, ensure_sft_reference
 
     names = list(names)
@@ -183,15 +184,16 @@ def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
             cfg = train_config(setting, "grpo", seed)
             for eval_set in (list(setting.eval_sets.values()) or [None]):
                 evals.append(eval_config(setting, cfg, setting.model, seed=seed, eval_set=eval_set))
-    if "fig2" in names or "all" in names:
-        if "kk" in ctx.profile.settings and ctx.profile.sft_reference:
-            setting = ctx.profile.settings["kk"]
-            for seed in ctx.seeds:
-                run = finished(train_config(setting, "grpo", seed))
-                sft.append((_sft, setting, seed, run.compute_seconds, cache, ctx.smoke))
+    sft_for = [key for key in base_for if ctx.profile.sft_reference
+               and (key == "kk" or tables.has_sft_row(ctx, key))]
+    for key in sft_for:  # continued SFT at the compute of the matching-seed GRPO run
+        setting = ctx.profile.settings[key]
+        for seed in ctx.seeds:
+            run = finished(train_config(setting, "grpo", seed))
+            sft.append((_sft, setting, seed, run.compute_seconds, cache, ctx.smoke))
     _pool_map(ctx, jobs, sft, "continued SFT references")
-    if sft:  # their evaluations need the SFT folders, which exist now
-        setting = ctx.profile.settings["kk"]
+    for key in sft_for:  # their evaluations need the SFT folders, which exist now
+        setting = ctx.profile.settings[key]
         for seed in ctx.seeds:
             cfg = train_config(setting, "grpo", seed)
             path = ensure_sft_reference(setting, seed, finished(cfg).compute_seconds, ctx.cache,

@@ -2,7 +2,9 @@
 
 The paper's math and QA tables compare GRPO with GRPO-SG; the Reverse weighting (the opposite
 shaping, DESIGN section 5) is a row too, so each task reports the three methods issue 6 asks
-for.
+for. Where the profile has continued-SFT references (the tiny profile) and the task is one set
+of groups, an "SFT" row gives the base after continued SFT at the compute of the matching-seed
+GRPO run (issue 6: RL against SFT at equal compute).
 
 Columns are the profile's evaluation sets (paper: one benchmark each) or, on the tiny profile,
 the groups of the synthetic task (difficulty, hops). Cells: mean over seeds [95% bootstrap CI
@@ -11,10 +13,17 @@ columns together.
 """
 from __future__ import annotations
 
-from rlvr.reproduce.collect import base_evals, compare, evals_for, runs_for, sample_metric, seed_ci
+from rlvr.reproduce.collect import (base_evals, compare, evals_for, runs_for, sample_metric, seed_ci,
+                                   sft_evals)
 from rlvr.reproduce.common import METHOD_LABELS, Context, Output, fmt_ci, markdown_table
 
 METHODS = ("base", "grpo", "grpo_sg", "reverse")
+#: Table rows in order; "sft" only where ``has_sft_row``.
+ROWS = ("base", "sft", "grpo", "grpo_sg", "reverse")
+
+
+def has_sft_row(ctx: Context, setting_key: str) -> bool:
+    return ctx.profile.sft_reference and not ctx.profile.settings[setting_key].eval_sets
 
 
 def column_evals(ctx: Context, out: Output, setting_key: str):
@@ -29,6 +38,8 @@ def column_evals(ctx: Context, out: Output, setting_key: str):
         return cols, {name: "all" for name in cols}
     evs = {"base": base_evals(ctx, out, setting_key),
            **{m: evals_for(ctx, out, setting_key, runs[m]) for m in runs}}
+    if has_sft_row(ctx, setting_key):
+        evs["sft"] = sft_evals(ctx, out, setting_key, runs["grpo"])
     labels = {f"{setting.group_by} {v}": str(v) for v in setting.group_values}
     return {label: evs for label in labels}, labels
 
@@ -45,7 +56,7 @@ def build(ctx: Context, out: Output, setting_key: str, title: str, metrics: list
         if metric == "avg@k":
             metric = sample_metric(first["grpo"])
         table = []
-        for m in METHODS:
+        for m in (m for m in ROWS if m in first):
             cells = []
             for col, evs in cols.items():
                 ci = seed_ci(evs[m], metric, group_of[col])
