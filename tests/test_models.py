@@ -98,6 +98,17 @@ def test_lr_schedule_warms_up_then_decays_to_the_floor():
     assert lr_at(100, cfg) == pytest.approx(1e-4)
 
 
+def test_sft_stops_with_a_clear_error_when_every_example_is_too_long(kk_texts, monkeypatch):
+    from rlvr.models import sft as sft_mod
+
+    monkeypatch.setattr(sft_mod, "MAX_SKIPS_IN_A_ROW", 20)
+    tok = train_tokenizer(kk_texts, vocab_size=320)
+    model = build_tiny(MICRO_ARCH, tok, seed=0)
+    cfg = SFTConfig(steps=2, batch_size=2, warmup_steps=0, max_length=8)
+    with pytest.raises(ValueError, match="20 examples in a row are longer than max_length=8"):
+        sft(model, tok, traces.example_stream("kk", KK, seed=1), cfg, progress=False)
+
+
 def test_sft_lowers_the_loss_and_is_deterministic(kk_texts):
     tok = train_tokenizer(kk_texts, vocab_size=320)
     cfg = SFTConfig(steps=6, batch_size=4, lr=3e-3, warmup_steps=1)

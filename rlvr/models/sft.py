@@ -30,6 +30,10 @@ from tqdm.auto import tqdm
 Segment = tuple[str, bool]
 
 
+#: Consecutive too-long examples after which ``sft`` gives up with a clear error.
+MAX_SKIPS_IN_A_ROW = 1000
+
+
 @dataclass(frozen=True)
 class SFTConfig:
     steps: int = 3000
@@ -140,7 +144,8 @@ def sft(model, tokenizer, examples: Iterator[Sequence[Segment]], cfg: SFTConfig,
     """Train ``model`` in place on ``examples`` for ``cfg.steps`` steps; returns run statistics.
 
     Examples longer than ``cfg.max_length`` tokens are skipped (and counted), never cut: a cut
-    response would teach the model to stop mid-answer.
+    response would teach the model to stop mid-answer. ``MAX_SKIPS_IN_A_ROW`` skipped examples
+    in a row raise a ValueError instead of searching forever.
     """
     model.train()
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
@@ -151,7 +156,7 @@ def sft(model, tokenizer, examples: Iterator[Sequence[Segment]], cfg: SFTConfig,
         lr=cfg.lr, betas=cfg.betas,
     )
     start = time.perf_counter()
-    seen_tokens = trained_tokens = skipped = 0
+    seen_tokens = trained_tokens = skipped = run_of_skips = 0
     ema_loss = float("nan")
     done = 0
     pending: list[list[tuple[list[int], list[int]]]] = []
@@ -168,7 +173,14 @@ def sft(model, tokenizer, examples: Iterator[Sequence[Segment]], cfg: SFTConfig,
                     ids, mask = encode_example(tokenizer, next(examples))
                     if len(ids) > cfg.max_length:
                         skipped += 1
+                        run_of_skips += 1
+                        if run_of_skips >= MAX_SKIPS_IN_A_ROW:
+                            raise ValueError(
+                                f"{run_of_skips} examples in a row are longer than max_length="
+                                f"{cfg.max_length} tokens (the last: {len(ids)}): raise "
+                                "SFTConfig.max_length or shorten the examples")
                         continue
+                    run_of_skips = 0
                     pool.append((ids, mask))
                 pending = length_grouped_batches(pool, cfg.batch_size, order_rng)
             batch = collate(pending.pop(), tokenizer.pad_token_id)

@@ -177,7 +177,7 @@ def ensure_sft_reference(setting: Setting, seed: int, budget_seconds: float, cac
 
     base_dir, build_cfg = _base_build(setting.model)
     if build_cfg is None:  # micro (smoke): no build record; two steps on the K&K traces
-        sft_cfg = SFTConfig(steps=2, batch_size=2, warmup_steps=0, seed=seed, max_length=512)
+        sft_cfg = SFTConfig(steps=2, batch_size=2, warmup_steps=0, seed=seed, max_length=2048)
         task, data = setting.env, dict(traces.TINY_SETTINGS.get(setting.env, {}))
     else:
         record = json.loads((base_dir / "build.json").read_text())
