@@ -305,7 +305,7 @@ def _searchqa_examples(settings: dict[str, Any], seed: int, split: str) -> Itera
             world_seed = home + 1 + rng.randrange(n_worlds)
         ws = {**env_kwargs("searchqa", settings), "seed": world_seed}
         env, passages = make_env("searchqa", ws, split), _search_passages(ws)
-        for _ in range(TRACES_PER_WORLD if n_worlds else 1 << 62):
+        for _ in itertools.islice(itertools.count(), TRACES_PER_WORLD if n_worlds else None):
             trace = search_trace(env, rng.randrange(len(env.items)), passages)
             if trace is not None:
                 misses = 0
