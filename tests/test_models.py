@@ -263,6 +263,25 @@ def test_search_traces_from_other_worlds_never_use_the_rl_world():
         next(traces.example_stream("searchqa", {**settings, "trace_worlds": -1}))
 
 
+def test_direct_answer_share_of_search_traces():
+    settings = {**traces.TINY_SETTINGS["searchqa"], "trace_worlds": 3, "direct_frac": 0.5}
+    examples = traces.take(traces.example_stream("searchqa", settings, seed=0), 200)
+    direct = [ex for ex in examples if len(ex) == 2]
+    assert 60 <= len(direct) <= 140  # Binomial(200, 0.5), well inside
+    for (prompt, p_train), (answer, a_train) in direct:
+        assert (p_train, a_train) == (False, True)
+        assert answer.startswith("<answer> ") and answer.endswith(" </answer>")
+    assert all(ex[1][0].startswith("<search>") for ex in examples if len(ex) > 2)
+    # direct_frac=0 leaves the stream as it was.
+    plain = {**settings, "direct_frac": 0.0}
+    assert traces.take(traces.example_stream("searchqa", plain, seed=0), 40) == traces.take(
+        traces.example_stream("searchqa", {**traces.TINY_SETTINGS["searchqa"], "trace_worlds": 3}, seed=0), 40)
+    with pytest.raises(ValueError, match="direct_frac"):
+        next(traces.example_stream("searchqa", {**settings, "direct_frac": 1.0}))
+    with pytest.raises(ValueError, match="trace_worlds"):
+        next(traces.example_stream("searchqa", {**settings, "trace_worlds": 0}))
+
+
 def test_search_traces_are_correct_episodes():
     from rlvr.envs.searchqa import score
 

@@ -18,7 +18,9 @@ environment's keyword arguments plus the trace options below. Targets:
   ``<information>`` observation (not trainable), for two-hop questions a second search on the
   bridge entity (the passage named in the first result that holds the answer), then
   ``<answer> gold </answer>``. Questions whose answer the searches do not retrieve are skipped:
-  a trace that answers without evidence would teach guessing.
+  a trace that answers without evidence would teach guessing from the wrong reason. With
+  ``direct_frac`` a share of the traces answers at once instead (``direct_trace``), drawn from
+  other worlds than the RL world, so there the answer is a guess.
 
 An example is a list of ``(text, trainable)`` segments (``rlvr.models.sft``).
 """
@@ -37,7 +39,7 @@ from rlvr.models.sft import Segment
 TASKS = ("kk", "math", "searchqa")
 
 #: Trace options per task (everything else in ``settings`` goes to the environment).
-TRACE_OPTIONS = {"kk": ("think", "copy_aux"), "math": (), "searchqa": ("trace_worlds",)}
+TRACE_OPTIONS = {"kk": ("think", "copy_aux"), "math": (), "searchqa": ("trace_worlds", "direct_frac")}
 KK_THINK = ("none", "names", "solver")
 
 #: The tiny profile's settings per task: the ``plain`` template and no system turn. A model
@@ -243,6 +245,17 @@ def _bridge(first_obs: str, gold: str, passages: dict[str, Any]) -> str | None:
     return None
 
 
+def direct_trace(env, index: int) -> list[Segment]:
+    """An episode that answers item ``index`` of ``env`` at once, without searching.
+
+    It stands for what a pretrained model does when it answers from memory. Drawn from worlds
+    other than the RL world, the gold answer is a guess there: on the RL world such episodes
+    earn (almost) no reward, which gives RL a reason to search.
+    """
+    prompt, _ = env.reset(seed=0, options={"index": index})
+    return [(prompt, False), (f"<answer> {env.items[index].answers[0]} </answer>", True)]
+
+
 def search_trace(env, index: int, passages: dict[str, Any]) -> list[Segment] | None:
     """The segments of a correct episode for item ``index`` of ``env`` (None: not retrievable)."""
     prompt, info = env.reset(seed=0, options={"index": index})
@@ -290,12 +303,22 @@ def _searchqa_examples(settings: dict[str, Any], seed: int, split: str) -> Itera
     without reading them (measured: a one-world base, EM 0.67 on its own world's test split,
     0.01 on another world's). Many worlds leave reading the passage as the only way to answer.
     A world is built (~65 ms) when drawn and gives ``TRACES_PER_WORLD`` consecutive traces.
+
+    ``direct_frac=p`` (needs ``trace_worlds > 0``) replaces a share ``p`` of the traces by
+    answer-only episodes (``direct_trace``): a base that searches only part of the time, so RL
+    has a tool-use share to raise (with ``p=0`` the base always searches, measured tool use 1.00).
     """
     if settings.get("dataset", "synthetic") != "synthetic":
         raise ValueError("search QA warm-start traces need dataset='synthetic'")
     n_worlds = int(settings.get("trace_worlds", 0))
     if n_worlds < 0:
         raise ValueError(f"trace_worlds must be >= 0, got {n_worlds}")
+    direct_frac = float(settings.get("direct_frac", 0.0))
+    if not 0.0 <= direct_frac < 1.0:
+        raise ValueError(f"direct_frac must be in [0, 1), got {direct_frac}")
+    if direct_frac and not n_worlds:
+        raise ValueError("direct_frac needs trace_worlds > 0: on the RL world itself the gold "
+                         "answers of answer-only traces would be memorised facts, not guesses")
     home = int(settings.get("seed", 0))
     rng = random.Random(seed)
     world_seed = home
@@ -306,7 +329,11 @@ def _searchqa_examples(settings: dict[str, Any], seed: int, split: str) -> Itera
         ws = {**env_kwargs("searchqa", settings), "seed": world_seed}
         env, passages = make_env("searchqa", ws, split), _search_passages(ws)
         for _ in itertools.islice(itertools.count(), TRACES_PER_WORLD if n_worlds else None):
-            trace = search_trace(env, rng.randrange(len(env.items)), passages)
+            index = rng.randrange(len(env.items))
+            if direct_frac and rng.random() < direct_frac:
+                yield direct_trace(env, index)
+                continue
+            trace = search_trace(env, index, passages)
             if trace is not None:
                 misses = 0
                 yield trace
