@@ -18,9 +18,9 @@ environment's keyword arguments plus the trace options below. Targets:
   ``<information>`` observation (not trainable), for two-hop questions a second search on the
   bridge entity (the passage named in the first result that holds the answer), then
   ``<answer> gold </answer>``. Questions whose answer the searches do not retrieve are skipped:
-  a trace that answers without evidence would teach guessing from the wrong reason. With
-  ``direct_frac`` a share of the traces answers at once instead (``direct_trace``), drawn from
-  other worlds than the RL world, so there the answer is a guess.
+  such a trace would pair a search that missed with the right answer. With ``direct_frac`` a
+  share of the traces answers at once instead (``direct_trace``); they come from worlds other
+  than the RL world, so on the RL world such an answer is a guess.
 
 An example is a list of ``(text, trainable)`` segments (``rlvr.models.sft``).
 """
@@ -250,7 +250,8 @@ def direct_trace(env, index: int) -> list[Segment]:
 
     It stands for what a pretrained model does when it answers from memory. Drawn from worlds
     other than the RL world, the gold answer is a guess there: on the RL world such episodes
-    earn (almost) no reward, which gives RL a reason to search.
+    earn almost no reward (measured: greedy EM 0.02 on world 0 for a base whose greedy episodes
+    never search), which gives RL a reason to search.
     """
     prompt, _ = env.reset(seed=0, options={"index": index})
     return [(prompt, False), (f"<answer> {env.items[index].answers[0]} </answer>", True)]
