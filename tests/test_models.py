@@ -273,9 +273,10 @@ def test_direct_answer_share_of_search_traces():
         assert answer.startswith("<answer> ") and answer.endswith(" </answer>")
     assert all(ex[1][0].startswith("<search>") for ex in examples if len(ex) > 2)
     # direct_frac=0 leaves the stream as it was.
-    plain = {**settings, "direct_frac": 0.0}
-    assert traces.take(traces.example_stream("searchqa", plain, seed=0), 40) == traces.take(
-        traces.example_stream("searchqa", {**traces.TINY_SETTINGS["searchqa"], "trace_worlds": 3}, seed=0), 40)
+    zero = {**settings, "direct_frac": 0.0}
+    without = {**traces.TINY_SETTINGS["searchqa"], "trace_worlds": 3}
+    assert traces.take(traces.example_stream("searchqa", zero, seed=0), 40) == traces.take(
+        traces.example_stream("searchqa", without, seed=0), 40)
     with pytest.raises(ValueError, match="direct_frac"):
         next(traces.example_stream("searchqa", {**settings, "direct_frac": 1.0}))
     with pytest.raises(ValueError, match="trace_worlds"):
