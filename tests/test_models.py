@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
+import re
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from rlvr.models.presets import PRESETS
 from rlvr.models.sft import SFTConfig, collate, encode_example, lr_at, sft
 from rlvr.models.tiny import ArchConfig, build_tiny
 from rlvr.models.tokenizer import TAG_TOKENS, train_tokenizer
+from rlvr.models.traces import slipped_solution
 
 KK = dict(traces.TINY_SETTINGS["kk"], n_people=[2, 3])
 MICRO_ARCH = ArchConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
@@ -281,6 +284,38 @@ def test_direct_answer_share_of_search_traces():
         next(traces.example_stream("searchqa", {**settings, "direct_frac": 1.0}))
     with pytest.raises(ValueError, match="trace_worlds"):
         next(traces.example_stream("searchqa", {**settings, "trace_worlds": 0}))
+
+
+def test_slipped_math_solutions_box_a_wrong_answer():
+    from rlvr.envs.math import score
+
+    rng = random.Random(0)
+    for solution, truth in [("4 * 2 = 8. The answer is \\boxed{8}.", "8"),
+                            ("x = -1. The answer is \\boxed{-1}.", "-1"),
+                            ("= 82/63. The answer is \\boxed{82/63}.", "82/63")]:
+        for _ in range(20):
+            slipped = slipped_solution(solution, rng)
+            assert slipped.split("\\boxed")[0] == solution.split("\\boxed")[0]
+            assert not score(slipped, truth).correct and score(solution, truth).correct
+    with pytest.raises(ValueError, match="boxed"):
+        slipped_solution("no answer here", rng)
+
+    # Levels 1-4 end on the value they box (a 2x2 system boxes y and ends on x): equal when clean.
+    copy = re.compile(r"(-?\d+(?:/\d+)?)\. The answer is \\boxed\{(.*)\}\.$")
+    plain = {**traces.TINY_SETTINGS["math"], "difficulty": [1, 2, 3, 4]}
+    settings = {**plain, "slip_frac": 0.3}
+    clean = traces.take(traces.example_stream("math", plain, seed=0), 300)
+    examples = traces.take(traces.example_stream("math", settings, seed=0), 300)
+    assert all(len(set(copy.search(ex[1][0]).groups())) == 1 for ex in clean)
+    wrong = 0
+    for (prompt, p_train), (solution, s_train) in examples:
+        assert (p_train, s_train) == (False, True)
+        wrong += len(set(copy.search(solution).groups())) == 2
+    assert 60 <= wrong <= 120  # Binomial(300, 0.3), well inside
+    zero = {**settings, "slip_frac": 0.0}
+    assert traces.take(traces.example_stream("math", zero, seed=0), 40) == clean[:40]
+    with pytest.raises(ValueError, match="slip_frac"):
+        next(traces.example_stream("math", {**settings, "slip_frac": 1.0}))
 
 
 def test_search_traces_are_correct_episodes():

@@ -13,7 +13,9 @@ environment's keyword arguments plus the trace options below. Targets:
   in the statements (3-person answers had their names in order 11 % of the time after 3,000
   steps). Restating the list first is a contiguous copy (what induction heads do best), and the
   answer lines then copy from a short list right before them.
-- ``math``: the synthetic generator's worked solution, ending in ``\\boxed{answer}``.
+- ``math``: the synthetic generator's worked solution, ending in ``\\boxed{answer}``. With
+  ``slip_frac`` a share of the solutions box a near miss instead (``slipped_solution``): noisy
+  supervision, like the imperfect text a pretrained model imitates.
 - ``searchqa``: the turns of a correct episode: ``<search> entity </search>``, the environment's
   ``<information>`` observation (not trainable), for two-hop questions a second search on the
   bridge entity (the passage named in the first result that holds the answer), then
@@ -29,6 +31,7 @@ from __future__ import annotations
 import itertools
 import queue
 import random
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,7 +42,7 @@ from rlvr.models.sft import Segment
 TASKS = ("kk", "math", "searchqa")
 
 #: Trace options per task (everything else in ``settings`` goes to the environment).
-TRACE_OPTIONS = {"kk": ("think", "copy_aux"), "math": (), "searchqa": ("trace_worlds", "direct_frac")}
+TRACE_OPTIONS = {"kk": ("think", "copy_aux"), "math": ("slip_frac",), "searchqa": ("trace_worlds", "direct_frac")}
 KK_THINK = ("none", "names", "solver")
 
 #: The tiny profile's settings per task: the ``plain`` template and no system turn. A model
@@ -220,15 +223,49 @@ def _kk_eval_items(settings: dict[str, Any], n: int, split: str) -> list[EvalIte
 _MATH_INDEX_SPACE = 2**31
 
 
+_BOXED_END = re.compile(r"\\boxed\{(-?)(\d+)(/\d+)?\}\.$")
+
+
+def slipped_solution(solution: str, rng: random.Random) -> str:
+    """``solution`` with its boxed answer off by a small step: ``= 36. ... \\boxed{36}.`` ->
+    ``\\boxed{38}.`` (a fraction's numerator moves: ``82/63`` -> ``81/63``).
+
+    The worked steps stay right; only the copy into the box slips, by 1-3 and never to zero, so
+    the slipped answer is always wrong. The answer text is the generator's own (``_num``), parsed
+    with a regular expression, never evaluated.
+    """
+    m = _BOXED_END.search(solution)
+    if m is None:
+        raise ValueError(f"no integer or fraction boxed at the end of {solution!r}")
+    value = int(m.group(1) + m.group(2))
+    step = rng.choice((-3, -2, -1, 1, 2, 3))
+    if value + step == 0:
+        step = -step
+    return f"{solution[:m.start()]}\\boxed{{{value + step}{m.group(3) or ''}}}."
+
+
 def _math_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[list[Segment]]:
+    """Worked solutions; with ``slip_frac=p`` a share ``p`` box a near miss (``slipped_solution``).
+
+    Why slips: at this scale the base's math errors are missing arithmetic, which RL cannot teach
+    in minutes (measured: GRPO gained +1.9 points of avg@4 on the clean base, whatever the
+    learning rate, batch shape or base strength; docs/tiny_models.md). A base that also slips, as
+    a pretrained model imitating imperfect text does, has a behaviour the reward can remove.
+    """
     env = make_env("math", settings, split)
     if not env.synthetic:
         raise ValueError("math warm-start traces need dataset='synthetic' (worked solutions)")
+    slip_frac = float(settings.get("slip_frac", 0.0))
+    if not 0.0 <= slip_frac < 1.0:
+        raise ValueError(f"slip_frac must be in [0, 1), got {slip_frac}")
     rng = random.Random(seed)
     while True:
         index = rng.randrange(_MATH_INDEX_SPACE)
         prompt, _ = env.reset(seed=0, options={"index": index})
-        yield [(prompt, False), (env.record(index)["solution"], True)]
+        solution = env.record(index)["solution"]
+        if slip_frac and rng.random() < slip_frac:
+            solution = slipped_solution(solution, rng)
+        yield [(prompt, False), (solution, True)]
 
 
 def _math_eval_items(settings: dict[str, Any], n: int, split: str) -> list[EvalItem]:
