@@ -18,7 +18,7 @@ PRESETS: dict[str, BuildConfig] = {
     ),
     # 30 % of the worked solutions box a near miss (``slip_frac``, traces.slipped_solution): on
     # clean traces the base's errors were missing arithmetic and GRPO gained +1.9 points of avg@4
-    # at most; with slips it has a behaviour to remove (+7.3, one seed; docs/tiny_models.md).
+    # at most; with slips it has a behaviour to remove (+7.8, 3 seeds; docs/tiny_models.md).
     # 2,800 steps (7.0 min at 2 threads) give a base near greedy 0.37 rather than 0.14.
     "tiny-math": BuildConfig(
         name="tiny-math", task="math", data={**TINY_SETTINGS["math"], "slip_frac": 0.3},
