@@ -126,6 +126,14 @@ def prefetch(it: Iterator, size: int = 256) -> Iterator:
         stop.set()
 
 
+def _share(settings: dict[str, Any], key: str) -> float:
+    """The trace option ``key``: a share of the examples, in [0, 1) (default 0)."""
+    value = float(settings.get(key, 0.0))
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{key} must be in [0, 1), got {value}")
+    return value
+
+
 def _check_task(task: str) -> None:
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
@@ -255,9 +263,7 @@ def _math_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[
     env = make_env("math", settings, split)
     if not env.synthetic:
         raise ValueError("math warm-start traces need dataset='synthetic' (worked solutions)")
-    slip_frac = float(settings.get("slip_frac", 0.0))
-    if not 0.0 <= slip_frac < 1.0:
-        raise ValueError(f"slip_frac must be in [0, 1), got {slip_frac}")
+    slip_frac = _share(settings, "slip_frac")
     rng = random.Random(seed)
     while True:
         index = rng.randrange(_MATH_INDEX_SPACE)
@@ -351,9 +357,7 @@ def _searchqa_examples(settings: dict[str, Any], seed: int, split: str) -> Itera
     n_worlds = int(settings.get("trace_worlds", 0))
     if n_worlds < 0:
         raise ValueError(f"trace_worlds must be >= 0, got {n_worlds}")
-    direct_frac = float(settings.get("direct_frac", 0.0))
-    if not 0.0 <= direct_frac < 1.0:
-        raise ValueError(f"direct_frac must be in [0, 1), got {direct_frac}")
+    direct_frac = _share(settings, "direct_frac")
     if direct_frac and not n_worlds:
         raise ValueError("direct_frac needs trace_worlds > 0: on the RL world itself the gold "
                          "answers of answer-only traces would be memorised facts, not guesses")
