@@ -84,14 +84,16 @@ def test_parameters_move_and_grad_norm_is_before_clipping(tmp_path, monkeypatch)
 
 def test_lopti_two_optimizer_steps_low_first(tmp_path, monkeypatch):
     order = []
-    original = trainer_mod.lopti_stages
+    import rlvr.agents.algorithms.lopti as lopti_mod
+
+    original = lopti_mod.lopti_stages
 
     def spy(old_logprobs, mask, eta, **kw):
         stages = original(old_logprobs, mask, eta, **kw)
         order.append([name for name, _ in stages])
         return stages
 
-    monkeypatch.setattr(trainer_mod, "lopti_stages", spy)
+    monkeypatch.setattr(lopti_mod, "lopti_stages", spy)
     # The random micro model gives p ~ 1/260 to every token: split at the median instead of 0.5.
     t = _toy_trainer(tmp_path, "algo=lopti", "weights.eta=0.0038", "rollout.temperature=1.0",
                      algo="lopti")
@@ -207,7 +209,7 @@ def test_refuses_to_overwrite_checkpoints(tmp_path):
 def test_profiles_and_overrides(tmp_path):
     cfg = _cfg(tmp_path, "env_kwargs.depth=3", "optim.lr=0.5")
     assert cfg.env_kwargs == {"template": "plain", "n_people": 2, "depth": 3}  # merged layers
-    assert cfg.optim.lr == 0.5 and cfg.weights.scheme == "grpo" and cfg.model == "micro"
+    assert cfg.optim.lr == 0.5 and cfg.algo == "grpo" and cfg.model == "micro"
     assert _cfg(tmp_path, algo="ar", env="math").weights.ar_alpha == 0.1
     with pytest.raises(ConfigError, match="algo"):
         _cfg(tmp_path, algo="ppo")

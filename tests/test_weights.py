@@ -206,15 +206,15 @@ def test_lopti_bad_eta(eta):
 def test_weight_config_profiles():
     from rlvr.config import load_config
 
-    cfg = load_config(acfg.WeightConfig, None, ["scheme=grpo_sg", "shaping_input=logit", "tau=5"])
-    params = cfg.params()
+    cfg = load_config(acfg.WeightConfig, None, ["shaping_input=logit", "tau=5"])
+    params = cfg.params("grpo_sg")
     assert params == {**acfg.GRPO_SG_DEFAULTS["logit"], "tau": 5.0, "shaping_input": "logit"}
     lp = _lp([[0.9, 0.2]])
     h = torch.tensor([[20.0, 3.0]], dtype=torch.float64)
-    w = token_weights(cfg.scheme, logprobs=lp, mask=torch.ones(1, 2), logits=h, **params)
+    w = token_weights("grpo_sg", logprobs=lp, mask=torch.ones(1, 2), logits=h, **params)
     assert w[0, 0] > w[0, 1]
-    assert acfg.WeightConfig(scheme="ar", ar_alpha=0.1).params() == {"alpha": 0.1}
-    assert acfg.WeightConfig(scheme="entropy_top").params() == {"fraction": 0.2}
+    assert acfg.WeightConfig(ar_alpha=0.1).params("ar") == {"alpha": 0.1}
+    assert acfg.WeightConfig().params("entropy_top") == {"fraction": 0.2}
     # the trainer may pick the scheme from its algorithm: overrides still apply
     cfg = load_config(acfg.WeightConfig, None, ["tau=0.25", "ar_alpha=0.1"])
     assert cfg.params("reverse") == {**acfg.REVERSE_DEFAULTS["prob"], "tau": 0.25, "shaping_input": "prob"}

@@ -87,16 +87,16 @@ def reference_token_logits(n: int = 100_000, seed: int = 0) -> tuple[torch.Tenso
 
 @dataclasses.dataclass
 class WeightConfig:
-    """Which token weight enters the surrogate (``rlvr.agents.weights.token_weights``).
+    """Parameters of the token weights and selections (``rlvr.agents.weights``), for every
+    algorithm; each algorithm reads its own (``Algorithm.params``).
 
-    ``scheme`` ``lopti`` is not a weight: the trainer runs ``lopti_stages`` (two optimizer steps).
     Shaping fields left ``None`` take ``GRPO_SG_DEFAULTS`` / ``REVERSE_DEFAULTS`` for the chosen
     ``shaping_input``. ``shaping_input`` defaults to ``prob`` (the TR-GRPO form) because it is
-    scale-free; ``logit`` is the GRPO-SG Eq. 20 form and its defaults assume logits of
-    magnitude 10-30 (calibrate with ``calibrate_alpha`` on your model).
+    scale-free; ``logit`` is the GRPO-SG Eq. 20 form (the raw logit, ``docs/algorithms.md``) and
+    its defaults assume logits of magnitude 10-30 (calibrate with ``calibrate_alpha``).
+    ``extra`` holds the parameters of algorithms registered outside this table.
     """
 
-    scheme: Literal["grpo", "grpo_sg", "reverse", "ar", "entropy_top", "lopti"] = "grpo"
     shaping_input: ShapingInput = "prob"
     alpha: float | None = None
     tau: float | None = None
@@ -106,25 +106,13 @@ class WeightConfig:
     ar_alpha: float = AR_ALPHA_KK
     fraction: float = ENTROPY_TOP_FRACTION
     eta: float = LOPTI_ETA
+    extra: dict[str, float] = dataclasses.field(default_factory=dict)
 
-    def params(self, scheme: str | None = None) -> dict:
-        """Keyword parameters for ``token_weights(scheme, ...)``; ``scheme`` defaults to
-        ``self.scheme`` (pass the trainer's algorithm when it selects the scheme). Empty for
-        grpo/lopti."""
-        scheme = self.scheme if scheme is None else scheme
-        if scheme in ("grpo_sg", "reverse"):
-            out: dict = shaping_defaults(scheme, self.shaping_input)
-            for name in ("alpha", "tau", "mu", "lower", "upper"):
-                value = getattr(self, name)
-                if value is not None:
-                    out[name] = float(value)
-            out["shaping_input"] = self.shaping_input
-            return out
-        if scheme == "ar":
-            return {"alpha": self.ar_alpha}
-        if scheme == "entropy_top":
-            return {"fraction": self.fraction}
-        return {}
+    def params(self, algo: str) -> dict:
+        """Keyword parameters algorithm ``algo`` passes to its weight / selection / stages."""
+        from rlvr.agents.algorithms import get_algorithm
+
+        return get_algorithm(algo).params(self)
 
 
 @dataclasses.dataclass

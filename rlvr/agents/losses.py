@@ -40,6 +40,8 @@ AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mea
 WEIGHT_POSITIONS = ("surrogate", "ratio")
 #: verl clamps the log-ratio to [-20, 20] before exp for stability; we do the same.
 LOG_RATIO_CLAMP = 20.0
+#: verl clamps the k3 estimate to [-10, 10] (``core_algos.kl_penalty``, ``low_var_kl``).
+K3_CLAMP = 10.0
 
 
 def _masked_sum(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
@@ -103,9 +105,10 @@ def agg_loss(
 
 
 def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """k3 estimator of KL(pi_theta || pi_ref) per token: ``exp(ref - logp) - (ref - logp) - 1`` (>= 0)."""
+    """k3 estimator of KL(pi_theta || pi_ref) per token: ``exp(ref - logp) - (ref - logp) - 1``
+    (>= 0), clamped to ``[-K3_CLAMP, K3_CLAMP]`` as verl 0.9.1 ``kl_penalty("low_var_kl")``."""
     log_ratio = (ref_logprobs - logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    return torch.exp(log_ratio) - log_ratio - 1.0
+    return (torch.exp(log_ratio) - log_ratio - 1.0).clamp(-K3_CLAMP, K3_CLAMP)
 
 
 def _check_clip(clip_low: float, clip_high: float, dual_clip: float | None) -> None:

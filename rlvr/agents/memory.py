@@ -2,8 +2,9 @@
 
 The estimate is deliberately simple and a little generous (it is a guard, not a profiler):
 
-- weights, gradients and AdamW's two moments: ``4 * n_params * bytes``; a frozen reference model
-  adds ``n_params * bytes`` when the KL term is on;
+- float32 master weights, gradients and AdamW's two moments: ``16 * n_params`` bytes (the
+  trainer keeps them in float32 whatever the autocast dtype); a frozen reference model adds
+  ``n_params * bytes`` when the KL term is on, with ``bytes`` the compute dtype's size;
 - training activations of one micro-batch: ``rows * L * layers * (12 * hidden + 3 *
   intermediate) * bytes`` (what a pre-norm decoder layer keeps per token for backward: norms,
   q/k/v/o, residuals, and the gate/up/activation of the MLP; close to Korthikanti et al. 2022's
@@ -55,10 +56,12 @@ def available_bytes(device: torch.device) -> int:
 
 def estimate_training_memory(model, *, rollout_rows: int, train_rows: int, prompt_tokens: int,
                              response_tokens: int, chunk_size: int, with_reference: bool,
-                             gradient_checkpointing: bool, device: torch.device) -> MemoryEstimate:
+                             gradient_checkpointing: bool, device: torch.device,
+                             compute_bytes: int | None = None) -> MemoryEstimate:
+    """``compute_bytes``: bytes per element of the autocast dtype (default: the parameters')."""
     cfg = model.config
     n_params = sum(p.numel() for p in model.parameters())
-    nbytes = next(model.parameters()).element_size()
+    nbytes = compute_bytes or next(model.parameters()).element_size()
     hidden = int(getattr(cfg, "hidden_size", 0) or 0)
     layers = int(getattr(cfg, "num_hidden_layers", 1) or 1)
     heads = int(getattr(cfg, "num_attention_heads", 1) or 1)
@@ -69,7 +72,7 @@ def estimate_training_memory(model, *, rollout_rows: int, train_rows: int, promp
     length = prompt_tokens + response_tokens
     act_layers = 1 if gradient_checkpointing else layers
     parts = {
-        "weights+grads+adam": 4 * n_params * nbytes,
+        "weights+grads+adam": 16 * n_params,
         "reference": n_params * nbytes if with_reference else 0,
         "activations": train_rows * length * act_layers * (12 * hidden + 3 * inter) * nbytes,
         "logprob_head": 3 * train_rows * min(chunk_size, response_tokens) * vocab * 4,

@@ -14,6 +14,7 @@ it, which matches vLLM's default ``raw_logprobs``.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 from dataclasses import dataclass
@@ -152,29 +153,70 @@ def reference_copy(model):
     return ref
 
 
+def disable_dropout(model) -> None:
+    """Set every dropout probability of ``model`` to 0 (modules and config attributes)."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    config = getattr(model, "config", None)
+    for name in ("attention_dropout", "hidden_dropout", "dropout", "resid_pdrop", "embd_pdrop",
+                 "attn_pdrop"):
+        if isinstance(getattr(config, name, None), float):
+            setattr(config, name, 0.0)
+    for module in model.modules():  # attention layers that read the rate at forward time
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
+
+
+def checkpointing_active(model) -> bool:
+    """Whether a forward of ``model`` now recomputes its layers in backward (transformers only
+    checkpoints in train mode with gradients on)."""
+    name = ("is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing")
+            else "is_gradient_checkpointing")
+    return bool(getattr(model, name, False)) and model.training and torch.is_grad_enabled()
+
+
 class Policy:
     """A causal LM, its tokenizer, and (optionally) a frozen reference model.
 
     Thin: the math lives in ``response_token_stats``; this class only keeps the pieces together.
+    Dropout is zeroed: old and new log-probs of the same weights must agree (verl's actors
+    compute both deterministically too), and then train mode, which gradient checkpointing needs,
+    computes the same function as eval mode. The model stays in eval mode outside ``training()``.
     """
 
     def __init__(self, model, tokenizer, *, with_reference: bool = False,
-                 chunk_size: int = 256, temperature: float = 1.0):
+                 chunk_size: int = 256, temperature: float = 1.0,
+                 reference_dtype: torch.dtype | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
         self.temperature = temperature
+        disable_dropout(model)
         self.reference = reference_copy(model) if with_reference else None
-        # Dropout off: old/new log-probs of the same weights must agree (verl does the same).
+        if self.reference is not None and reference_dtype is not None:
+            self.reference.to(reference_dtype)
         self.model.eval()
+
+    @contextlib.contextmanager
+    def training(self):
+        """Train mode for the forwards inside (gradient checkpointing applies), eval after."""
+        self.model.train()
+        try:
+            yield
+        finally:
+            self.model.eval()
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
     def token_stats(self, input_ids, attention_mask, n_response) -> TokenStats:
+        # Checkpointed layers drop the KV cache (transformers' GradientCheckpointingLayer), so
+        # the shared-prompt forward, which feeds the prompt's cache to the responses, is off.
         return response_token_stats(self.model, input_ids, attention_mask, n_response,
-                                    temperature=self.temperature, chunk_size=self.chunk_size)
+                                    temperature=self.temperature, chunk_size=self.chunk_size,
+                                    share_prompts=not checkpointing_active(self.model))
 
     @torch.no_grad()
     def reference_logprobs(self, input_ids, attention_mask, n_response) -> torch.Tensor:

@@ -11,12 +11,14 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Literal, Optional
 
+from rlvr.agents.algorithms import algorithm_names
 from rlvr.agents.config import LossConfig, WeightConfig
 from rlvr.config import ConfigError, load_yaml, merge, parse_overrides
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
 
-ALGOS = ("grpo", "grpo_sg", "reverse", "ar", "lopti", "entropy_top")
+#: The built-in algorithms (a plugin may register more: ``algorithm_names()``).
+ALGOS = tuple(algorithm_names())
 
 #: The trainer's env names -> gymnasium ids (DESIGN section 3).
 ENV_IDS = {
@@ -76,7 +78,11 @@ class EvalConfig:
 @dataclasses.dataclass
 class TrainConfig:
     env: Literal["kk", "math", "searchqa"] = "kk"
-    algo: Literal["grpo", "grpo_sg", "reverse", "ar", "lopti", "entropy_top"] = "grpo"
+    #: A registered algorithm (``rlvr.agents.algorithms``; ``rlvr algorithms`` lists them).
+    algo: str = "grpo"
+    #: Modules to import before the configuration is checked (algorithms registered outside
+    #: ``rlvr``, e.g. ``plugins=[my_lab.algos]``).
+    plugins: list[str] = dataclasses.field(default_factory=list)
     out: str = ""
     #: ``micro``, a local directory, or a Hugging Face hub name.
     model: str = "micro"
@@ -135,9 +141,13 @@ class TrainConfig:
         if self.micro_batch_size < 0 or (self.micro_batch_size and mini % self.micro_batch_size):
             raise ConfigError(f"micro_batch_size: {self.micro_batch_size} must divide the "
                               f"mini-batch of {mini} episodes (or be 0)")
-        if self.weights.scheme != self.algo:
-            raise ConfigError(f"weights.scheme: {self.weights.scheme!r} disagrees with algo="
-                              f"{self.algo!r} (set algo only)")
+        from rlvr.agents.algorithms import get_algorithm, load_plugins
+
+        try:
+            load_plugins(self.plugins)
+            get_algorithm(self.algo).params(self.weights)
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
         if self.optim.lr <= 0:
             raise ConfigError(f"optim.lr: must be > 0, got {self.optim.lr}")
         if self.optim.warmup_steps < 0:
@@ -150,6 +160,19 @@ class TrainConfig:
             raise ConfigError("eval.every must be >= 0, eval.n_prompts and eval.samples >= 1")
         if not self.out:
             raise ConfigError("out: an output directory is required (out=DIR)")
+
+
+def upgrade_legacy(values: dict[str, Any]) -> dict[str, Any]:
+    """Configuration files written before ``weights.scheme`` was dropped (it repeated ``algo``)
+    still load: a ``weights.scheme`` equal to ``algo`` is removed, a different one is an error."""
+    weights = values.get("weights")
+    if isinstance(weights, dict) and "scheme" in weights:
+        algo = values.get("algo", TrainConfig.algo)
+        if weights["scheme"] != algo:
+            raise ConfigError(f"weights.scheme: {weights['scheme']!r} disagrees with algo="
+                              f"{algo!r} (weights.scheme is gone: set algo only)")
+        values = {**values, "weights": {k: v for k, v in weights.items() if k != "scheme"}}
+    return values
 
 
 def deep_merge(base: dict, extra: dict) -> dict:
@@ -188,10 +211,7 @@ def load_train_config(overrides: list[str] | dict[str, Any] | None = None, *,
     for path in profile_layers(profile, env, profile_dir):
         values = deep_merge(values, load_yaml(path))
     values = deep_merge(values, ov)
-    algo = values.get("algo", TrainConfig.algo)
-    if algo not in ALGOS:
-        raise ConfigError(f"algo: {algo!r} is not one of {list(ALGOS)}")
-    values = deep_merge({"weights": {"scheme": algo}}, values)
+    values = upgrade_legacy(values)
     cfg = merge(TrainConfig(), values)
     cfg.validate()
     return cfg

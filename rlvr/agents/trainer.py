@@ -1,22 +1,19 @@
-"""The GRPO-family trainer: rollouts -> group advantages -> clipped token-weighted updates.
+"""The GRPO-family trainer: setup, rollout, train step, train loop.
 
-One step (DESIGN sections 5-6):
+One step:
 
 1. take the next ``prompts_per_step`` tasks of the train split (task ``i`` is
    ``env.reset(seed=seed + i, options={"index": i})``; the ``group_size`` env instances of a group
    reset to the same task);
 2. play all episodes (``rollout.multiturn.run_episodes``), rewards from the envs;
 3. ``A = group_advantages(r)`` per sequence;
-4. ``ppo_epochs`` passes of mini-batch updates of ``policy_loss`` with the algorithm's token
-   weights: ``grpo`` (none), ``grpo_sg``/``reverse`` (shaped on the sampled token's logit or
-   probability), ``ar`` (old probabilities), ``entropy_top`` (policy loss on the top-entropy
-   tokens only, KL on all), ``lopti`` (two optimizer steps per mini-batch, low-probability tokens
-   first); AdamW, gradient clipping (the logged norm is the one before clipping), warm-up and
-   schedule; a non-finite loss or gradient norm skips that optimizer step;
-5. metrics to ``metrics.jsonl`` (+ TensorBoard), periodic evaluation, atomic checkpoints.
+4. the update of the algorithm ``cfg.algo`` (``rlvr.agents.update``, ``rlvr.agents.algorithms``):
+   its stages, ``ppo_epochs`` passes of mini-batch optimizer steps of the token-weighted clipped
+   loss, AdamW with gradient clipping and a warm-up/schedule;
+5. metrics to ``metrics.jsonl`` (``rlvr.agents.metrics``), periodic evaluation, atomic checkpoints.
 
 Same seed, same numbers: sampling uses seeded generators derived from ``(seed, step)``, mini-batch
-order from ``(seed, step, epoch)``, and a checkpoint holds everything else (weights, optimizer,
+order from ``(seed, step)``, and a checkpoint holds everything else (weights, optimizer,
 scheduler, RNG states, data position), so a resumed run repeats an uninterrupted one exactly.
 """
 from __future__ import annotations
@@ -24,13 +21,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-import json
 import math
-import os
 import random
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,14 +33,21 @@ import numpy as np
 import torch
 
 from rlvr.agents.advantages import group_advantages
+from rlvr.agents.algorithms import get_algorithm
 from rlvr.agents.checkpoint import latest_valid_checkpoint, load_payload, save_checkpoint
-from rlvr.agents.losses import agg_loss, k3_kl, masked_mean, policy_loss
 from rlvr.agents.memory import check_fits, estimate_training_memory
-from rlvr.agents.policy import Policy, TokenStats
+from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: public API here too)
+    MetricsLog,
+    is_time_key,
+    read_metrics,
+    rollout_metrics,
+    strip_time,
+)
+from rlvr.agents.policy import Policy
 from rlvr.agents.rollout.base import RolloutBatch, SamplingParams, collate
 from rlvr.agents.rollout.multiturn import Episode, run_episodes
 from rlvr.agents.train_config import ENV_IDS, TrainConfig
-from rlvr.agents.weights import lopti_stages, token_weights
+from rlvr.agents.update import Precision, Updater, optimizer_steps_per_batch
 from rlvr.config import dump_yaml
 
 #: Minimum reward per env (DESIGN section 4): K&K totals lie in [-3, 3]; math and search QA
@@ -54,10 +55,6 @@ from rlvr.config import dump_yaml
 ENV_MIN_REWARD = {"kk": -3.0, "math": 0.0, "searchqa": 0.0}
 #: Tasks in a row whose ``env.reset`` may fail before the run stops (``Trainer._reset_group``).
 MAX_RESET_SKIPS = 8
-
-#: Metric keys that measure wall time; they differ between otherwise identical runs.
-TIME_KEYS_PREFIXES = ("time/", "tokens/s", "perf/")
-
 
 # ---------------------------------------------------------------------------------------------
 # pure helpers
@@ -82,10 +79,6 @@ def lr_factor(step: int, *, warmup: int, total: int, schedule: str, min_ratio: f
     raise ValueError(f"optim.schedule: unknown schedule {schedule!r}")
 
 
-def is_time_key(key: str) -> bool:
-    return key.startswith(TIME_KEYS_PREFIXES)
-
-
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -108,80 +101,6 @@ def episodes_to_batch(episodes: list[Episode], pad_id: int) -> RolloutBatch:
                    [e.finish_reason for e in episodes], pad_id)
 
 
-def combine_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
-    """Merge per-micro-batch loss metrics: ``/min`` by min, ``/max`` by max, the rest averaged
-    with each part weighted by its token count."""
-    if not parts:
-        return {}
-    weights = [max(p.get("n_tokens", 1.0), 0.0) for p in parts]
-    total = sum(weights) or float(len(parts))
-    weights = weights if sum(weights) else [1.0] * len(parts)
-    out = {}
-    for key in parts[0]:
-        vals = [p[key] for p in parts if key in p]
-        if key.endswith("/min"):
-            out[key] = min(vals)
-        elif key.endswith("/max"):
-            out[key] = max(vals)
-        elif key == "n_tokens":
-            out[key] = sum(vals)
-        else:
-            out[key] = sum(w * p[key] for w, p in zip(weights, parts) if key in p) / total
-    return out
-
-
-def rollout_metrics(episodes: list[Episode], group_size: int) -> dict[str, float]:
-    """Reward, accuracy, length and finish statistics of a batch of episodes (DESIGN section 5)."""
-    n = len(episodes)
-    rewards = np.array([e.reward for e in episodes], dtype=np.float64)
-    out: dict[str, float] = {
-        "reward/mean": float(rewards.mean()),
-        "reward/std": float(rewards.std()),
-        "reward/min": float(rewards.min()),
-        "reward/max": float(rewards.max()),
-        "accuracy": float(np.mean([bool(e.info.get("correct", False)) and e.error is None
-                                   for e in episodes])),
-        "response_length": float(np.mean([len(e.response_ids) for e in episodes])),
-        "response_length/max": float(max(len(e.response_ids) for e in episodes)),
-        "response_length/generated": float(np.mean([e.n_generated for e in episodes])),
-        "turns/mean": float(np.mean([e.turns for e in episodes])),
-        "episodes/errors": float(sum(e.error is not None for e in episodes)),
-        "prompt/truncated": float(sum(bool(e.info.get("prompt_truncated")) for e in episodes)),
-        "prompt_length": float(np.mean([len(e.prompt_ids) for e in episodes])),
-    }
-    for reason in ("eos", "stop", "length"):
-        out[f"finish/{reason}"] = sum(e.finish_reason == reason for e in episodes) / n
-    components: dict[str, list[float]] = {}
-    for e in episodes:
-        for k, v in (e.info.get("reward_components") or {}).items():
-            if isinstance(v, (int, float)):
-                components.setdefault(k, []).append(float(v))
-    for k, vals in sorted(components.items()):
-        out[f"reward/{k}"] = float(np.mean(vals))
-    groups = rewards.reshape(-1, group_size)
-    out["groups/zero_std"] = float(np.mean(groups.std(axis=1) == 0))
-    return out
-
-
-def token_prob_metrics(logprobs: torch.Tensor, entropy: torch.Tensor,
-                       mask: torch.Tensor) -> dict[str, float]:
-    """Summaries of the sampled tokens' probabilities and the policy entropy on the loss mask."""
-    valid = mask.bool()
-    if not bool(valid.any()):
-        return {"entropy": 0.0, "prob/mean": 0.0, "prob/low_frac": 0.0, "prob/p10": 0.0,
-                "prob/median": 0.0, "logprob/mean": 0.0}
-    p = logprobs[valid].exp().double()
-    q = torch.quantile(p, torch.tensor([0.1, 0.5], dtype=torch.float64))
-    return {
-        "entropy": float(masked_mean(entropy, valid)),
-        "prob/mean": float(p.mean()),
-        "prob/low_frac": float((p < 0.5).double().mean()),
-        "prob/p10": float(q[0]),
-        "prob/median": float(q[1]),
-        "logprob/mean": float(masked_mean(logprobs, valid)),
-    }
-
-
 # ---------------------------------------------------------------------------------------------
 # the trainer
 
@@ -199,25 +118,29 @@ class Trainer:
         self.cfg = cfg
         self.out = Path(cfg.out)
         self.device = resolve_device(cfg.device)
+        self.algorithm = get_algorithm(cfg.algo)
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
         self._seed_everything(cfg.seed)
         if model is None:
             from rlvr.models import load_model
 
-            dtype = getattr(torch, cfg.dtype)
-            model, tokenizer = load_model(cfg.model, seed=cfg.seed, dtype=dtype)
-        model = model.to(self.device, dtype=getattr(torch, cfg.dtype))
+            model, tokenizer = load_model(cfg.model, seed=cfg.seed, dtype=torch.float32)
+        # Master weights and optimizer state in float32; ``dtype`` is the autocast dtype.
+        model = model.to(self.device, dtype=torch.float32)
         if cfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False})
         self.tokenizer = tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.with_reference = cfg.loss.kl_coef > 0 or cfg.track_kl
         if cfg.memory_check:
             self._check_memory(model)
+        self.precision = Precision(cfg.dtype, self.device)
         self.policy = Policy(model, tokenizer, with_reference=self.with_reference,
                              chunk_size=cfg.logprob_chunk_size,
-                             temperature=cfg.rollout.temperature or 1.0)
+                             temperature=cfg.rollout.temperature or 1.0,
+                             reference_dtype=self.precision.dtype)
         self.backend = self._make_backend()
         self.make_env = make_env or self._make_registered_env
         n = cfg.prompts_per_step * cfg.group_size
@@ -228,10 +151,12 @@ class Trainer:
             betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps,
             weight_decay=cfg.optim.weight_decay)
         o = cfg.optim
-        total = cfg.steps * self.optimizer_steps_per_batch()
+        total = cfg.steps * optimizer_steps_per_batch(cfg, self.algorithm)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_factor(s, warmup=o.warmup_steps, total=total,
                                                 schedule=o.schedule, min_ratio=o.min_lr_ratio))
+        self.updater = Updater(cfg, self.policy, self.optimizer, self.scheduler, self.algorithm,
+                               self.device, self.precision)
         self.step = 0
         self.data_position = 0
         self.reset_errors = 0  # tasks skipped because env.reset raised (counted since start)
@@ -241,7 +166,7 @@ class Trainer:
             max_new_tokens=cfg.rollout.max_turn_tokens or cfg.rollout.max_response_tokens,
             temperature=cfg.rollout.temperature,
             top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, stop=tuple(cfg.rollout.stop))
-        self._tb = None
+        self.metrics_log = MetricsLog(self.metrics_path)
 
     # -- setup ---------------------------------------------------------------------------------
     @property
@@ -285,14 +210,12 @@ class Trainer:
             prompt_tokens=cfg.rollout.max_prompt_tokens,
             response_tokens=cfg.rollout.max_response_tokens, chunk_size=cfg.logprob_chunk_size,
             with_reference=self.with_reference,
-            gradient_checkpointing=cfg.gradient_checkpointing, device=self.device)
+            gradient_checkpointing=cfg.gradient_checkpointing, device=self.device,
+            compute_bytes=getattr(torch, cfg.dtype).itemsize)
         check_fits(est)
 
     def optimizer_steps_per_batch(self) -> int:
-        cfg = self.cfg
-        batch = cfg.prompts_per_step * cfg.group_size
-        per_epoch = batch // (cfg.mini_batch_size or batch)
-        return cfg.ppo_epochs * per_epoch * (2 if cfg.algo == "lopti" else 1)
+        return optimizer_steps_per_batch(self.cfg, self.algorithm)
 
     # -- rollouts ------------------------------------------------------------------------------
     def _reset_group(self, envs: list, index: int) -> list[str]:
@@ -324,180 +247,17 @@ class Trainer:
         for k in range(cfg.prompts_per_step):
             index = self.data_position + k
             prompts += self._reset_group(self.envs[k * g:(k + 1) * g], index)
-        return run_episodes(self.backend, self.tokenizer, self.envs, prompts, self.sampling,
-                            max_response_tokens=cfg.rollout.max_response_tokens,
-                            seed=cfg.seed * 7919 + step, error_reward=self.error_reward,
-                            max_prompt_tokens=cfg.rollout.max_prompt_tokens)
-
-    # -- update --------------------------------------------------------------------------------
-    def _stats(self, batch: RolloutBatch) -> TokenStats:
-        b = batch.to(self.device)
-        return self.policy.token_stats(b.input_ids, b.attention_mask, b.n_response)
-
-    @torch.no_grad()
-    def _no_grad_stats(self, batch: RolloutBatch, rows: int, reference: bool = False):
-        """Old-policy (or reference) statistics over the whole batch, ``rows`` at a time."""
-        parts = []
-        for start in range(0, len(batch), rows):
-            mb = batch.select(list(range(start, min(start + rows, len(batch)))))
-            b = mb.to(self.device)
-            if reference:
-                lp = self.policy.reference_logprobs(b.input_ids, b.attention_mask, b.n_response)
-                parts.append(TokenStats(lp, torch.zeros_like(lp), torch.zeros_like(lp)))
-            else:
-                parts.append(self.policy.token_stats(b.input_ids, b.attention_mask, b.n_response))
-        width = batch.n_response
-
-        def pad(x):
-            return torch.nn.functional.pad(x, (0, width - x.shape[1]))
-
-        return TokenStats(*(torch.cat([pad(getattr(s, f)) for s in parts])
-                            for f in ("logprobs", "logits", "entropy")))
-
-    def _weights(self, stats: TokenStats, old_lp: torch.Tensor, mask: torch.Tensor):
-        scheme = self.cfg.algo
-        if scheme in ("grpo", "lopti", "entropy_top"):
-            return None
-        return token_weights(scheme, logprobs=stats.logprobs, mask=mask, logits=stats.logits,
-                             old_logprobs=old_lp, entropy=stats.entropy,
-                             **self.cfg.weights.params(scheme))
-
-    def _micro_loss(self, stats: TokenStats, old_lp, ref_lp, adv, loss_mask, pg_mask,
-                    n_tokens_pg: float, n_tokens_all: float, n_seqs: float):
-        """Loss of one micro-batch, normalised by the mini-batch's token/sequence counts."""
-        lc = self.cfg.loss
-        kw = dict(clip_low=lc.clip_low, clip_high=lc.clip_high, dual_clip=lc.dual_clip,
-                  agg=lc.agg, weight_position=lc.weight_position,
-                  loss_scale_factor=lc.loss_scale_factor, global_batch_size=n_seqs)
-        weights = self._weights(stats, old_lp, pg_mask)
-        if pg_mask is loss_mask:  # KL and surrogate share the mask
-            return policy_loss(stats.logprobs, old_lp, adv, loss_mask, weights=weights,
-                               ref_logprobs=ref_lp, kl_coef=lc.kl_coef,
-                               batch_num_tokens=n_tokens_all, **kw)
-        # 80/20 and Lopti stages: surrogate on a subset, KL (if any) on all response tokens.
-        loss, metrics = policy_loss(stats.logprobs, old_lp, adv, pg_mask, weights=weights,
-                                    batch_num_tokens=n_tokens_pg, **kw)
-        if ref_lp is not None:
-            kl_tok = k3_kl(stats.logprobs, ref_lp)
-            kl_loss = agg_loss(kl_tok, loss_mask.bool(), lc.agg,
-                               loss_scale_factor=lc.loss_scale_factor,
-                               batch_num_tokens=n_tokens_all, global_batch_size=n_seqs)
-            if lc.kl_coef > 0:
-                loss = loss + lc.kl_coef * kl_loss
-            metrics["kl"] = float(masked_mean(kl_tok.detach(), loss_mask.bool()))
-            metrics["kl_loss"] = float(kl_loss.detach())
-            metrics["loss"] = float(loss.detach())
-        return loss, metrics
-
-    def _optimizer_step(self, losses_finite: bool) -> tuple[float, bool]:
-        clip = self.cfg.optim.grad_clip
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
-        norm = float(norm)
-        if losses_finite and math.isfinite(norm):
-            self.optimizer.step()
-            skipped = False
-        else:
-            skipped = True
-        self.optimizer.zero_grad(set_to_none=True)
-        with warnings.catch_warnings():  # a skipped step still advances the schedule
-            warnings.simplefilter("ignore", UserWarning)
-            self.scheduler.step()
-        return norm, skipped
+        with self.precision.autocast():
+            return run_episodes(self.backend, self.tokenizer, self.envs, prompts, self.sampling,
+                                max_response_tokens=cfg.rollout.max_response_tokens,
+                                seed=cfg.seed * 7919 + step, error_reward=self.error_reward,
+                                max_prompt_tokens=cfg.rollout.max_prompt_tokens)
 
     def update(self, batch: RolloutBatch, advantages: torch.Tensor, step: int) -> dict[str, float]:
-        """All optimizer steps of one batch; returns the update metrics."""
-        cfg = self.cfg
-        n = len(batch)
-        mini = cfg.mini_batch_size or n
-        micro = cfg.micro_batch_size or mini
-        loss_mask_all = batch.response_mask.to(self.device)
-        adv_all = advantages.to(self.device, torch.float32)
-        on_policy_shortcut = (cfg.ppo_epochs == 1 and mini == n and micro == n
-                              and cfg.algo != "lopti" and cfg.old_logprobs == "recompute")
-        old = None if on_policy_shortcut else self._no_grad_stats(batch, micro)
-        if old is not None and cfg.old_logprobs == "rollout":
-            old = TokenStats(batch.rollout_logprobs.to(self.device), old.logits, old.entropy)
-        ref = (self._no_grad_stats(batch, micro, reference=True).logprobs
-               if self.with_reference else None)
-        parts: list[dict[str, float]] = []
-        norms: list[float] = []
-        skipped = 0
-        prob_stats: dict[str, float] = {}
-        if old is not None:
-            prob_stats = token_prob_metrics(old.logprobs, old.entropy, loss_mask_all)
-        gen = torch.Generator().manual_seed(cfg.seed * 104_729 + step)
-        for epoch in range(cfg.ppo_epochs):
-            order = torch.randperm(n, generator=gen) if mini < n else torch.arange(n)
-            for start in range(0, n, mini):
-                mb_idx = order[start:start + mini]
-                mb_mask = loss_mask_all[mb_idx]
-                stages: list[tuple[str, torch.Tensor | None]] = [("all", None)]
-                if cfg.algo == "lopti":
-                    stages = lopti_stages(old.logprobs[mb_idx], mb_mask, cfg.weights.eta)
-                elif cfg.algo == "entropy_top" and old is not None:
-                    top = token_weights("entropy_top", logprobs=old.logprobs[mb_idx],
-                                        mask=mb_mask, entropy=old.entropy[mb_idx],
-                                        fraction=cfg.weights.fraction)
-                    stages = [("top", top)]
-                for _, stage_mask in stages:
-                    r = self._minibatch_step(batch, mb_idx, micro, stage_mask, mb_mask, old, ref,
-                                             adv_all, on_policy_shortcut, prob_stats)
-                    part, norm, skip = r
-                    parts.extend(part)
-                    norms.append(norm)
-                    skipped += int(skip)
+        """The algorithm's optimizer steps on ``batch``, then the rollout engine's weights."""
+        out = self.updater.update(batch, advantages, step)
         self.backend.sync_weights(self.model)
-        out = combine_metrics(parts)
-        out.pop("n_tokens", None)
-        out.update(prob_stats)
-        finite = [x for x in norms if math.isfinite(x)]
-        out["grad_norm"] = float(np.mean(finite)) if finite else float("nan")
-        out["grad_norm/max"] = float(max(finite)) if finite else float("nan")
-        out["update/optimizer_steps"] = float(len(norms) - skipped)
-        out["update/skipped"] = float(skipped)
-        out["lr"] = float(self.optimizer.param_groups[0]["lr"])
         return out
-
-    def _minibatch_step(self, batch, mb_idx, micro, stage_mask, mb_mask, old, ref, adv_all,
-                        shortcut, prob_stats):
-        """Forward/backward over the micro-batches of one mini-batch, then one optimizer step."""
-        pg_mask_full = mb_mask if stage_mask is None else stage_mask
-        n_pg = float(pg_mask_full.sum())
-        n_all = float(mb_mask.sum())
-        n_seqs = float((mb_mask.sum(-1) > 0).sum())
-        parts = []
-        finite = True
-        for s in range(0, len(mb_idx), micro):
-            rows = mb_idx[s:s + micro]
-            local = slice(s, s + micro)
-            mb = batch.select(rows)
-            width = mb.n_response
-            stats = self._stats(mb)
-            loss_mask = mb.response_mask.to(self.device)
-            pg_mask = loss_mask if stage_mask is None else pg_mask_full[local, :width]
-            if shortcut:
-                old_lp = stats.logprobs.detach()
-                if self.cfg.algo == "entropy_top":
-                    pg_mask = token_weights("entropy_top", logprobs=old_lp, mask=loss_mask,
-                                            entropy=stats.entropy, fraction=self.cfg.weights.fraction)
-                    n_pg = float(pg_mask.sum())
-                if not prob_stats:
-                    prob_stats.update(token_prob_metrics(old_lp, stats.entropy, loss_mask))
-            else:
-                old_lp = old.logprobs[rows, :width]
-            ref_lp = ref[rows, :width] if ref is not None else None
-            loss, metrics = self._micro_loss(stats, old_lp, ref_lp, adv_all[rows], loss_mask,
-                                             pg_mask, n_pg, n_all, n_seqs)
-            metrics["entropy"] = float(masked_mean(stats.entropy, loss_mask.bool()))
-            metrics["pg_token_frac"] = float(pg_mask.sum()) / max(float(loss_mask.sum()), 1.0)
-            if torch.isfinite(loss):
-                loss.backward()
-            else:
-                finite = False
-            parts.append(metrics)
-        norm, skipped = self._optimizer_step(finite)
-        return parts, norm, skipped
 
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, step: int) -> dict[str, float]:
@@ -567,47 +327,9 @@ class Trainer:
         self.backend.sync_weights(self.model)
         return True
 
-    # -- logging -------------------------------------------------------------------------------
     @property
     def metrics_path(self) -> Path:
         return self.out / "metrics.jsonl"
-
-    def _truncate_metrics(self, last_step: int) -> None:
-        """Keep only metrics lines of steps <= ``last_step`` (the steps a resume will redo go)."""
-        if not self.metrics_path.exists():
-            return
-        keep = []
-        for line in self.metrics_path.read_text().splitlines():
-            try:
-                if json.loads(line)["step"] <= last_step:
-                    keep.append(line)
-            except (ValueError, KeyError, TypeError):
-                break  # a line cut by a kill: drop it and everything after
-        tmp = self.metrics_path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(line + "\n" for line in keep))
-        os.replace(tmp, self.metrics_path)
-
-    def _log(self, record: dict[str, Any]) -> None:
-        # Non-finite floats become null: NaN/Infinity are not JSON.
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                 for k, v in record.items()}
-        with open(self.metrics_path, "a") as f:
-            f.write(json.dumps(clean, sort_keys=False) + "\n")
-            f.flush()
-        if self._tb is not None:
-            for k, v in record.items():
-                if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
-                    self._tb.add_scalar(k, v, record["step"])
-
-    def _open_tensorboard(self) -> None:
-        if not self.cfg.tensorboard:
-            return
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError as e:
-            raise ImportError("tensorboard=true needs the tensorboard package "
-                              "(pip install tensorboard)") from e
-        self._tb = SummaryWriter(str(self.out / "tensorboard"))
 
     # -- the loop ------------------------------------------------------------------------------
     def train_step(self) -> dict[str, Any]:
@@ -658,12 +380,13 @@ class Trainer:
         elif any(self.checkpoint_root.glob("step_*")):
             raise FileExistsError(f"{self.out} already holds checkpoints: pass --resume "
                                   "(resume=true) to continue, or choose another out=DIR")
+        if cfg.tensorboard:
+            self.metrics_log = MetricsLog(self.metrics_path, self.out / "tensorboard")
         if resumed:
-            self._truncate_metrics(self.step)
+            self.metrics_log.truncate(self.step)
         else:
-            self.metrics_path.write_text("")
+            self.metrics_log.start()
         dump_yaml(cfg, self.out / "config.yaml")
-        self._open_tensorboard()
         records = []
         from tqdm.auto import tqdm
 
@@ -672,7 +395,7 @@ class Trainer:
         try:
             while self.step < cfg.steps:
                 record = self.train_step()
-                self._log(record)
+                self.metrics_log.append(record)
                 records.append(record)
                 bar.update(1)
                 bar.set_postfix(reward=f"{record['reward/mean']:.3f}",
@@ -681,8 +404,7 @@ class Trainer:
                     self.save()
         finally:
             bar.close()
-            if self._tb is not None:
-                self._tb.close()
+            self.metrics_log.close()
         if self.step == cfg.steps and (not cfg.save_every or self.step % cfg.save_every):
             self.save()
         final = self.out / "final"
@@ -690,12 +412,3 @@ class Trainer:
         self.tokenizer.save_pretrained(final)
         return records
 
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a ``metrics.jsonl``."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-
-
-def strip_time(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Records without wall-time fields (for comparing runs)."""
-    return [{k: v for k, v in r.items() if not is_time_key(k)} for r in records]

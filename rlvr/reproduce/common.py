@@ -20,19 +20,17 @@ from typing import Any
 
 import matplotlib
 
+from rlvr.agents.algorithms import algorithm_names, get_algorithm
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-#: One colour per method, kept fixed across figures (matplotlib's tab10, colour-blind friendly order).
-METHOD_COLORS = {
-    "base": "#7f7f7f", "sft": "#bcbd22", "grpo": "#1f77b4", "grpo_sg": "#d62728",
-    "reverse": "#2ca02c", "ar": "#9467bd", "lopti": "#8c564b", "entropy_top": "#e377c2",
-}
-METHOD_LABELS = {
-    "base": "base model", "sft": "continued SFT (equal compute)", "grpo": "GRPO",
-    "grpo_sg": "GRPO-SG", "reverse": "Reverse", "ar": "AR", "lopti": "Lopti",
-    "entropy_top": "80/20 (entropy top)",
-}
+#: Colour and label of each method: the algorithms' own (``rlvr.agents.algorithms``) plus the
+#: two reference rows of the tables.
+METHOD_COLORS = {"base": "#7f7f7f", "sft": "#bcbd22",
+                 **{a.name: a.color for a in map(get_algorithm, algorithm_names())}}
+METHOD_LABELS = {"base": "base model", "sft": "continued SFT (equal compute)",
+                 **{a.name: a.label for a in map(get_algorithm, algorithm_names())}}
 
 
 def versions() -> dict[str, str]:

@@ -22,7 +22,7 @@ def defaults(ctx: Context) -> dict[str, float]:
     from rlvr.reproduce.runs import train_config
 
     cfg = train_config(ctx.profile.settings["kk"], "grpo_sg", ctx.seeds[0])
-    return cfg.weights.params()
+    return cfg.weights.params("grpo_sg")
 
 
 def run(ctx: Context) -> dict:

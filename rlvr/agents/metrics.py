@@ -1,0 +1,171 @@
+"""Training metrics: what one step logs (``rollout_metrics``, ``token_prob_metrics``), how the
+micro-batch parts of an update combine, and the ``metrics.jsonl`` log a run writes and reads.
+
+The per-step record holds reward (mean and per component), accuracy, response length, gradient
+norm before clipping, KL, entropy, clip fraction, token-weight and token-probability summaries
+(``docs/design.md``, "Metrics"), one JSON line per step so figures are redrawn without retraining.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from rlvr.agents.losses import masked_mean
+
+if TYPE_CHECKING:
+    from rlvr.agents.rollout.multiturn import Episode
+
+#: Metric keys that measure wall time; they differ between otherwise identical runs.
+TIME_KEYS_PREFIXES = ("time/", "tokens/s", "perf/")
+
+
+def is_time_key(key: str) -> bool:
+    return key.startswith(TIME_KEYS_PREFIXES)
+
+
+def combine_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
+    """Merge per-micro-batch loss metrics: ``/min`` by min, ``/max`` by max, the rest averaged
+    with each part weighted by its token count."""
+    if not parts:
+        return {}
+    weights = [max(p.get("n_tokens", 1.0), 0.0) for p in parts]
+    total = sum(weights) or float(len(parts))
+    weights = weights if sum(weights) else [1.0] * len(parts)
+    out = {}
+    for key in parts[0]:
+        vals = [p[key] for p in parts if key in p]
+        if key.endswith("/min"):
+            out[key] = min(vals)
+        elif key.endswith("/max"):
+            out[key] = max(vals)
+        elif key == "n_tokens":
+            out[key] = sum(vals)
+        else:
+            out[key] = sum(w * p[key] for w, p in zip(weights, parts) if key in p) / total
+    return out
+
+
+def rollout_metrics(episodes: list[Episode], group_size: int) -> dict[str, float]:
+    """Reward, accuracy, length and finish statistics of a batch of episodes (``docs/design.md``, Metrics)."""
+    n = len(episodes)
+    rewards = np.array([e.reward for e in episodes], dtype=np.float64)
+    out: dict[str, float] = {
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std()),
+        "reward/min": float(rewards.min()),
+        "reward/max": float(rewards.max()),
+        "accuracy": float(np.mean([bool(e.info.get("correct", False)) and e.error is None
+                                   for e in episodes])),
+        "response_length": float(np.mean([len(e.response_ids) for e in episodes])),
+        "response_length/max": float(max(len(e.response_ids) for e in episodes)),
+        "response_length/generated": float(np.mean([e.n_generated for e in episodes])),
+        "turns/mean": float(np.mean([e.turns for e in episodes])),
+        "episodes/errors": float(sum(e.error is not None for e in episodes)),
+        "prompt/truncated": float(sum(bool(e.info.get("prompt_truncated")) for e in episodes)),
+        "prompt_length": float(np.mean([len(e.prompt_ids) for e in episodes])),
+    }
+    for reason in ("eos", "stop", "length"):
+        out[f"finish/{reason}"] = sum(e.finish_reason == reason for e in episodes) / n
+    components: dict[str, list[float]] = {}
+    for e in episodes:
+        for k, v in (e.info.get("reward_components") or {}).items():
+            if isinstance(v, (int, float)):
+                components.setdefault(k, []).append(float(v))
+    for k, vals in sorted(components.items()):
+        out[f"reward/{k}"] = float(np.mean(vals))
+    groups = rewards.reshape(-1, group_size)
+    out["groups/zero_std"] = float(np.mean(groups.std(axis=1) == 0))
+    return out
+
+
+def token_prob_summary(logprobs: torch.Tensor, entropy: torch.Tensor,
+                       valid: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``token_prob_metrics`` as 0-d tensors on the inputs' device (``valid`` must be non-empty).
+
+    Every tensor made here is made on ``logprobs.device``: the metrics run on whatever device
+    the policy is on (tested on the meta device, which stands in for CUDA)."""
+    p = logprobs[valid].exp().double()
+    q = torch.quantile(p, torch.tensor([0.1, 0.5], dtype=torch.float64, device=p.device))
+    return {
+        "entropy": masked_mean(entropy, valid),
+        "prob/mean": p.mean(),
+        "prob/low_frac": (p < 0.5).double().mean(),
+        "prob/p10": q[0],
+        "prob/median": q[1],
+        "logprob/mean": masked_mean(logprobs, valid),
+    }
+
+
+def token_prob_metrics(logprobs: torch.Tensor, entropy: torch.Tensor,
+                       mask: torch.Tensor) -> dict[str, float]:
+    """Summaries of the sampled tokens' probabilities and the policy entropy on the loss mask."""
+    valid = mask.bool()
+    if not bool(valid.any()):
+        return {"entropy": 0.0, "prob/mean": 0.0, "prob/low_frac": 0.0, "prob/p10": 0.0,
+                "prob/median": 0.0, "logprob/mean": 0.0}
+    return {k: float(v) for k, v in token_prob_summary(logprobs, entropy, valid).items()}
+
+
+class MetricsLog:
+    """``metrics.jsonl`` of a run (and optionally TensorBoard): append, truncate on resume."""
+
+    def __init__(self, path: Path, tensorboard_dir: Path | None = None):
+        self.path = Path(path)
+        self._tb = None
+        if tensorboard_dir is not None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                raise ImportError("tensorboard=true needs the tensorboard package "
+                                  "(pip install tensorboard)") from e
+            self._tb = SummaryWriter(str(tensorboard_dir))
+
+    def start(self) -> None:
+        """A fresh run: an empty log."""
+        self.path.write_text("")
+
+    def truncate(self, last_step: int) -> None:
+        """Keep only lines of steps <= ``last_step`` (the steps a resume will redo go)."""
+        if not self.path.exists():
+            return
+        keep = []
+        for line in self.path.read_text().splitlines():
+            try:
+                if json.loads(line)["step"] <= last_step:
+                    keep.append(line)
+            except (ValueError, KeyError, TypeError):
+                break  # a line cut by a kill: drop it and everything after
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in keep))
+        tmp.replace(self.path)
+
+    def append(self, record: dict[str, Any]) -> None:
+        # Non-finite floats become null: NaN/Infinity are not JSON.
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                 for k, v in record.items()}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(clean, sort_keys=False) + "\n")
+            f.flush()
+        if self._tb is not None:
+            for k, v in record.items():
+                if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
+                    self._tb.add_scalar(k, v, record["step"])
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl``."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def strip_time(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records without wall-time fields (for comparing runs)."""
+    return [{k: v for k, v in r.items() if not is_time_key(k)} for r in records]

@@ -1,0 +1,301 @@
+"""One batch's policy update: stages, epochs, mini-batches, micro-batches and the loss of each.
+
+``Updater.update(batch, advantages, step)`` runs, for the algorithm ``cfg.algo``
+(``rlvr.agents.algorithms``)::
+
+    old = old-policy statistics of the batch (skipped when the update is on-policy)
+    ref = reference log-probs (when KL is on or tracked)
+    for stage in algorithm.stages(old) or [all tokens]:      # Lopti: low, then high
+        for epoch in range(ppo_epochs):
+            for mini_batch in shuffled(batch):
+                for micro_batch in mini_batch:                # gradient accumulation
+                    loss(micro_batch).backward()
+                optimizer step                                # clip, skip if not finite
+
+Every loss is normalised by its mini-batch's token / sequence counts, so the micro-batches of a
+mini-batch add up to the mini-batch loss whatever the micro-batch size (``losses.agg_loss``).
+
+Precision: parameters and AdamW state stay in float32 (master weights); ``dtype=bfloat16`` or
+``float16`` runs every forward and backward under ``torch.autocast``, float16 with a gradient
+scaler. Training forwards run in train mode, so gradient checkpointing (which transformers applies
+only when ``model.training``) is active; no-grad passes run in eval mode. ``Policy`` zeroes every
+dropout, so both modes compute the same function.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from rlvr.agents.algorithms import Algorithm, Stage
+from rlvr.agents.losses import agg_loss, k3_kl, masked_mean, policy_loss
+from rlvr.agents.metrics import combine_metrics, token_prob_metrics
+from rlvr.agents.policy import Policy, TokenStats
+from rlvr.agents.rollout.base import RolloutBatch
+from rlvr.agents.weights import n_kept, token_weights
+
+
+def optimizer_steps_per_batch(cfg, algorithm: Algorithm) -> int:
+    """Optimizer steps of one batch: stages x epochs x mini-batches."""
+    batch = cfg.prompts_per_step * cfg.group_size
+    return cfg.ppo_epochs * (batch // (cfg.mini_batch_size or batch)) * algorithm.n_stages
+
+
+class Precision:
+    """Autocast context and (float16) gradient scaling for ``dtype`` on ``device``."""
+
+    def __init__(self, dtype: str, device: torch.device):
+        self.dtype = getattr(torch, dtype)
+        self.device = device
+        self.enabled = self.dtype != torch.float32
+        self.scaler = torch.amp.GradScaler(device.type) if self.dtype == torch.float16 else None
+
+    def autocast(self):
+        if not self.enabled:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def unscale(self, optimizer) -> None:
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+
+    def step(self, optimizer) -> None:
+        if self.scaler is not None:
+            self.scaler.step(optimizer)
+        else:
+            optimizer.step()
+
+    def after_step(self) -> None:
+        """Adjust the loss scale (also after a skipped step, which lowers it)."""
+        if self.scaler is not None:
+            self.scaler.update()
+
+
+@dataclass
+class MicroBatch:
+    """The rows of one forward/backward and what their loss needs, trimmed to width ``w``."""
+
+    data: RolloutBatch
+    #: Response tokens in the loss ``[b, w]`` (bool).
+    loss_mask: torch.Tensor
+    #: Per-sequence advantages ``[b]``.
+    advantages: torch.Tensor
+    #: Old-policy log-probs ``[b, w]`` (``None``: on-policy, the current ones detached).
+    old_logprobs: torch.Tensor | None
+    ref_logprobs: torch.Tensor | None
+    #: The stage's tokens ``[b, w]`` (``None``: every response token).
+    stage_tokens: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class Normalisers:
+    """Token and sequence counts of a mini-batch that every micro-batch loss divides by."""
+
+    #: Response tokens (the KL's and, unless tokens are selected, the surrogate's normaliser).
+    tokens: float
+    #: Tokens in the surrogate when the algorithm selects tokens per forward (80/20).
+    selected: float
+    #: Non-empty sequences.
+    sequences: float
+
+
+class Updater:
+    """The optimizer steps of one batch, for one algorithm (module docstring)."""
+
+    def __init__(self, cfg, policy: Policy, optimizer, scheduler, algorithm: Algorithm,
+                 device: torch.device, precision: Precision):
+        self.cfg = cfg
+        self.policy = policy
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.algorithm = algorithm
+        self.device = device
+        self.precision = precision
+        self.params = algorithm.params(cfg.weights)
+
+    # -- statistics ------------------------------------------------------------------------------
+    def _stats(self, batch: RolloutBatch) -> TokenStats:
+        b = batch.to(self.device)
+        with self.policy.training(), self.precision.autocast():
+            return self.policy.token_stats(b.input_ids, b.attention_mask, b.n_response)
+
+    @torch.no_grad()
+    def _no_grad_stats(self, batch: RolloutBatch, rows: int, reference: bool = False):
+        """Old-policy (or reference) statistics over the whole batch, ``rows`` at a time."""
+        parts = []
+        for start in range(0, len(batch), rows):
+            b = batch.select(list(range(start, min(start + rows, len(batch))))).to(self.device)
+            with self.precision.autocast():
+                if reference:
+                    lp = self.policy.reference_logprobs(b.input_ids, b.attention_mask,
+                                                        b.n_response)
+                    parts.append(TokenStats(lp, torch.zeros_like(lp), torch.zeros_like(lp)))
+                else:
+                    parts.append(self.policy.token_stats(b.input_ids, b.attention_mask,
+                                                         b.n_response))
+        width = batch.n_response
+
+        def pad(x):
+            return torch.nn.functional.pad(x, (0, width - x.shape[1]))
+
+        return TokenStats(*(torch.cat([pad(getattr(s, f)) for s in parts])
+                            for f in ("logprobs", "logits", "entropy")))
+
+    # -- the update ------------------------------------------------------------------------------
+    def update(self, batch: RolloutBatch, advantages: torch.Tensor, step: int) -> dict[str, float]:
+        """All optimizer steps of one batch; returns the update metrics."""
+        cfg = self.cfg
+        n = len(batch)
+        mini = cfg.mini_batch_size or n
+        micro = cfg.micro_batch_size or mini
+        loss_mask = batch.response_mask.to(self.device).bool()
+        adv = advantages.to(self.device, torch.float32)
+        on_policy = (cfg.ppo_epochs == 1 and mini == n and micro == n
+                     and not self.algorithm.needs_old_logprobs
+                     and cfg.old_logprobs == "recompute")
+        old = None if on_policy else self._no_grad_stats(batch, micro)
+        if old is not None and cfg.old_logprobs == "rollout":
+            old = TokenStats(batch.rollout_logprobs.to(self.device), old.logits, old.entropy)
+        ref = (self._no_grad_stats(batch, micro, reference=True).logprobs
+               if self.policy.reference is not None else None)
+        prob_stats: dict[str, float] = {}
+        if old is not None:
+            prob_stats = token_prob_metrics(old.logprobs, old.entropy, loss_mask)
+        stages = ([Stage("all", loss_mask)] if self.algorithm.stages is None
+                  else self.algorithm.stages(old.logprobs, loss_mask, self.params))
+        parts: list[dict[str, float]] = []
+        norms: list[float] = []
+        skipped = 0
+        gen = torch.Generator().manual_seed(cfg.seed * 104_729 + step)
+        for stage in stages:
+            stage_tokens = None if self.algorithm.stages is None else stage.tokens
+            for _ in range(cfg.ppo_epochs):
+                order = torch.randperm(n, generator=gen) if mini < n else torch.arange(n)
+                for start in range(0, n, mini):
+                    rows = order[start:start + mini]
+                    part, norm, skip = self._mini_batch(batch, rows, micro, loss_mask, adv, old,
+                                                        ref, stage_tokens, prob_stats)
+                    parts.extend(part)
+                    norms.append(norm)
+                    skipped += int(skip)
+        out = combine_metrics(parts)
+        out.pop("n_tokens", None)
+        out.update(prob_stats)
+        finite = [x for x in norms if math.isfinite(x)]
+        out["grad_norm"] = float(np.mean(finite)) if finite else float("nan")
+        out["grad_norm/max"] = float(max(finite)) if finite else float("nan")
+        out["update/optimizer_steps"] = float(len(norms) - skipped)
+        out["update/skipped"] = float(skipped)
+        out["lr"] = float(self.optimizer.param_groups[0]["lr"])
+        return out
+
+    def _normalisers(self, loss_mask: torch.Tensor, micro: int) -> Normalisers:
+        selected = float(loss_mask.sum())
+        if self.algorithm.select_tokens is not None:  # ceil(fraction * n) per forward
+            fraction = self.params["fraction"]
+            selected = float(sum(n_kept(fraction, int(loss_mask[s:s + micro].sum()))
+                                 for s in range(0, len(loss_mask), micro)))
+        return Normalisers(tokens=float(loss_mask.sum()), selected=selected,
+                           sequences=float((loss_mask.sum(-1) > 0).sum()))
+
+    def _mini_batch(self, batch, rows, micro, loss_mask, adv, old, ref, stage_tokens, prob_stats):
+        """Forward/backward over the micro-batches of one mini-batch, then one optimizer step."""
+        norm = self._normalisers(loss_mask[rows], micro)
+        parts = []
+        finite = True
+        for s in range(0, len(rows), micro):
+            idx = rows[s:s + micro]
+            data = batch.select(idx)
+            width = data.n_response
+            mb = MicroBatch(
+                data=data, loss_mask=data.response_mask.to(self.device).bool(),
+                advantages=adv[idx],
+                old_logprobs=None if old is None else old.logprobs[idx, :width],
+                ref_logprobs=None if ref is None else ref[idx, :width],
+                stage_tokens=None if stage_tokens is None else stage_tokens[idx, :width])
+            loss, metrics = self.micro_batch_loss(mb, norm, prob_stats)
+            if torch.isfinite(loss):
+                self.precision.backward(loss)
+            else:
+                finite = False
+            parts.append(metrics)
+        grad_norm, skipped = self._optimizer_step(finite)
+        return parts, grad_norm, skipped
+
+    def micro_batch_loss(self, mb: MicroBatch, norm: Normalisers,
+                         prob_stats: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss of one micro-batch (module docstring of ``rlvr.agents.losses``).
+
+        The surrogate covers the algorithm's selected tokens (80/20) or every response token;
+        with stages (Lopti) the advantage is zeroed outside the stage and KL counts on the stage's
+        tokens only, both still normalised by all response tokens of the mini-batch.
+        """
+        cfg, lc = self.cfg, self.cfg.loss
+        stats = self._stats(mb.data)
+        mask = mb.loss_mask
+        old_lp = stats.logprobs.detach() if mb.old_logprobs is None else mb.old_logprobs
+        if mb.old_logprobs is None and not prob_stats:
+            prob_stats.update(token_prob_metrics(old_lp, stats.entropy, mask))
+        pg_mask, n_pg = mask, norm.tokens
+        if self.algorithm.select_tokens is not None:
+            pg_mask = self.algorithm.select_tokens(stats.entropy, mask, self.params)
+            n_pg = norm.selected
+        adv = mb.advantages
+        if mb.stage_tokens is not None:
+            adv = adv.unsqueeze(-1) * mb.stage_tokens.to(adv.dtype)
+        weights = None
+        if self.algorithm.weight is not None:
+            weights = token_weights(self.algorithm.weight, logprobs=stats.logprobs, mask=pg_mask,
+                                    logits=stats.logits, old_logprobs=old_lp,
+                                    entropy=stats.entropy, **self.params)
+        scale = lc.loss_scale_factor
+        if lc.agg == "seq-mean-token-sum-norm" and scale is None:
+            scale = float(cfg.rollout.max_response_tokens)  # Dr.GRPO: one constant divisor
+        kw = dict(clip_low=lc.clip_low, clip_high=lc.clip_high, dual_clip=lc.dual_clip,
+                  agg=lc.agg, weight_position=lc.weight_position, loss_scale_factor=scale,
+                  global_batch_size=norm.sequences)
+        if pg_mask is mask and mb.stage_tokens is None:  # KL and surrogate share the mask
+            loss, metrics = policy_loss(stats.logprobs, old_lp, adv, mask, weights=weights,
+                                        ref_logprobs=mb.ref_logprobs, kl_coef=lc.kl_coef,
+                                        batch_num_tokens=n_pg, **kw)
+        else:
+            loss, metrics = policy_loss(stats.logprobs, old_lp, adv, pg_mask, weights=weights,
+                                        batch_num_tokens=n_pg, **kw)
+            if mb.ref_logprobs is not None:
+                kl_tok = k3_kl(stats.logprobs, mb.ref_logprobs)
+                kl_mask = mask if mb.stage_tokens is None else mb.stage_tokens
+                kl_tok = torch.where(kl_mask, kl_tok, torch.zeros_like(kl_tok))
+                kl_loss = agg_loss(kl_tok, mask, lc.agg, loss_scale_factor=scale,
+                                   batch_num_tokens=norm.tokens,
+                                   global_batch_size=norm.sequences)
+                if lc.kl_coef > 0:
+                    loss = loss + lc.kl_coef * kl_loss
+                metrics["kl"] = float(masked_mean(kl_tok.detach(), kl_mask))
+                metrics["kl_loss"] = float(kl_loss.detach())
+                metrics["loss"] = float(loss.detach())
+        metrics["entropy"] = float(masked_mean(stats.entropy, mask))
+        used = pg_mask if mb.stage_tokens is None else mb.stage_tokens
+        metrics["pg_token_frac"] = float(used.sum()) / max(float(mask.sum()), 1.0)
+        return loss, metrics
+
+    def _optimizer_step(self, losses_finite: bool) -> tuple[float, bool]:
+        clip = self.cfg.optim.grad_clip
+        params = [p for p in self.policy.model.parameters() if p.requires_grad]
+        self.precision.unscale(self.optimizer)
+        norm = float(torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf")))
+        skipped = not (losses_finite and math.isfinite(norm))
+        if not skipped:
+            self.precision.step(self.optimizer)
+        self.precision.after_step()
+        self.optimizer.zero_grad(set_to_none=True)
+        with warnings.catch_warnings():  # a skipped step still advances the schedule
+            warnings.simplefilter("ignore", UserWarning)
+            self.scheduler.step()
+        return norm, skipped
