@@ -32,7 +32,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlvr.agents.advantages import group_advantages
+from rlvr.agents.advantages import compute_advantages
 from rlvr.agents.algorithms import get_algorithm
 from rlvr.agents.checkpoint import latest_valid_checkpoint, load_payload, save_checkpoint
 from rlvr.agents.memory import check_fits, estimate_training_memory
@@ -339,8 +339,7 @@ class Trainer:
         episodes = self.rollout(step)
         t1 = time.perf_counter()
         rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
-        scale = "none" if cfg.loss.advantage == "drgrpo" else "std"
-        adv = group_advantages(rewards, cfg.group_size, scale=scale, eps=cfg.loss.adv_eps)
+        adv = compute_advantages(cfg.loss.advantage, rewards, cfg.group_size, eps=cfg.loss.adv_eps)
         batch = episodes_to_batch(episodes, self.pad_id)
         t2 = time.perf_counter()
         upd = self.update(batch, adv, step)

@@ -258,16 +258,14 @@ class Updater:
         scale = lc.loss_scale_factor
         if lc.agg == "seq-mean-token-sum-norm" and scale is None:
             scale = float(cfg.rollout.max_response_tokens)  # Dr.GRPO: one constant divisor
-        kw = dict(clip_low=lc.clip_low, clip_high=lc.clip_high, dual_clip=lc.dual_clip,
-                  agg=lc.agg, weight_position=lc.weight_position, loss_scale_factor=scale,
-                  global_batch_size=norm.sequences)
+        kw = {**lc.policy_loss_kwargs(), "loss_scale_factor": scale,
+              "global_batch_size": norm.sequences, "batch_num_tokens": n_pg}
         if pg_mask is mask and mb.stage_tokens is None:  # KL and surrogate share the mask
             loss, metrics = policy_loss(stats.logprobs, old_lp, adv, mask, weights=weights,
-                                        ref_logprobs=mb.ref_logprobs, kl_coef=lc.kl_coef,
-                                        batch_num_tokens=n_pg, **kw)
+                                        ref_logprobs=mb.ref_logprobs, **kw)
         else:
             loss, metrics = policy_loss(stats.logprobs, old_lp, adv, pg_mask, weights=weights,
-                                        batch_num_tokens=n_pg, **kw)
+                                        **{**kw, "kl_coef": 0.0})
             if mb.ref_logprobs is not None:
                 kl_tok = k3_kl(stats.logprobs, mb.ref_logprobs)
                 kl_mask = mask if mb.stage_tokens is None else mb.stage_tokens

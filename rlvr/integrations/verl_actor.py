@@ -12,21 +12,26 @@ entropy bonus and KL loss) with our token weights on the surrogate:
 - ``grpo``: weight 1; equals verl's ``ppo_loss`` with ``loss_mode=vanilla`` (tested).
 - ``grpo_sg`` / ``reverse`` with ``shaping_input="logit"`` (GRPO-SG Eq. 20 proper) or ``"prob"``;
   ``ar``.
-- ``entropy_top`` (80/20): keeps the top ``fraction`` of response tokens by entropy. verl computes
-  the loss per micro-batch, so "top 20 % of the batch" is per micro-batch here (set
-  ``ppo_micro_batch_size_per_gpu`` = mini-batch to make it the mini-batch); KL stays unmasked.
+- ``entropy_top`` (80/20): the surrogate on the top ``fraction`` of each forward's response tokens
+  by the current entropy, averaged over the kept tokens (the token-mean's global count scaled by
+  ``fraction``), KL on all tokens: as the native path and the official code
+  (``rlvr/agents/algorithms/entropy_top.py``).
 - ``lopti``: one stage per update, ``low`` (``p_old < eta``) or ``high``; the stage comes from the
   batch's non-tensor ``rlvr_lopti_stage`` (or the ``stage`` argument). Lopti's two optimizer steps
-  per batch are two ``update_actor`` calls, low first (see ``docs/integrations_verl.md``). The
-  token-mean denominator is verl's global token count of the whole mini-batch.
+  per batch are two ``update_actor`` calls, low first (see ``docs/integrations_verl.md``). As
+  AR-Lopti's ``dp_actor.py``: the advantage is zeroed outside the stage, KL and entropy are
+  multiplied by the stage mask, and every term keeps verl's global token count of the whole
+  mini-batch as its denominator.
 
 The sampled token's *logit* (needed by ``shaping_input="logit"``) is not in verl's
 ``model_output``. verl calls the loss function a second way, ``loss_fn(student_logits=..., data=...)``,
 from inside the forward pass when the batch's non-tensor ``distillation_use_topk`` is True, and stores
 each returned ``(1, total_nnz)`` tensor in ``model_output`` (``FSDPEngineWithLMHead.prepare_model_outputs``,
-remove-padding path, sequence parallel 1, no fused kernels). ``RlvrActorLoss`` answers that call with
-the temperature-scaled logit of each next token (``SAMPLED_LOGIT_KEY``), so a trainer that sets
-``distillation_use_topk=True`` on the actor-update batch gets logit-shaped weights.
+remove-padding path, sequence parallel 1, no fused kernels). verl has divided those logits by the
+rollout temperature; ``RlvrActorLoss`` answers that call with the raw logit of each next token
+(``SAMPLED_LOGIT_KEY``, multiplied back by the temperature: the convention of the native trainer,
+``docs/algorithms.md``), so a trainer that sets ``distillation_use_topk=True`` on the
+actor-update batch gets logit-shaped weights.
 """
 from __future__ import annotations
 
@@ -39,9 +44,10 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
 
+from rlvr.agents.algorithms import get_algorithm
 from rlvr.agents.config import WeightConfig
 from rlvr.agents.losses import clipped_surrogate
-from rlvr.agents.weights import lopti_masks, token_weights
+from rlvr.agents.weights import lopti_masks, n_kept, token_weights
 from rlvr.integrations.verl_plugin import clip_settings
 
 #: ``model_output`` key of the sampled token's logit (filled through verl's logits hook).
@@ -51,9 +57,26 @@ LOPTI_STAGE_KEY = "rlvr_lopti_stage"
 SCHEMES = ("grpo", "grpo_sg", "reverse", "ar", "entropy_top", "lopti")
 
 
+def _temperature(data: TensorDict) -> float:
+    """The one sampling temperature of ``data`` (verl keeps it as a scalar or per-row tensor)."""
+    t = tu.get_non_tensor_data(data=data, key="temperature", default=None)
+    if t is None and "temperature" in data.keys():
+        t = data["temperature"]
+    if t is None:
+        return 1.0
+    if isinstance(t, torch.Tensor):
+        values = t.values() if t.is_nested else t
+        values = values.reshape(-1).float()
+        if values.numel() and not bool((values == values[0]).all()):
+            raise ValueError("temperature: logit shaping needs one temperature per batch")
+        return float(values[0]) if values.numel() else 1.0
+    return float(t)
+
+
 def sampled_token_logits(student_logits: torch.Tensor, data: TensorDict) -> torch.Tensor:
-    """``(1, total_nnz)`` logit of the next token at every packed position (verl's label layout:
-    the packed ``input_ids`` rolled left by one, as ``input_ids_rmpad_rolled``)."""
+    """``(1, total_nnz)`` raw logit of the next token at every packed position (verl's label
+    layout: the packed ``input_ids`` rolled left by one, as ``input_ids_rmpad_rolled``); verl's
+    temperature-divided logits are multiplied back by the temperature."""
     input_ids = data["input_ids"]
     ids = input_ids.values() if input_ids.is_nested else input_ids.reshape(-1)
     logits = student_logits.reshape(-1, student_logits.shape[-1])
@@ -63,7 +86,8 @@ def sampled_token_logits(student_logits: torch.Tensor, data: TensorDict) -> torc
             "supports remove-padding without sequence parallelism only"
         )
     labels = torch.roll(ids, shifts=-1, dims=0).to(logits.device)
-    return logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1).unsqueeze(0)
+    picked = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1).unsqueeze(0)
+    return picked * _temperature(data)
 
 
 class RlvrActorLoss:
@@ -86,8 +110,9 @@ class RlvrActorLoss:
         self.scheme = scheme
         self.stage = stage
         self.weight_position = weight_position
-        self.weight_config = WeightConfig(scheme=scheme, **params)
-        self.weight_config.params()  # validate names now, not on the worker
+        self.weight_config = WeightConfig(**params)
+        self.algorithm = get_algorithm(scheme)
+        self.params = self.algorithm.params(self.weight_config)  # validated now, not on a worker
 
     # -- verl's logits hook ------------------------------------------------------------------
     def logits_outputs(self, student_logits: torch.Tensor, data: TensorDict) -> dict[str, torch.Tensor]:
@@ -101,26 +126,26 @@ class RlvrActorLoss:
             return self.logits_outputs(student_logits, data)
         return self.loss(model_output, data)
 
-    def _weights(self, log_prob, old_log_prob, mask, entropy, logits, data) -> Optional[torch.Tensor]:
-        scheme = self.scheme
-        if scheme == "grpo":
+    def _stage(self, old_log_prob, mask, data) -> torch.Tensor:
+        """Lopti's stage tokens (bool ``[B, T]``)."""
+        stage = tu.get_non_tensor_data(data=data, key=LOPTI_STAGE_KEY, default=None) or self.stage
+        if stage not in ("low", "high"):
+            raise ValueError(f"{LOPTI_STAGE_KEY}: Lopti needs the stage 'low' or 'high', "
+                             f"got {stage!r}")
+        low, high = lopti_masks(old_log_prob, mask, eta=self.params["eta"])
+        return (low if stage == "low" else high).to(torch.bool)
+
+    def _weights(self, log_prob, old_log_prob, mask, entropy, logits) -> Optional[torch.Tensor]:
+        if self.algorithm.weight is None:
             return None
-        if scheme == "lopti":
-            stage = tu.get_non_tensor_data(data=data, key=LOPTI_STAGE_KEY, default=None) or self.stage
-            if stage not in ("low", "high"):
-                raise ValueError(f"{LOPTI_STAGE_KEY}: Lopti needs the stage 'low' or 'high', got {stage!r}")
-            low, high = lopti_masks(old_log_prob, mask, eta=self.weight_config.eta)
-            return low if stage == "low" else high
-        if scheme == "entropy_top" and entropy is None:
-            raise ValueError("entropy: 80/20 needs verl's per-token entropy; set actor.calculate_entropy=True")
-        params = self.weight_config.params()
-        if params.get("shaping_input") == "logit" and logits is None:
+        if self.params.get("shaping_input") == "logit" and logits is None:
             raise ValueError(
-                f"{SAMPLED_LOGIT_KEY}: shaping_input='logit' needs the sampled-token logits; set the "
-                "batch's non-tensor distillation_use_topk=True so verl calls this loss's logits hook"
+                f"{SAMPLED_LOGIT_KEY}: shaping_input='logit' needs the sampled-token logits; set "
+                "the batch's non-tensor distillation_use_topk=True so verl calls this loss's "
+                "logits hook"
             )
-        return token_weights(scheme, logprobs=log_prob, mask=mask, logits=logits, old_logprobs=old_log_prob,
-                             entropy=entropy, **params)
+        return token_weights(self.algorithm.weight, logprobs=log_prob, mask=mask, logits=logits,
+                             old_logprobs=old_log_prob, entropy=entropy, **self.params)
 
     def loss(self, model_output: dict, data: TensorDict):
         config = self.config
@@ -149,38 +174,54 @@ class RlvrActorLoss:
         advantages = padded["advantages"]
         rollout_is_weights = padded.get("rollout_is_weights", None)
 
-        weights = self._weights(log_prob, old_log_prob, mask, entropy, logits, data)
+        weights = self._weights(log_prob, old_log_prob, mask, entropy, logits)
+        stage = self._stage(old_log_prob, mask, data) if self.scheme == "lopti" else None
+        if stage is not None:  # AR-Lopti: no advantage outside the stage
+            advantages = advantages * stage.to(advantages.dtype)
+        pg_mask, pg_batch_info = mask, dict(config.global_batch_info)
+        if self.algorithm.select_tokens is not None:
+            if entropy is None:
+                raise ValueError("entropy: 80/20 needs verl's per-token entropy; set "
+                                 "actor.calculate_entropy=True")
+            pg_mask = mask & self.algorithm.select_tokens(entropy, mask, self.params)
+            if pg_batch_info.get("batch_num_tokens") is not None:  # the kept tokens' count
+                total = int(pg_batch_info["batch_num_tokens"])
+                pg_batch_info["batch_num_tokens"] = n_kept(self.params["fraction"], total)
         clip_low, clip_high, clip_c = clip_settings(config)
         terms = clipped_surrogate(log_prob, old_log_prob, advantages, weights=weights, clip_low=clip_low,
                                   clip_high=clip_high, dual_clip=clip_c, weight_position=self.weight_position)
         pg = terms["pg"]
         if rollout_is_weights is not None:
             pg = pg * rollout_is_weights
-        # Lopti's stage is a loss mask (tokens outside it do not enter the update at all).
-        pg_mask = mask if self.scheme != "lopti" else mask & weights.to(torch.bool)
         pg_loss = agg_loss(loss_mat=pg, loss_mask=pg_mask, loss_agg_mode=config.loss_agg_mode,
-                           **config.global_batch_info)
+                           **pg_batch_info)
 
         with torch.no_grad():
             n = mask.sum().clamp(min=1)
             w = torch.ones_like(log_prob) if weights is None else weights
+            kept = pg_mask if stage is None else stage
             pg_metrics = {
                 "actor/pg_clipfrac": float((terms["clipped"] & mask).sum() / n),
                 "actor/ppo_kl": float(((old_log_prob - log_prob) * mask).sum() / n),
                 "actor/pg_clipfrac_lower": float((terms["dual_clipped"] & mask).sum() / n),
                 "actor/rlvr_weight_mean": float((w * mask).sum() / n),
-                "actor/rlvr_kept_frac": float(((w != 0) & mask).sum() / n),
+                "actor/rlvr_kept_frac": float(((w != 0) & kept).sum() / n),
             }
         metrics = dict(Metric.from_dict(pg_metrics, aggregation=AggregationType.MEAN))
         metrics["actor/pg_loss"] = Metric(value=pg_loss, aggregation=metric_aggregation)
         policy_loss = pg_loss
         if entropy is not None:
+            if stage is not None:
+                entropy = entropy * stage
             entropy_loss = agg_loss(loss_mat=entropy, loss_mask=mask, loss_agg_mode=config.loss_agg_mode,
                                     **config.global_batch_info)
             policy_loss = policy_loss - config.entropy_coeff * entropy_loss
             metrics["actor/entropy_loss"] = Metric(value=entropy_loss, aggregation=metric_aggregation)
         if config.use_kl_loss:
-            kld = kl_penalty(logprob=log_prob, ref_logprob=padded["ref_log_prob"], kl_penalty=config.kl_loss_type)
+            kld = kl_penalty(logprob=log_prob, ref_logprob=padded["ref_log_prob"],
+                             kl_penalty=config.kl_loss_type)
+            if stage is not None:
+                kld = kld * stage
             kl_loss = agg_loss(loss_mat=kld, loss_mask=mask, loss_agg_mode=config.loss_agg_mode,
                                **config.global_batch_info)
             policy_loss = policy_loss + kl_loss * config.kl_loss_coef

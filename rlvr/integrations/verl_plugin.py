@@ -95,7 +95,7 @@ def weight_config(scheme: str, config: Any) -> tuple[WeightConfig, str]:
     ar_alpha = _get(pl, "ar_alpha")
     if ar_alpha is not None:
         kwargs["ar_alpha"] = float(ar_alpha)
-    wc = WeightConfig(scheme=scheme, shaping_input="prob", **kwargs)
+    wc = WeightConfig(shaping_input="prob", **kwargs)
     return wc, str(_get(pl, "weight_position", "surrogate"))
 
 
@@ -129,7 +129,7 @@ def rlvr_policy_loss(
     wc, weight_position = weight_config(scheme, config)
     clip_low, clip_high, clip_c = clip_settings(config)
     mask = response_mask.to(torch.bool)
-    weights = token_weights(scheme, logprobs=log_prob, mask=mask, old_logprobs=old_log_prob, **wc.params())
+    weights = token_weights(scheme, logprobs=log_prob, mask=mask, old_logprobs=old_log_prob, **wc.params(scheme))
     terms = clipped_surrogate(
         log_prob, old_log_prob.detach(), advantages.detach(), weights=weights,
         clip_low=clip_low, clip_high=clip_high, dual_clip=clip_c, weight_position=weight_position,

@@ -219,6 +219,10 @@ def test_actor_loss_logit_hook_and_logit_shaped_grpo_sg():
     assert hooked.shape == (1, logits.shape[0])
     labels = torch.roll(td["input_ids"].values(), -1)
     torch.testing.assert_close(hooked[0], logits[torch.arange(len(labels)), labels])
+    # verl divides the logits by the rollout temperature; the hook returns the raw logit
+    tu.assign_non_tensor(td, temperature=0.5)
+    scaled = loss_fn(student_logits=logits.unsqueeze(0) / 0.5, data=td)[verl_actor.SAMPLED_LOGIT_KEY]
+    torch.testing.assert_close(scaled, hooked)
     with pytest.raises(ValueError, match=verl_actor.SAMPLED_LOGIT_KEY):
         loss_fn({"log_probs": nested(lp, td)}, td)
     inp = lp.clone().requires_grad_(True)
@@ -243,8 +247,9 @@ def test_actor_loss_entropy_top_and_lopti():
     out, _ = verl_actor.RlvrActorLoss(config, "entropy_top", fraction=0.2)(
         {"log_probs": nested(lp, td), "entropy": nested(ent, td)}, td)
     e_pad = no_padding_2_padding(nested(ent, td), td)
-    w = token_weights("entropy_top", logprobs=new, mask=mask, entropy=e_pad, fraction=0.2)
-    native, _ = policy_loss(new, td["old_log_probs"], td["advantages"], mask, weights=w, clip_low=0.2,
+    # 80/20 as the native trainer and the official code: the surrogate averaged over the kept tokens
+    kept = token_weights("entropy_top", logprobs=new, mask=mask, entropy=e_pad, fraction=0.2).bool()
+    native, _ = policy_loss(new, td["old_log_probs"], td["advantages"], kept, clip_low=0.2,
                             clip_high=0.28, dual_clip=3.0)
     # verl's ppo_loss subtracts entropy_coeff * entropy (0 by default): same total
     torch.testing.assert_close(out, native)
@@ -255,8 +260,9 @@ def test_actor_loss_entropy_top_and_lopti():
     for stage, stage_mask in (("low", low), ("high", high)):
         tu.assign_non_tensor(td, **{verl_actor.LOPTI_STAGE_KEY: stage})
         got, _ = verl_actor.RlvrActorLoss(config, "lopti")({"log_probs": nested(lp, td)}, td)
-        want, _ = policy_loss(new, td["old_log_probs"], td["advantages"], stage_mask, clip_low=0.2,
-                              clip_high=0.28, dual_clip=3.0)
+        # AR-Lopti: advantages zeroed outside the stage, the mean over every response token
+        want, _ = policy_loss(new, td["old_log_probs"], td["advantages"] * stage_mask, mask,
+                              clip_low=0.2, clip_high=0.28, dual_clip=3.0)
         torch.testing.assert_close(got, want)
     with pytest.raises(ValueError, match="scheme"):
         verl_actor.RlvrActorLoss(config, "nope")
