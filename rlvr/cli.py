@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("rlvr.eval.cli", "evaluate a checkpoint on an environment: greedy, avg@k, pass@k, EM/F1 as JSONL"),
     "reproduce": ("rlvr.reproduce.cli", "reproduce a figure or table of the paper (fig1..fig4, table_*, sweep, all)"),
     "train": ("rlvr.agents.train_cli", "train a policy with GRPO / GRPO-SG / baselines on an environment"),
+    "algorithms": ("rlvr.agents.train_cli", "list the registered algorithms (rlvr train algo=NAME)"),
     "build-model": ("rlvr.models.cli", "build (or find cached) a tiny base model: tokenizer + Qwen2 + SFT warm start"),
     "prepare-verl": ("rlvr.integrations.verl_data", "write environment tasks as verl-ready parquet (chat prompt, ground truth)"),
 }

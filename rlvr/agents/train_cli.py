@@ -57,3 +57,28 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"rlvr train: nothing to do (already at step {trainer.step}); "
               f"metrics in {trainer.metrics_path}")
     return 0
+
+
+def add_algorithms_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--plugins", nargs="*", default=[], metavar="MODULE",
+                        help="modules to import first (algorithms registered outside rlvr)")
+
+
+def run_algorithms(args: argparse.Namespace) -> int:
+    """One line per registered algorithm: name, label, what it changes, where it comes from."""
+    from rlvr.agents.algorithms import algorithm_names, get_algorithm, load_plugins
+
+    try:
+        load_plugins(args.plugins)
+    except ValueError as e:
+        print(f"rlvr algorithms: {e}", file=sys.stderr)
+        return 2
+    for name in algorithm_names():
+        a = get_algorithm(name)
+        parts = [f"weight={a.weight}" if a.weight else "weight=1"]
+        if a.stages is not None:
+            parts.append(f"{a.n_stages} stages")
+        if a.select_tokens is not None:
+            parts.append("token selection")
+        print(f"{name:<14} {a.label:<22} {', '.join(parts):<32} {a.source}")
+    return 0

@@ -5,5 +5,5 @@ from rlvr.agents.algorithms import Algorithm, register_algorithm
 AR = register_algorithm(Algorithm(
     name="ar", label="AR", color="#9467bd", weight="ar",
     params=lambda wc: {"alpha": wc.ar_alpha}, needs_old_logprobs=True,
-    source="arXiv 2505.12929 Eq. 6; zhyang2226/AR-Lopti@cbeb333 scripts/train_kklogic_AR_4x80GB.sh",
+    source="arXiv 2505.12929 (Advantage Reweighting); zhyang2226/AR-Lopti@cbeb333 scripts/train_kklogic_AR_4x80GB.sh",
 ))

@@ -21,5 +21,5 @@ def stages(old_logprobs, mask, params) -> list[Stage]:
 LOPTI = register_algorithm(Algorithm(
     name="lopti", label="Lopti", color="#8c564b", params=lambda wc: {"eta": wc.eta},
     stages=stages, n_stages=2, needs_old_logprobs=True,
-    source="arXiv 2505.12929 Alg. 1; zhyang2226/AR-Lopti@cbeb333 ray_trainer.py, dp_actor.py",
+    source="arXiv 2505.12929 (Lopti); zhyang2226/AR-Lopti@cbeb333 ray_trainer.py, dp_actor.py",
 ))
