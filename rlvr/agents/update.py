@@ -79,6 +79,21 @@ class Precision:
 
 
 @dataclass
+class BatchTensors:
+    """One batch on the training device, with what every mini-batch of it reads."""
+
+    data: RolloutBatch
+    #: Response tokens in the loss ``[B, R]`` (bool).
+    loss_mask: torch.Tensor
+    #: Per-sequence advantages ``[B]``.
+    advantages: torch.Tensor
+    #: Old-policy statistics (``None``: on-policy, the current forward's detached).
+    old: TokenStats | None
+    #: Reference log-probs ``[B, R]`` (``None``: no KL).
+    ref: torch.Tensor | None
+
+
+@dataclass
 class MicroBatch:
     """The rows of one forward/backward and what their loss needs, trimmed to width ``w``."""
 
@@ -170,6 +185,7 @@ class Updater:
             prob_stats = token_prob_metrics(old.logprobs, old.entropy, loss_mask)
         stages = ([Stage("all", loss_mask)] if self.algorithm.stages is None
                   else self.algorithm.stages(old.logprobs, loss_mask, self.params))
+        bt = BatchTensors(batch, loss_mask, adv, old, ref)
         parts: list[dict[str, float]] = []
         norms: list[float] = []
         skipped = 0
@@ -179,9 +195,9 @@ class Updater:
             for _ in range(cfg.ppo_epochs):
                 order = torch.randperm(n, generator=gen) if mini < n else torch.arange(n)
                 for start in range(0, n, mini):
-                    rows = order[start:start + mini]
-                    part, norm, skip = self._mini_batch(batch, rows, micro, loss_mask, adv, old,
-                                                        ref, stage_tokens, prob_stats)
+                    part, norm, skip, on_policy_stats = self._mini_batch(
+                        bt, order[start:start + mini], micro, stage_tokens)
+                    prob_stats = prob_stats or on_policy_stats
                     parts.extend(part)
                     norms.append(norm)
                     skipped += int(skip)
@@ -205,33 +221,41 @@ class Updater:
         return Normalisers(tokens=float(loss_mask.sum()), selected=selected,
                            sequences=float((loss_mask.sum(-1) > 0).sum()))
 
-    def _mini_batch(self, batch, rows, micro, loss_mask, adv, old, ref, stage_tokens, prob_stats):
-        """Forward/backward over the micro-batches of one mini-batch, then one optimizer step."""
-        norm = self._normalisers(loss_mask[rows], micro)
+    def _mini_batch(self, bt: BatchTensors, rows: torch.Tensor, micro: int,
+                    stage_tokens: torch.Tensor | None):
+        """Forward/backward over the micro-batches of one mini-batch, then one optimizer step.
+
+        Returns the micro-batches' metrics, the gradient norm, whether the step was skipped,
+        and (on-policy) the token-probability metrics of the first forward."""
+        norm = self._normalisers(bt.loss_mask[rows], micro)
         parts = []
+        prob_stats: dict[str, float] = {}
         finite = True
         for s in range(0, len(rows), micro):
             idx = rows[s:s + micro]
-            data = batch.select(idx)
+            data = bt.data.select(idx)
             width = data.n_response
             mb = MicroBatch(
                 data=data, loss_mask=data.response_mask.to(self.device).bool(),
-                advantages=adv[idx],
-                old_logprobs=None if old is None else old.logprobs[idx, :width],
-                ref_logprobs=None if ref is None else ref[idx, :width],
+                advantages=bt.advantages[idx],
+                old_logprobs=None if bt.old is None else bt.old.logprobs[idx, :width],
+                ref_logprobs=None if bt.ref is None else bt.ref[idx, :width],
                 stage_tokens=None if stage_tokens is None else stage_tokens[idx, :width])
-            loss, metrics = self.micro_batch_loss(mb, norm, prob_stats)
+            loss, metrics, stats = self.micro_batch_loss(mb, norm)
+            if mb.old_logprobs is None and not prob_stats:
+                prob_stats = token_prob_metrics(stats.logprobs.detach(), stats.entropy,
+                                                mb.loss_mask)
             if torch.isfinite(loss):
                 self.precision.backward(loss)
             else:
                 finite = False
             parts.append(metrics)
         grad_norm, skipped = self._optimizer_step(finite)
-        return parts, grad_norm, skipped
+        return parts, grad_norm, skipped, prob_stats
 
-    def micro_batch_loss(self, mb: MicroBatch, norm: Normalisers,
-                         prob_stats: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
-        """The loss of one micro-batch (module docstring of ``rlvr.agents.losses``).
+    def micro_batch_loss(self, mb: MicroBatch, norm: Normalisers
+                         ) -> tuple[torch.Tensor, dict[str, float], TokenStats]:
+        """The loss of one micro-batch (``rlvr.agents.losses``), its metrics and its statistics.
 
         The surrogate covers the algorithm's selected tokens (80/20) or every response token;
         with stages (Lopti) the advantage is zeroed outside the stage and KL counts on the stage's
@@ -241,8 +265,6 @@ class Updater:
         stats = self._stats(mb.data)
         mask = mb.loss_mask
         old_lp = stats.logprobs.detach() if mb.old_logprobs is None else mb.old_logprobs
-        if mb.old_logprobs is None and not prob_stats:
-            prob_stats.update(token_prob_metrics(old_lp, stats.entropy, mask))
         pg_mask, n_pg = mask, norm.tokens
         if self.algorithm.select_tokens is not None:
             pg_mask = self.algorithm.select_tokens(stats.entropy, mask, self.params)
@@ -281,7 +303,7 @@ class Updater:
         metrics["entropy"] = float(masked_mean(stats.entropy, mask))
         used = pg_mask if mb.stage_tokens is None else mb.stage_tokens
         metrics["pg_token_frac"] = float(used.sum()) / max(float(mask.sum()), 1.0)
-        return loss, metrics
+        return loss, metrics, stats
 
     def _optimizer_step(self, losses_finite: bool) -> tuple[float, bool]:
         clip = self.cfg.optim.grad_clip
