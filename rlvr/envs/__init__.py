@@ -32,7 +32,8 @@ def env_id(name: str) -> str:
         return ENV_NAMES[name][0]
     if name in ENV_IDS:
         return name
-    raise ValueError(f"unknown env {name!r}; choose one of {sorted(ENV_NAMES)} or {sorted(ENV_IDS)}")
+    raise ValueError(f"unknown env {name!r}; choose one of {sorted(ENV_NAMES)} or "
+                     f"{sorted(ENV_IDS)}")
 
 
 def env_accepts(name: str, kwarg: str) -> bool:
@@ -48,12 +49,12 @@ def env_accepts(name: str, kwarg: str) -> bool:
 def make_env(name: str, split: str | None = None, **kwargs) -> gym.Env:
     """``gymnasium.make`` of an env by short name (``kk``) or gymnasium id.
 
-    ``split`` is passed when given and the env takes one (a ``split`` in ``kwargs`` wins); an env
-    without splits is built without it.
+    ``split`` is passed when given and the env takes one; an env without splits is built
+    without it.
     """
     gid = name if name in gym.registry else env_id(name)
     if split is not None and env_accepts(gid, "split"):
-        kwargs = {"split": split, **kwargs}
+        kwargs["split"] = split
     return gym.make(gid, **kwargs)
 
 

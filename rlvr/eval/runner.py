@@ -73,7 +73,8 @@ class EvalConfig:
         if not self.greedy and self.k == 0:
             raise ValueError("EvalConfig: greedy=false and k=0 leaves nothing to evaluate")
         if self.k and self.temperature <= 0:
-            raise ValueError(f"EvalConfig.temperature must be > 0 to sample k={self.k}, got {self.temperature}")
+            raise ValueError(f"EvalConfig.temperature must be > 0 to sample k={self.k}, "
+                             f"got {self.temperature}")
         if bool(self.group_by) != bool(self.group_values):
             raise ValueError("EvalConfig: group_by and group_values go together")
         bad = [k for k in self.pass_ks if k < 1 or (self.k and k > self.k)]
@@ -324,7 +325,8 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def save_result(result: EvalResult, out_dir: str | Path) -> Path:
-    """``responses.jsonl`` and ``summary.json`` (config, seconds, metrics per group) in ``out_dir``."""
+    """``responses.jsonl`` and ``summary.json`` (config, seconds, metrics per group) in
+    ``out_dir``."""
     out = Path(out_dir)
     write_jsonl(result.records, out / "responses.jsonl")
     (out / "summary.json").write_text(json.dumps(_jsonable(

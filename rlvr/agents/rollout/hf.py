@@ -65,10 +65,12 @@ def _growable_cache(model, reserve: int):
         from transformers.cache_utils import DynamicCache, DynamicLayer
     except ImportError:
         return None
-    text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    text_cfg = (model.config.get_text_config() if hasattr(model.config, "get_text_config")
+                else model.config)
     layer_types = getattr(text_cfg, "layer_types", None) or ["full_attention"]
-    if any(t != "full_attention" for t in layer_types) or getattr(text_cfg, "sliding_window", None) \
-            and getattr(text_cfg, "use_sliding_window", False):
+    sliding = (getattr(text_cfg, "sliding_window", None)
+               and getattr(text_cfg, "use_sliding_window", False))
+    if any(t != "full_attention" for t in layer_types) or sliding:
         return None
 
     class PreallocatedLayer(DynamicLayer):
@@ -83,7 +85,8 @@ def _growable_cache(model, reserve: int):
                 cap = need + reserve if self._kbuf is None else max(need, 2 * self._kbuf.shape[-2])
                 shape = (*key_states.shape[:-2], cap, key_states.shape[-1])
                 kbuf = key_states.new_empty(shape)
-                vbuf = value_states.new_empty((*value_states.shape[:-2], cap, value_states.shape[-1]))
+                vbuf = value_states.new_empty(
+                    (*value_states.shape[:-2], cap, value_states.shape[-1]))
                 if self._len:
                     kbuf[..., :self._len, :] = self._kbuf[..., :self._len, :]
                     vbuf[..., :self._len, :] = self._vbuf[..., :self._len, :]
