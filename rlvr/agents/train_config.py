@@ -63,10 +63,12 @@ class OptimConfig:
 
 
 @dataclasses.dataclass
-class EvalConfig:
-    """Periodic evaluation on the held-out split: greedy accuracy over ``n_prompts`` tasks and
-    sampled accuracy (``samples`` draws per task at the rollout temperature). ``every = 0``
-    turns it off; ``at_end`` also evaluates after the last step."""
+class PeriodicEvalConfig:
+    """Periodic evaluation during training (the ``eval.*`` keys) on the held-out split: greedy
+    accuracy over ``n_prompts`` tasks and sampled accuracy (``samples`` draws per task at the
+    rollout temperature). ``every = 0`` turns it off; ``at_end`` also evaluates after the last
+    step. Sampling follows ``rollout.*``; ``rlvr eval`` has its own ``rlvr.eval.runner.EvalConfig``
+    (model, groups, k, temperature, budget)."""
 
     every: int = 0
     n_prompts: int = 8
@@ -111,7 +113,7 @@ class TrainConfig:
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
     rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
-    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    eval: PeriodicEvalConfig = dataclasses.field(default_factory=PeriodicEvalConfig)
     save_every: int = 0
     keep_checkpoints: int = 2
     resume: bool = False

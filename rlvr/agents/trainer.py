@@ -19,8 +19,6 @@ scheduler, RNG states, data position), so a resumed run repeats an uninterrupted
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import inspect
 import math
 import random
 import sys
@@ -28,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -46,9 +43,11 @@ from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: publ
 from rlvr.agents.policy import Policy
 from rlvr.agents.rollout.base import RolloutBatch, SamplingParams, collate
 from rlvr.agents.rollout.multiturn import Episode, run_episodes
-from rlvr.agents.train_config import ENV_IDS, TrainConfig
+from rlvr.agents.train_config import TrainConfig
 from rlvr.agents.update import Precision, Updater, optimizer_steps_per_batch
 from rlvr.config import dump_yaml
+from rlvr.envs import env_accepts, make_env
+from rlvr.eval.loop import plan, play, task_runs
 
 #: Minimum reward per env (DESIGN section 4): K&K totals lie in [-3, 3]; math and search QA
 #: score 0/1. An episode whose env raised scores this.
@@ -83,16 +82,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-def env_accepts(env_id: str, kwarg: str) -> bool:
-    """Whether the env registered as ``env_id`` takes keyword ``kwarg`` (e.g. ``split``)."""
-    entry = gym.spec(env_id).entry_point
-    if isinstance(entry, str):
-        module, name = entry.split(":")
-        entry = getattr(importlib.import_module(module), name)
-    params = inspect.signature(entry).parameters
-    return kwarg in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def episodes_to_batch(episodes: list[Episode], pad_id: int) -> RolloutBatch:
@@ -180,14 +169,13 @@ class Trainer:
         torch.manual_seed(seed)
 
     def _make_registered_env(self, split: str):
-        env_id = ENV_IDS[self.cfg.env]
         kwargs = dict(self.cfg.env_kwargs)
         if split != "train" or "split" in kwargs:
-            if not env_accepts(env_id, "split"):
+            if not env_accepts(self.cfg.env, "split"):
                 raise ValueError(f"env {self.cfg.env!r} has no 'split' argument; evaluation "
                                  "needs a held-out split (set eval.every=0)")
             kwargs["split"] = split if split != "train" else kwargs["split"]
-        return gym.make(env_id, **kwargs)
+        return make_env(self.cfg.env, **kwargs)
 
     def _make_backend(self):
         if self.cfg.rollout.backend == "vllm":
@@ -261,24 +249,31 @@ class Trainer:
 
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, step: int) -> dict[str, float]:
-        """Greedy and sampled accuracy on the first ``eval.n_prompts`` held-out tasks."""
+        """Greedy and sampled accuracy on the first ``eval.n_prompts`` held-out tasks, played by
+        the shared evaluation loop (``rlvr.eval.loop``) as one chunk over a reused env pool."""
         ec = self.cfg.eval
         n = ec.n_prompts * max(1, ec.samples)
         if self._eval_envs is None or len(self._eval_envs) != n:
             self._eval_envs = [self.make_env(ec.split) for _ in range(n)]
-        out: dict[str, float] = {}
+
+        def envs_for(part):
+            envs, prompts = self._eval_envs[:len(part)], []
+            for start, end in task_runs(part):  # a task's jobs reset as one group
+                prompts += self._reset_group(envs[start:end], part[start].task)
+            return envs, prompts
+
         t0 = time.perf_counter()
         greedy = dataclasses.replace(self.sampling, temperature=0.0)
-        for name, params, k in (("greedy", greedy, 1), ("sampled", self.sampling, ec.samples)):
-            envs = self._eval_envs[:ec.n_prompts * k]
-            prompts = []
-            for i in range(ec.n_prompts):
-                prompts += self._reset_group(envs[i * k:(i + 1) * k], i)
-            eps = run_episodes(self.backend, self.tokenizer, envs, prompts, params,
-                               max_response_tokens=self.cfg.rollout.max_response_tokens,
-                               seed=self.cfg.seed * 15_485_863 + step,
-                               error_reward=self.error_reward,
-                               max_prompt_tokens=self.cfg.rollout.max_prompt_tokens)
+        with self.precision.autocast():
+            played = play(self.backend, self.tokenizer, plan(ec.n_prompts, k=ec.samples),
+                          envs_for=envs_for, params={"greedy": greedy, "sample": self.sampling},
+                          seed_of=lambda chunk: self.cfg.seed * 15_485_863 + step,
+                          max_response_tokens=self.cfg.rollout.max_response_tokens,
+                          error_reward=self.error_reward,
+                          max_prompt_tokens=self.cfg.rollout.max_prompt_tokens)
+        out: dict[str, float] = {}
+        for mode, name in (("greedy", "greedy"), ("sample", "sampled")):
+            eps = [e for job, e in played if job.mode == mode]
             out[f"eval/{name}_accuracy"] = float(np.mean([bool(e.info.get("correct")) and
                                                           e.error is None for e in eps]))
             out[f"eval/{name}_reward"] = float(np.mean([e.reward for e in eps]))

@@ -5,6 +5,9 @@ Entry points are strings, so importing one environment never imports another.
 """
 from __future__ import annotations
 
+import importlib
+import inspect
+
 import gymnasium as gym
 
 from rlvr.envs.base import AnyText, Score, SingleTurnEnv, coerce_text
@@ -29,13 +32,34 @@ def env_id(name: str) -> str:
         return ENV_NAMES[name][0]
     if name in ENV_IDS:
         return name
-    raise ValueError(f"unknown env {name!r}; choose one of {sorted(ENV_NAMES)} or {sorted(ENV_IDS)}")
+    raise ValueError(f"unknown env {name!r}; choose one of {sorted(ENV_NAMES)} or "
+                     f"{sorted(ENV_IDS)}")
+
+
+def env_accepts(name: str, kwarg: str) -> bool:
+    """Whether the env ``name`` (short name or gymnasium id) takes keyword ``kwarg``."""
+    entry = gym.spec(name if name in gym.registry else env_id(name)).entry_point
+    if isinstance(entry, str):
+        module, attr = entry.split(":")
+        entry = getattr(importlib.import_module(module), attr)
+    params = inspect.signature(entry).parameters
+    return kwarg in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def make_env(name: str, split: str | None = None, **kwargs) -> gym.Env:
+    """``gymnasium.make`` of an env by short name (``kk``) or gymnasium id.
+
+    ``split`` is passed when given and the env takes one; an env without splits is built
+    without it.
+    """
+    gid = name if name in gym.registry else env_id(name)
+    if split is not None and env_accepts(gid, "split"):
+        kwargs["split"] = split
+    return gym.make(gid, **kwargs)
 
 
 def get_scorer(name: str):
     """The pure ``score(response, ground_truth, **kw) -> Score`` function of an env."""
-    import importlib
-
     short = next((k for k, (i, _) in ENV_NAMES.items() if i == name), name)
     if short not in ENV_NAMES:
         raise ValueError(f"unknown env {name!r}; choose one of {sorted(ENV_NAMES)}")
@@ -50,4 +74,4 @@ def register_all() -> None:
 
 
 __all__ = ["AnyText", "Score", "SingleTurnEnv", "coerce_text", "ENV_IDS", "ENV_NAMES", "env_id",
-           "get_scorer", "register_all"]
+           "env_accepts", "get_scorer", "make_env", "register_all"]

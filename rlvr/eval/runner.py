@@ -1,21 +1,21 @@
 """Evaluate a checkpoint on an environment's test items: greedy accuracy, avg@k and pass@k.
 
 ``evaluate(cfg)`` loads the model (``micro``, a local directory, a tiny-model name or a hub name),
-draws items ``0..n_items-1`` of each group (fewer when the split has fewer tasks) with ``env.reset(seed=cfg.seed, options={"index": i})``
-(``split="test"``), generates one greedy response and ``k`` sampled responses per item in batches
-(a tqdm bar counts responses), scores each with the environment's own ``step`` and returns every
-response as a record (see ``rlvr.eval.metrics``) with the summary per group. ``write_jsonl`` saves
-the records, so figures are redrawn without rerunning the model.
+draws items ``0..n_items-1`` of each group (fewer when the split has fewer tasks) with
+``env.reset(seed=cfg.seed, options={"index": i})`` (``split="test"``), generates one greedy
+response and ``k`` sampled responses per item in batches (a tqdm bar counts responses), scores
+each with the environment's own ``step`` and returns every response as a record (see
+``rlvr.eval.metrics``) with the summary per group. ``write_jsonl`` saves the records, so figures
+are redrawn without rerunning the model.
 
-Generation uses the trainer's rollout backend (``rlvr.agents.rollout``) when it is installed and
-``model.generate`` otherwise; multi-turn environments (search QA) run through the trainer's
-multi-turn driver, so tool calls, observations and turn limits match training exactly.
+Responses come from the evaluation loop the trainer also uses (``rlvr.eval.loop``): the trainer's
+rollout backend (``rlvr.agents.rollout.hf``; ``backend=generate`` swaps in ``model.generate``) and
+its episode driver, so tool calls, observations and turn limits of multi-turn environments (search
+QA) match training exactly.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import inspect
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import gymnasium as gym
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
-from rlvr.envs import env_id
+from rlvr.agents.rollout import Generation, RolloutBackend, SamplingParams, make_backend
+from rlvr.agents.rollout.multiturn import episode_seed
+from rlvr.envs import make_env
 from rlvr.envs.base import SingleTurnEnv
+from rlvr.eval.loop import Job, plan, play
 from rlvr.eval.metrics import exact_match, f1_score, gold_answers, summarize_by_group
 
 
@@ -72,7 +73,8 @@ class EvalConfig:
         if not self.greedy and self.k == 0:
             raise ValueError("EvalConfig: greedy=false and k=0 leaves nothing to evaluate")
         if self.k and self.temperature <= 0:
-            raise ValueError(f"EvalConfig.temperature must be > 0 to sample k={self.k}, got {self.temperature}")
+            raise ValueError(f"EvalConfig.temperature must be > 0 to sample k={self.k}, "
+                             f"got {self.temperature}")
         if bool(self.group_by) != bool(self.group_values):
             raise ValueError("EvalConfig: group_by and group_values go together")
         bad = [k for k in self.pass_ks if k < 1 or (self.k and k > self.k)]
@@ -91,7 +93,7 @@ class EvalResult:
         return self.summary[group][name]
 
 
-# -- Generation --------------------------------------------------------------------------------
+# -- Generation ---------------------------------------------------------------------------------
 @dataclass
 class Completion:
     text: str
@@ -102,86 +104,39 @@ class Completion:
 GenerateFn = Callable[[list[list[int]], float, int], list[Completion]]
 
 
-def rollout_backend(model, tokenizer):
-    """The trainer's HF rollout backend for ``model``, or ``None`` when it is not installed."""
-    try:
-        hf = importlib.import_module("rlvr.agents.rollout.hf")
-    except ImportError:
-        return None
-    return hf.HFBackend(model, tokenizer)
-
-
-def _hf_generate(model, tokenizer, contexts: list[list[int]], temperature: float, seed: int,
-                 cfg: EvalConfig) -> list[Completion]:
-    """``model.generate`` on left-padded contexts (the fallback when no rollout backend exists)."""
-    device = next(model.parameters()).device
-    width = max(len(c) for c in contexts)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    ids = torch.full((len(contexts), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, c in enumerate(contexts):
-        ids[i, width - len(c):] = torch.tensor(c)
-        mask[i, width - len(c):] = 1
-    kwargs: dict[str, Any] = dict(max_new_tokens=cfg.max_new_tokens, pad_token_id=pad,
-                                  eos_token_id=tokenizer.eos_token_id)
-    if temperature > 0:
-        kwargs.update(do_sample=True, temperature=temperature, top_p=cfg.top_p, top_k=0)
-    else:
-        kwargs.update(do_sample=False)
-    if cfg.stop:
-        kwargs.update(stop_strings=list(cfg.stop), tokenizer=tokenizer)
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
-        torch.manual_seed(seed)
-        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
-    result = []
-    for row in out[:, width:].tolist():
-        toks = [t for t in row if t != pad]
-        if tokenizer.eos_token_id in toks:
-            toks = toks[:toks.index(tokenizer.eos_token_id) + 1]
-            reason = "eos"
-        else:
-            reason = "length"
-        text = tokenizer.decode(toks, skip_special_tokens=True)
-        for s in cfg.stop:
-            if s in text:
-                text, reason = text[:text.index(s) + len(s)], "stop"
-        result.append(Completion(text, toks, reason))
-    return result
+def backend_name(cfg: EvalConfig) -> str:
+    """The rollout backend (``rlvr.agents.rollout.make_backend``) that ``cfg.backend`` selects:
+    the trainer's own sampler, or ``model.generate`` with ``backend=generate``."""
+    return "generate" if cfg.backend == "generate" else "hf"
 
 
 def make_generate_fn(model, tokenizer, cfg: EvalConfig) -> tuple[GenerateFn, str]:
     """A ``(contexts, temperature, seed) -> completions`` function and the backend's name."""
-    backend = rollout_backend(model, tokenizer) if cfg.backend in ("auto", "rollout") else None
-    if backend is None and cfg.backend == "rollout":
-        raise ImportError("EvalConfig.backend=rollout: rlvr.agents.rollout.hf is not installed")
-    if backend is not None:
-        base = importlib.import_module("rlvr.agents.rollout.base")
+    name = backend_name(cfg)
+    backend = make_backend(name, model, tokenizer)
 
-        def generate(contexts, temperature, seed):
-            params = base.SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=temperature,
-                                         top_p=cfg.top_p, stop=tuple(cfg.stop))
-            g = backend.generate(contexts, params, seed=seed)
-            return [Completion(t, list(ids), r)
-                    for t, ids, r in zip(g.texts, g.token_ids, g.finish_reasons)]
+    def generate(contexts, temperature, seed):
+        params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=temperature,
+                                top_p=cfg.top_p, stop=tuple(cfg.stop))
+        g = backend.generate(contexts, params, seed=seed)
+        return [Completion(t, list(ids), r)
+                for t, ids, r in zip(g.texts, g.token_ids, g.finish_reasons)]
 
-        return generate, "rollout.hf"
-    return (lambda contexts, temperature, seed:
-            _hf_generate(model, tokenizer, contexts, temperature, seed, cfg)), "transformers.generate"
+    return generate, {"hf": "rollout.hf", "generate": "transformers.generate"}[name]
 
 
-# -- Environments ------------------------------------------------------------------------------
-def make_env(name: str, split: str = "test", **kwargs) -> gym.Env:
-    """``gym.make`` of an env by short name (``kk``) or gymnasium id, passing ``split`` when the
-    env takes one."""
-    gid = name if name in gym.registry else env_id(name)
-    spec = gym.spec(gid)
-    module, attr = spec.entry_point.split(":")
-    cls = getattr(importlib.import_module(module), attr)
-    params = inspect.signature(cls.__init__).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    if "split" in params or takes_any:
-        kwargs = {"split": split, **kwargs}
-    return gym.make(gid, **kwargs)
+class CompletionBackend(RolloutBackend):
+    """A ``GenerateFn`` behind the rollout interface, so that single-turn evaluation runs
+    through the episode driver: one call per part, every row with the full budget."""
+
+    def __init__(self, generate: GenerateFn):
+        self._generate = generate
+
+    def generate(self, contexts, params, *, seed, max_new_tokens=None) -> Generation:
+        outs = self._generate(contexts, params.temperature, seed)
+        return Generation([list(c.token_ids) for c in outs],
+                          [[0.0] * len(c.token_ids) for c in outs],
+                          [c.finish_reason for c in outs], [c.text for c in outs])
 
 
 def _groups(cfg: EvalConfig) -> list[tuple[str, dict[str, Any]]]:
@@ -230,85 +185,87 @@ def _record(cfg: EvalConfig, group: str, index: int, mode: str, sample: int, pro
     return rec
 
 
-def _jobs(cfg: EvalConfig, n_tasks: int) -> list[tuple[int, str, int]]:
-    """``(task, mode, sample)`` for every response to generate: greedy first, then samples."""
-    jobs = [(t, "greedy", 0) for t in range(n_tasks)] if cfg.greedy else []
-    jobs += [(t, "sample", j) for t in range(n_tasks) for j in range(cfg.k)]
-    return jobs
+def _single_turn_envs(cfg: EvalConfig, tasks: list[dict[str, Any]]):
+    """``envs_for`` of single-turn tasks: an env per distinct task of a part, reused across
+    parts (a single-turn env scores any number of responses after one ``reset``)."""
+    pools: dict[str, list] = {t["group"]: [t["env"]] for t in tasks}
 
-
-def _single_turn(cfg, tokenizer, generate: GenerateFn, tasks, bar) -> list[dict[str, Any]]:
-    records = []
-    jobs = _jobs(cfg, len(tasks))
-    by_task: dict[int, list[tuple[str, int, Completion]]] = {}
-    for b, start in enumerate(range(0, len(jobs), cfg.batch_size)):
-        batch = jobs[start:start + cfg.batch_size]
-        for mode in ("greedy", "sample"):
-            part = [j for j in batch if j[1] == mode]
-            if not part:
+    def envs_for(part: list[Job]):
+        taken: dict[int, Any] = {}
+        used: dict[str, int] = {}
+        for job in part:
+            if job.task in taken:
                 continue
-            temp = 0.0 if mode == "greedy" else cfg.temperature
-            outs = generate([tasks[t]["context"] for t, _, _ in part], temp, cfg.seed * 100_003 + b)
-            for (t, m, s), c in zip(part, outs):
-                by_task.setdefault(t, []).append((m, s, c))
-        bar.update(len(batch))
-    for t, task in enumerate(tasks):
-        env = task["env"]
-        for i, (mode, sample, c) in enumerate(by_task.get(t, [])):
-            if i == 0 or not isinstance(env.unwrapped, SingleTurnEnv):
-                env.reset(seed=cfg.seed, options={"index": task["index"]})
-            _, reward, _, _, info = env.step(c.text)
-            records.append(_record(cfg, task["group"], task["index"], mode, sample, task["prompt"],
-                                   task["info"], c.text, c.token_ids, c.finish_reason, reward, info))
-    return records
+            task = tasks[job.task]
+            pool, slot = pools[task["group"]], used.get(task["group"], 0)
+            if slot == len(pool):
+                pool.append(make_env(cfg.env, cfg.split, **task["env_kwargs"]))
+            used[task["group"]] = slot + 1
+            taken[job.task] = pool[slot]
+            pool[slot].reset(seed=cfg.seed, options={"index": task["index"]})
+        return [taken[j.task] for j in part], [tasks[j.task]["prompt"] for j in part]
+
+    return envs_for, pools
 
 
-def _multi_turn(cfg, model, tokenizer, tasks, bar) -> list[dict[str, Any]]:
-    """Episodes through the trainer's multi-turn driver (``rlvr.agents.rollout.multiturn``)."""
-    try:
-        driver = importlib.import_module("rlvr.agents.rollout.multiturn")
-    except ImportError as e:
-        raise ImportError(f"env {cfg.env!r} is multi-turn; evaluating it needs the trainer's "
-                          f"rlvr.agents.rollout.multiturn driver ({e})") from e
-    return driver_records(driver, cfg, model, tokenizer, tasks, bar)
+def _multi_turn_envs(cfg: EvalConfig, tasks: list[dict[str, Any]]):
+    """``envs_for`` of multi-turn tasks: a fresh env per response, reset to its task."""
+    def envs_for(part: list[Job]):
+        envs = []
+        for job in part:
+            env = make_env(cfg.env, cfg.split, **tasks[job.task]["env_kwargs"])
+            env.reset(seed=cfg.seed, options={"index": tasks[job.task]["index"]})
+            envs.append(env)
+        return envs, [tasks[j.task]["prompt"] for j in part]
+
+    return envs_for
 
 
-def driver_records(driver, cfg, model, tokenizer, tasks, bar) -> list[dict[str, Any]]:
-    base = importlib.import_module("rlvr.agents.rollout.base")
-    backend = rollout_backend(model, tokenizer)
+def _close(envs) -> None:
+    for env in envs:
+        env.close()
+
+
+def _records(cfg: EvalConfig, model, tokenizer, tasks, multi_turn: bool,
+             bar) -> list[dict[str, Any]]:
+    """Play every job (``rlvr.eval.loop``) and turn each episode into a record.
+
+    Single-turn tasks sample with the seed of their chunk itself and list their records task by
+    task; multi-turn tasks (search QA) run the trainer's multi-turn driver with the chunk seed,
+    so tool calls, observations and turn limits match training, and list records as played.
+    """
+    base_seed = cfg.seed * 100_003
+    if multi_turn:
+        backend = make_backend(backend_name(cfg), model, tokenizer)
+        envs_for, release, seed_of = _multi_turn_envs(cfg, tasks), _close, (
+            lambda chunk: base_seed + chunk)
+    else:
+        backend = CompletionBackend(make_generate_fn(model, tokenizer, cfg)[0])
+        envs_for, pools = _single_turn_envs(cfg, tasks)
+        release, seed_of = None, lambda chunk: episode_seed(base_seed + chunk)
+    greedy = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0, top_p=cfg.top_p,
+                            stop=tuple(cfg.stop))
+    params = {"greedy": greedy, "sample": dataclasses.replace(greedy, temperature=cfg.temperature)}
+    played = play(backend, tokenizer, plan(len(tasks), greedy=cfg.greedy, k=cfg.k),
+                  envs_for=envs_for, params=params, seed_of=seed_of,
+                  max_response_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
+                  release=release, on_part=bar.update)
+    if not multi_turn:
+        played.sort(key=lambda p: p[0].task)  # stable: greedy, then samples, per task
+        for pool in pools.values():
+            _close(pool[1:])  # pool[0] is the task's own env, closed by the caller
     records = []
-    jobs = _jobs(cfg, len(tasks))
-    for b, start in enumerate(range(0, len(jobs), cfg.batch_size)):
-        batch = jobs[start:start + cfg.batch_size]
-        for mode in ("greedy", "sample"):
-            part = [j for j in batch if j[1] == mode]
-            if not part:
-                continue
-            params = base.SamplingParams(
-                max_new_tokens=cfg.max_new_tokens,
-                temperature=0.0 if mode == "greedy" else cfg.temperature, top_p=cfg.top_p,
-                stop=tuple(cfg.stop))
-            envs = []
-            for t, _, _ in part:
-                env = make_env(cfg.env, cfg.split, **tasks[t]["env_kwargs"])
-                env.reset(seed=cfg.seed, options={"index": tasks[t]["index"]})
-                envs.append(env)
-            episodes = driver.run_episodes(
-                backend, tokenizer, envs, [tasks[t]["prompt"] for t, _, _ in part], params,
-                max_response_tokens=cfg.max_new_tokens, seed=cfg.seed * 100_003 + b)
-            for env in envs:
-                env.close()
-            for (t, m, s), ep in zip(part, episodes):
-                task = tasks[t]
-                info = dict(ep.info)
-                if ep.error:
-                    info.update(correct=False, reason=f"error: {ep.error.splitlines()[0]}")
-                generated = [i for i, keep in zip(ep.response_ids, ep.loss_mask) if keep]
-                records.append(_record(
-                    cfg, task["group"], task["index"], m, s, task["prompt"], task["info"],
-                    ep.response_text, generated, ep.finish_reason, ep.reward, info,
-                    extra={"turns": ep.turns, "tool_calls": ep.response_text.count("</search>")}))
-        bar.update(len(batch))
+    for job, ep in played:
+        task = tasks[job.task]
+        info = dict(ep.info)
+        if ep.error:
+            info.update(correct=False, reason=f"error: {ep.error.splitlines()[0]}")
+        generated = [i for i, keep in zip(ep.response_ids, ep.loss_mask) if keep]
+        extra = ({"turns": ep.turns, "tool_calls": ep.response_text.count("</search>")}
+                 if multi_turn else None)
+        records.append(_record(cfg, task["group"], task["index"], job.mode, job.sample,
+                               task["prompt"], task["info"], ep.response_text, generated,
+                               ep.finish_reason, ep.reward, info, extra=extra))
     return records
 
 
@@ -335,21 +292,16 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
         for i in range(n_items):
             prompt, info = env.reset(seed=cfg.seed, options={"index": i})
             tasks.append({"group": group, "index": i, "prompt": prompt, "info": info, "env": env,
-                          "env_kwargs": kwargs,
-                          "context": tokenizer.encode(prompt, add_special_tokens=False)})
-    n_jobs = len(_jobs(cfg, len(tasks)))
+                          "env_kwargs": kwargs})
+    n_jobs = len(plan(len(tasks), greedy=cfg.greedy, k=cfg.k))
     bar = tqdm(total=n_jobs, desc=f"eval {cfg.env}", unit="resp", disable=not progress,
                dynamic_ncols=True, leave=False)
     try:
-        if multi_turn:
-            records = _multi_turn(cfg, model, tokenizer, tasks, bar)
-        else:
-            generate, _ = make_generate_fn(model, tokenizer, cfg)
-            records = _single_turn(cfg, tokenizer, generate, tasks, bar)
+        records = _records(cfg, model, tokenizer, tasks, multi_turn, bar)
     finally:
         bar.close()
-        for t in tasks:
-            t["env"].close()
+        for env in {id(t["env"]): t["env"] for t in tasks}.values():
+            env.close()
     ks = sorted(set(cfg.pass_ks) | ({cfg.k} if cfg.k else set()))
     summary = summarize_by_group(records, ks=ks)
     return EvalResult(records, summary, time.perf_counter() - start, dataclasses.asdict(cfg))
@@ -373,7 +325,8 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def save_result(result: EvalResult, out_dir: str | Path) -> Path:
-    """``responses.jsonl`` and ``summary.json`` (config, seconds, metrics per group) in ``out_dir``."""
+    """``responses.jsonl`` and ``summary.json`` (config, seconds, metrics per group) in
+    ``out_dir``."""
     out = Path(out_dir)
     write_jsonl(result.records, out / "responses.jsonl")
     (out / "summary.json").write_text(json.dumps(_jsonable(

@@ -1,59 +1,59 @@
 """Accuracy of a base model on held-out items of its task (greedy, or avg@k when sampling).
 
 A small check for building and tuning the tiny bases; the full evaluation runner is
-``rlvr.eval``. Single-turn tasks (K&K, math) score each completion with the environment's pure
-``score``; search QA runs the trainer's multi-turn driver against the environment and also
-reports the share of episodes that called the search tool.
+``rlvr.eval``. Responses come from the shared evaluation loop (``rlvr.eval.loop``: the trainer's
+rollout backend and episode driver) and are scored by the environment's own ``step``; search QA
+also reports the share of episodes that called the search tool.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
 
+from rlvr.agents.rollout import SamplingParams, make_backend
+from rlvr.eval.loop import plan, play, task_runs
 from rlvr.models import traces
-from rlvr.models.generate import generate
 
 #: Response budget per task (tokens; search QA: the whole episode, observations included).
 #: K&K answers of 5 people are 42 tokens, worked math solutions up to ~70.
 MAX_NEW_TOKENS = {"kk": 96, "math": 160, "searchqa": 512}
 SEARCH_STOP = ("</search>", "</answer>")
+#: The env keyword argument that tells the groups of ``traces.eval_items`` apart.
+GROUP_KEY = {"kk": "n_people", "math": "difficulty"}
 
 
-def _search_episodes(model, tokenizer, settings, items, *, k, temperature, seed,
-                     max_response_tokens, split):
-    """Search QA episodes through the trainer's multi-turn driver (same tool loop as RL)."""
-    from rlvr.agents.rollout.base import SamplingParams
-    from rlvr.agents.rollout.hf import HFBackend
-    from rlvr.agents.rollout.multiturn import run_episodes
-
-    envs, prompts = [], []
+def _item_envs(task: str, settings: dict[str, Any], items: list, split: str):
+    """``envs_for`` over ``items``: an env reset to each job's item (``traces.eval_items`` draws
+    item ``i`` of a group with ``reset(seed=0, options={"index": i})``). Single-turn jobs of one
+    item share an env, which scores any number of responses after one ``reset``."""
+    key = GROUP_KEY.get(task)
+    index: list[int] = []
+    seen: dict[str, int] = defaultdict(int)
     for item in items:
-        for _ in range(k):
-            env = traces.make_env("searchqa", settings, split)
-            prompts.append(env.reset(seed=0, options={"index": item.info["index"]})[0])
-            envs.append(env)
-    params = SamplingParams(max_new_tokens=max_response_tokens, temperature=temperature,
-                            stop=SEARCH_STOP)
-    episodes = run_episodes(HFBackend(model, tokenizer), tokenizer, envs, prompts, params,
-                            max_response_tokens=max_response_tokens, seed=seed)
-    return [{"correct": bool(ep.info.get("correct")), "format": ep.info.get("format", 0.0),
-             "reward": ep.reward, "length": ep.n_generated,
-             "searches": ep.info.get("n_searches", 0)} for ep in episodes]
+        index.append(item.info["index"] if key is None else seen[item.group])
+        seen[item.group] += 1
+
+    def envs_for(part):
+        envs, prompts = [], []
+        for start, end in task_runs(part):
+            j = part[start].task
+            kwargs = {**settings, key: items[j].info[key]} if key else settings
+            for n in range(end - start):
+                if n == 0 or task == "searchqa":  # search QA episodes each need their own env
+                    env = traces.make_env(task, kwargs, split)
+                    env.reset(seed=0, options={"index": index[j]})
+                envs.append(env)
+                prompts.append(items[j].prompt)
+        return envs, prompts
+
+    return envs_for
 
 
-def _scorer(task: str, settings: dict[str, Any]):
-    if task == "kk":
-        from rlvr.envs.kk import score
-
-        prefilled = bool(settings.get("prefill_think", True))
-        return lambda response, gt: score(response, gt, prefilled_think=prefilled)
-    if task == "math":
-        from rlvr.envs.math import score
-
-        return score
-    from rlvr.envs.searchqa import score
-
-    return score
+def _format(info: dict[str, Any]) -> float:
+    """The format reward: search QA reports it in ``info``, the others among its components."""
+    if "format" in info:
+        return info["format"]
+    return (info.get("reward_components") or {}).get("format", 0.0)
 
 
 def evaluate_base(model, tokenizer, task: str, settings: dict[str, Any], *, n: int = 100,
@@ -66,22 +66,25 @@ def evaluate_base(model, tokenizer, task: str, settings: dict[str, Any], *, n: i
         raise ValueError("k > 1 samples need temperature > 0 (greedy samples are identical)")
     items = traces.eval_items(task, settings, n, split)
     budget = max_new_tokens or MAX_NEW_TOKENS[task]
-    if task == "searchqa":
-        results = _search_episodes(model, tokenizer, settings, items, k=k, temperature=temperature,
-                                   seed=seed, max_response_tokens=budget, split=split)
-    else:
-        prompts = [it.prompt for it in items for _ in range(k)]
-        responses = generate(model, tokenizer, prompts, max_new_tokens=budget,
-                             temperature=temperature, seed=seed, batch_size=batch_size)
-        score = _scorer(task, settings)
-        results = []
-        for j, response in enumerate(responses):
-            s = score(response, items[j // k].ground_truth)
-            results.append({"correct": bool(s.correct), "format": s.components.get("format", 0.0),
-                            "reward": float(s.reward), "length": len(tokenizer.encode(response))})
+    params = SamplingParams(max_new_tokens=budget, temperature=temperature,
+                            stop=SEARCH_STOP if task == "searchqa" else ())
+    mode = "greedy" if temperature == 0 else "sample"
+    jobs = plan(len(items), greedy=mode == "greedy", k=0 if mode == "greedy" else k)
+    # Search QA plays every episode in one driver call seeded with ``seed``; the single-turn
+    # tasks go ``batch_size`` responses at a time, seeded ``seed + chunk``.
+    chunk = 0 if task == "searchqa" else batch_size
+    played = play(make_backend("hf", model, tokenizer), tokenizer, jobs,
+                  envs_for=_item_envs(task, settings, items, split), params={mode: params},
+                  seed_of=lambda c: seed + c, max_response_tokens=budget, batch_size=chunk)
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for j, r in enumerate(results):
-        groups[items[j // k].group].append(r)
+    for job, ep in played:
+        r = {"correct": bool(ep.info.get("correct")), "format": _format(ep.info),
+             "reward": ep.reward}
+        if task == "searchqa":
+            r.update(length=ep.n_generated, searches=ep.info.get("n_searches", 0))
+        else:  # the response text's tokens (an end token is not text)
+            r["length"] = len(tokenizer.encode(ep.response_text))
+        groups[items[job.task].group].append(r)
     rows = []
     for group, rs in groups.items():
         rows.append({

@@ -65,10 +65,12 @@ def _growable_cache(model, reserve: int):
         from transformers.cache_utils import DynamicCache, DynamicLayer
     except ImportError:
         return None
-    text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    text_cfg = (model.config.get_text_config() if hasattr(model.config, "get_text_config")
+                else model.config)
     layer_types = getattr(text_cfg, "layer_types", None) or ["full_attention"]
-    if any(t != "full_attention" for t in layer_types) or getattr(text_cfg, "sliding_window", None) \
-            and getattr(text_cfg, "use_sliding_window", False):
+    sliding = (getattr(text_cfg, "sliding_window", None)
+               and getattr(text_cfg, "use_sliding_window", False))
+    if any(t != "full_attention" for t in layer_types) or sliding:
         return None
 
     class PreallocatedLayer(DynamicLayer):
@@ -83,7 +85,8 @@ def _growable_cache(model, reserve: int):
                 cap = need + reserve if self._kbuf is None else max(need, 2 * self._kbuf.shape[-2])
                 shape = (*key_states.shape[:-2], cap, key_states.shape[-1])
                 kbuf = key_states.new_empty(shape)
-                vbuf = value_states.new_empty((*value_states.shape[:-2], cap, value_states.shape[-1]))
+                vbuf = value_states.new_empty(
+                    (*value_states.shape[:-2], cap, value_states.shape[-1]))
                 if self._len:
                     kbuf[..., :self._len, :] = self._kbuf[..., :self._len, :]
                     vbuf[..., :self._len, :] = self._vbuf[..., :self._len, :]
@@ -243,3 +246,70 @@ class HFBackend(RolloutBackend):
     def _stopped(self, tail_ids: list[int], stop: tuple[str, ...]) -> bool:
         text = self.tokenizer.decode(tail_ids, skip_special_tokens=True)
         return any(s in text for s in stop)
+
+
+class GenerateBackend(RolloutBackend):
+    """``transformers``' own ``model.generate`` behind the rollout interface.
+
+    The cross-check for ``HFBackend`` (``rlvr eval backend=generate``): left-padded contexts,
+    sampling from the global torch RNG seeded with ``seed`` inside a forked RNG state, stop
+    strings handed to ``generate``. Log-probs are read from the raw logits under
+    ``softmax(logits / temperature)`` (temperature 1 when greedy), as ``HFBackend`` reports them.
+    Per-row budgets cut each row after one call at the largest budget.
+    """
+
+    def __init__(self, model, tokenizer):
+        self.model = model
+        self.tokenizer = tokenizer
+
+    @torch.no_grad()
+    def generate(self, contexts: list[list[int]], params: SamplingParams, *,
+                 seed: int, max_new_tokens: list[int] | None = None) -> Generation:
+        n = len(contexts)
+        budgets = [params.max_new_tokens] * n if max_new_tokens is None else [
+            max(0, min(b, params.max_new_tokens)) for b in max_new_tokens]
+        if not n or max(budgets) == 0:
+            return Generation([[] for _ in range(n)], [[] for _ in range(n)], ["length"] * n,
+                              [""] * n)
+        tok = self.tokenizer
+        device = next(self.model.parameters()).device
+        width = max(len(c) for c in contexts)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        ids = torch.full((n, width), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, c in enumerate(contexts):
+            ids[i, width - len(c):] = torch.tensor(c)
+            mask[i, width - len(c):] = 1
+        kwargs = dict(max_new_tokens=max(budgets), pad_token_id=pad, eos_token_id=tok.eos_token_id,
+                      return_dict_in_generate=True, output_logits=True)
+        if params.temperature > 0:
+            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p,
+                          top_k=params.top_k)
+        else:
+            kwargs.update(do_sample=False)
+        if params.stop:
+            kwargs.update(stop_strings=list(params.stop), tokenizer=tok)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                      **kwargs)
+        scale = params.temperature if params.temperature > 0 else 1.0
+        steps = torch.stack(out.logits, dim=1).float() / scale  # [n, steps, V]
+        logp_all = torch.log_softmax(steps, dim=-1)
+        token_ids, logprobs, reasons, texts = [], [], [], []
+        for i, row in enumerate(out.sequences[:, width:].tolist()):
+            kept = [(s, t) for s, t in enumerate(row) if t != pad]
+            toks = [t for _, t in kept]
+            reason = "length"
+            if tok.eos_token_id in toks:
+                kept = kept[:toks.index(tok.eos_token_id) + 1]
+                reason = "eos"
+            if len(kept) > budgets[i]:
+                kept, reason = kept[:budgets[i]], "length"
+            toks = [t for _, t in kept]
+            text, found = truncate_at_stop(tok.decode(toks, skip_special_tokens=True), params.stop)
+            token_ids.append(toks)
+            logprobs.append([float(logp_all[i, s, t]) for s, t in kept])
+            reasons.append("stop" if found else reason)
+            texts.append(text)
+        return Generation(token_ids, logprobs, reasons, texts)

@@ -39,9 +39,23 @@ class Episode:
         return int(sum(self.loss_mask))
 
 
+_TURN_STRIDE = 1_000_003
+_SEED_SPACE = 2 ** 63
+
+
 def turn_seed(seed: int, turn: int) -> int:
     """A distinct, reproducible sampler seed per (batch seed, turn)."""
-    return (int(seed) * 1_000_003 + turn) % (2 ** 63)
+    return (int(seed) * _TURN_STRIDE + turn) % _SEED_SPACE
+
+
+def episode_seed(first_turn_seed: int) -> int:
+    """The ``run_episodes`` seed whose first turn samples with ``first_turn_seed``.
+
+    ``turn_seed(episode_seed(s), 0) == s`` for ``0 <= s < 2**63``: the stride is odd, hence
+    invertible modulo ``2**63``. Lets a caller that seeds each backend call itself (a
+    single-turn evaluation) run through the driver unchanged.
+    """
+    return int(first_turn_seed) * pow(_TURN_STRIDE, -1, _SEED_SPACE) % _SEED_SPACE
 
 
 def encode_prompt(tokenizer, prompt: str, max_tokens: int | None) -> tuple[list[int], bool]:
