@@ -129,9 +129,23 @@ def merge(cfg: T, values: dict[str, Any], prefix: str = "") -> T:
     return dataclasses.replace(cfg, **changes)
 
 
+def nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """``{"a.b": 1, "c": "x"}`` -> ``{"a": {"b": 1}, "c": "x"}`` (dotted keys into mappings)."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {key!r} conflicts with an earlier one")
+        node[parts[-1]] = value
+    return out
+
+
 def parse_overrides(items: list[str]) -> dict[str, Any]:
     """``["a.b=1", "c=x"]`` -> ``{"a": {"b": 1}, "c": "x"}`` (values parsed as YAML scalars)."""
-    out: dict[str, Any] = {}
+    flat: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not key=value")
@@ -143,13 +157,18 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
-        node = out
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r} conflicts with an earlier one")
-        node[parts[-1]] = value
+        flat[key] = value
+    return nest(flat)
+
+
+def deep_merge(base: dict, extra: dict) -> dict:
+    """``extra`` over ``base``, recursing into mappings (profile layers, then overrides)."""
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = v
     return out
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal, Optional
 
 from rlvr.agents.algorithms import algorithm_names
 from rlvr.agents.config import LossConfig, WeightConfig
-from rlvr.config import ConfigError, load_yaml, merge, parse_overrides
+from rlvr.config import ConfigError, deep_merge, load_yaml, merge, parse_overrides
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
 
@@ -175,17 +175,6 @@ def upgrade_legacy(values: dict[str, Any]) -> dict[str, Any]:
                               f"{algo!r} (weights.scheme is gone: set algo only)")
         values = {**values, "weights": {k: v for k, v in weights.items() if k != "scheme"}}
     return values
-
-
-def deep_merge(base: dict, extra: dict) -> dict:
-    """``extra`` over ``base``, recursing into mappings."""
-    out = dict(base)
-    for k, v in extra.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = deep_merge(out[k], v)
-        else:
-            out[k] = v
-    return out
 
 
 def profile_layers(profile: str, env: str, profile_dir: Path = PROFILE_DIR) -> list[Path]:
