@@ -132,7 +132,7 @@ def test_hub_models_get_no_silent_smoke_sft(tmp_path):
     from rlvr.reproduce.runs import ensure_sft_reference
 
     assert PAPER.sft_reference is False
-    with pytest.raises(ConfigError, match="only tiny presets have an SFT recipe"):
+    with pytest.raises(ConfigError, match="only tiny presets have"):
         ensure_sft_reference(PAPER.settings["kk"], 0, 60.0, tmp_path)
 
 

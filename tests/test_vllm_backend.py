@@ -262,3 +262,27 @@ def test_fixture_matches_the_engine_fields_the_backend_relies_on():
                   "tensor_parallel_size"):
         assert field in API["EngineArgs.fields"]
     assert "processed_logprobs" in API["LogprobsMode"]
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError,
+                   reason="Trainer._make_backend must pass rollout=cfg.rollout, dtype=cfg.dtype "
+                          "(and seed) to VLLMBackend.from_model")
+def test_trainer_step_sleeps_the_engine_around_the_update(fake_vllm, tmp_path):
+    """One training step with rollout.backend=vllm: the engine samples, sleeps before the
+    update, and gets the updated weights after it (the trainer's wiring of the backend)."""
+    from rlvr.agents.train_config import load_train_config
+    from rlvr.agents.trainer import Trainer
+
+    cfg = load_train_config({"profile": "micro", "env": "kk", "out": str(tmp_path), "steps": 1,
+                             "progress": False, "rollout": {"backend": "vllm"}})
+    trainer = Trainer(cfg)
+    llm = FakeLLM.last
+    assert llm.kwargs["max_model_len"] == 96 + 16
+    assert llm.kwargs["logprobs_mode"] == "processed_logprobs"
+    trainer.train()
+    names = [c[0] for c in llm.calls]
+    assert names.index("sleep") > names.index("generate")
+    assert llm.calls[names.index("sleep") + 1:] == [
+        ("wake_up", ("weights",)), ("wake_up", ("kv_cache",)), ("reset_prefix_cache",)]
+    for name, p in trainer.model.state_dict().items():
+        assert torch.equal(llm.hf.state_dict()[name].to(p.dtype), p)

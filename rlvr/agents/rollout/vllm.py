@@ -97,9 +97,10 @@ class VLLMBackend(RolloutBackend):
                  seed: int = 0, max_model_len: int = 0, tensor_parallel_size: int = 1,
                  sleep_mode: bool = True):
         vllm = _import_vllm()
-        kwargs = engine_kwargs(dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
-                               enforce_eager=enforce_eager, max_model_len=max_model_len,
-                               tensor_parallel_size=tensor_parallel_size, sleep_mode=sleep_mode)
+        kwargs = engine_kwargs(
+            dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=enforce_eager, max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size, sleep_mode=sleep_mode)
         if tensor_parallel_size == 1:
             # In-process engine core, so that the trainer reaches the model runner directly.
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

@@ -91,7 +91,8 @@ def _load_hub(name: str, split: str, sizes: Sequence[int]) -> Iterator[dict[str,
     from rlvr.data_paths import hub_rows
 
     rows = [(n, hub_rows(name, split, f"{n}ppl", fetch=name)) for n in sizes]  # fail here, early
-    return (record_from_row(dict(row), f"{name}:{split}:{n}ppl") for n, part in rows for row in part)
+    return (record_from_row(dict(row), f"{name}:{split}:{n}ppl")
+            for n, part in rows for row in part)
 
 
 def load_dataset(path_or_name: str | Path, *, split: str = "test",

@@ -51,11 +51,11 @@ DATASETS: dict[str, DatasetSpec] = {
 }
 #: Training sets (hub only; split "train"): DeepScaleR's 40,315 problems (the DSR recipe's data).
 TRAIN_SETS: dict[str, DatasetSpec] = {
-    "deepscaler": DatasetSpec("", "answer", ("agentica-org/DeepScaleR-Preview-Dataset", None, "train"),
-                              40315),
+    "deepscaler": DatasetSpec(
+        "", "answer", ("agentica-org/DeepScaleR-Preview-Dataset", None, "train"), 40315),
 }
-_ALIASES = {"math-500": "math500", "minerva_math": "minerva", "olympiad": "olympiadbench", "aime2024": "aime24",
-            "agentica-org/deepscaler-preview-dataset": "deepscaler"}
+_ALIASES = {"math-500": "math500", "minerva_math": "minerva", "olympiad": "olympiadbench",
+            "aime2024": "aime24", "agentica-org/deepscaler-preview-dataset": "deepscaler"}
 
 
 # -- gold normalisation -----------------------------------------------------------------------------
@@ -213,8 +213,8 @@ def load_dataset(
     path = Path(name_or_path)
     if not path.is_file():
         raise FileNotFoundError(
-            f"dataset {name_or_path!r} is neither a known name ({', '.join([*DATASETS, *TRAIN_SETS])}, "
-            "synthetic) "
+            f"dataset {name_or_path!r} is neither a known name "
+            f"({', '.join([*DATASETS, *TRAIN_SETS])}, synthetic) "
             "nor an existing .jsonl/.json/.parquet file"
         )
     return normalize_records(read_rows(path), path.stem, answer_format)

@@ -45,7 +45,8 @@ def run_index(args) -> int:
             from rlvr.envs.searchqa.encoders import get_encoder
 
             encoder = get_encoder(encoder, device=args.device)
-        index = build_index(corpus, encoder=encoder, kind=args.kind, params=params, out_dir=args.out)
+        index = build_index(corpus, encoder=encoder, kind=args.kind, params=params,
+                            out_dir=args.out)
     except (FileNotFoundError, ValueError, ImportError, OSError) as e:
         print(f"rlvr index: {e}", file=sys.stderr)
         return 2

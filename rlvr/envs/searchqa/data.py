@@ -110,7 +110,8 @@ def load_flashrag(subset: str, split: str = "test") -> list[QAItem]:
 
     items: list[QAItem] = []
     for name in subset.split("+"):
-        rows = hub_rows(FLASHRAG_REPO, name, flashrag_split(name, split), fetch=f"flashrag:{subset}")
+        rows = hub_rows(FLASHRAG_REPO, name, flashrag_split(name, split),
+                        fetch=f"flashrag:{subset}")
         items += items_from_records(rows, f"flashrag:{name}")
     return items
 
