@@ -141,3 +141,40 @@ def test_meta_model_matches_the_public_parameter_counts():
         m = profiles.meta_model(arch)
         assert sum(p.numel() for p in m.parameters()) == profiles.param_count(arch)
         assert next(m.parameters()).device == torch.device("meta")
+
+
+def test_fetch_data_targets_and_round_trip(tmp_path, monkeypatch):
+    """``rlvr fetch-data`` writes what ``hub_rows`` reads. The hub is out of reach here, so a
+    stand-in ``datasets.load_dataset`` returns rows (the file layout is what is tested)."""
+    import types
+
+    from rlvr.cli import main
+    from rlvr.data_paths import hub_rows
+    from rlvr.fetch_data import targets
+
+    assert ("RUC-NLPIR/FlashRAG_datasets", "hotpotqa", "dev") in targets("flashrag:nq+hotpotqa")
+    assert ("RUC-NLPIR/FlashRAG_datasets", "nq", "train") in targets("flashrag:nq+hotpotqa")
+    assert targets("deepscaler") == [("agentica-org/DeepScaleR-Preview-Dataset", None, "train")]
+    assert len(targets("K-and-K/knights-and-knaves")) == 14
+    with pytest.raises(SystemExit, match="unknown dataset"):
+        main(["fetch-data", "nope"])
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(SystemExit, match=r"rlvr\[hub\]"):
+        main(["fetch-data", "deepscaler"])
+    served = []
+
+    def load_dataset(repo, config, split):
+        served.append((repo, config, split))
+        return [{"problem": "1+1", "answer": "2", "split": split}]
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    assert main(["fetch-data", "deepscaler", "math500"]) == 0
+    assert served == [("agentica-org/DeepScaleR-Preview-Dataset", None, "train"),
+                      ("HuggingFaceH4/MATH-500", None, "test")]
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    rows = hub_rows("agentica-org/DeepScaleR-Preview-Dataset", None, "train", fetch="deepscaler")
+    assert rows == [{"problem": "1+1", "answer": "2", "split": "train"}]
+    from rlvr.envs.math.data import load_dataset as load_math
+
+    assert load_math("agentica-org/DeepScaleR-Preview-Dataset", "train")[0]["ground_truth"] == "2"
