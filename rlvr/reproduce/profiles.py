@@ -9,7 +9,9 @@ find; its configs are the public recipes the paper builds on (the Logic-RL / AR-
 K&K and math, verl-tool's search recipe for QA; DESIGN section 6), which reviewers say the
 paper's code followed. Values that no recipe fixes are marked ``chosen`` in ``PAPER_CHOICES``.
 On a machine without GPUs ``rlvr reproduce ... --profile paper`` validates every config and
-prints the plan (GPUs, memory, steps) instead of training.
+prints the plan (engine, GPUs, memory, steps) instead of training. The engine follows the plan:
+a setting whose run passes the trainer's own memory check (``rlvr.agents.memory``) on one of the
+GPUs it names trains natively; any other is marked ``verl`` and the native path refuses it.
 """
 from __future__ import annotations
 
