@@ -1,8 +1,9 @@
 """The native trainer on a GPU, checked against a CPU fp32 run (run it through gpu_check.sh).
 
-1. Base: the micro model (byte tokenizer, ~0.3M parameters) warm-started for a few hundred
-   steps with the project's SFT (``rlvr.models.sft``) on 2-person K&K traces that answer without
-   a chain of thought, so that its sampled answers differ in reward from the first RL step.
+1. Base: the micro model (byte tokenizer, ~0.3M parameters) warm-started on the device with
+   the project's SFT (``rlvr.models.sft``) on 2-person K&K traces that answer without a chain of
+   thought, 300 steps at a time until its sampled answers differ in reward (GRPO learns nothing
+   from groups of equal rewards), at most 1,200 steps.
 2. Numerics: teacher-forced log-probs of the base on the device under bf16 autocast against
    CPU fp32 (``rlvr.agents.policy.response_token_stats``), and the gradient of their sum with
    gradient checkpointing on (cosine to the fp32 gradient).
@@ -44,7 +45,22 @@ def check(ok: bool, what: str) -> None:
         FAILURES.append(what)
 
 
-def build_base(out: Path, steps: int, device: torch.device) -> Path:
+def reward_spread(model, tok, n: int = 64) -> float:
+    """Std of the K&K rewards of ``n`` sampled answers (GRPO needs unequal rewards to learn)."""
+    from rlvr.agents.rollout.base import SamplingParams
+    from rlvr.agents.rollout.hf import HFBackend
+    from rlvr.agents.rollout.multiturn import run_episodes
+    from rlvr.models import traces
+
+    envs = [traces.make_env("kk", KK, "train") for _ in range(n)]
+    prompts = [e.reset(seed=i // 8)[0] for i, e in enumerate(envs)]
+    eps = run_episodes(HFBackend(model, tok), tok, envs, prompts, SamplingParams(max_new_tokens=96),
+                       max_response_tokens=96, seed=0)
+    return float(torch.tensor([e.reward for e in eps]).std())
+
+
+def build_base(out: Path, steps: int, device: torch.device, rounds: int) -> Path:
+    """Micro + SFT in rounds of ``steps`` until sampled rewards differ (at most ``rounds``)."""
     from rlvr.models import load_model, traces
     from rlvr.models.sft import SFTConfig, sft
 
@@ -52,12 +68,18 @@ def build_base(out: Path, steps: int, device: torch.device) -> Path:
     model, tok = load_model("micro", seed=0)
     model.to(device)
     stream = traces.example_stream("kk", {**KK, "think": "none"}, seed=0)
-    stats = sft(model, tok, stream, SFTConfig(steps=steps, batch_size=32, lr=3e-3, warmup_steps=10,
-                                              seed=0, max_length=1024), progress=False)
+    for r in range(rounds):
+        stats = sft(model, tok, stream, SFTConfig(steps=steps, batch_size=32, lr=3e-3,
+                                                  warmup_steps=10, seed=r, max_length=1024),
+                    progress=False)
+        spread = reward_spread(model, tok)
+        log(f"base: micro + {(r + 1) * steps} SFT steps on {device.type} "
+            f"({time.perf_counter() - t0:.1f} s, loss {stats['loss_ema']}); sampled reward std "
+            f"{spread:.3f}")
+        if spread > 0:
+            break
     model.to("cpu").save_pretrained(out)
     tok.save_pretrained(out)
-    log(f"base: micro + {steps} SFT steps on {device.type} in {time.perf_counter() - t0:.1f} s "
-        f"(loss {stats['loss_ema']})")
     return out
 
 
@@ -157,7 +179,7 @@ def main() -> int:
         f"{'full check' if full else 'reduced CPU variant'}")
     work = Path(args.work or tempfile.mkdtemp(prefix="rlvr-gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
-    base = build_base(work / "base", 600 if full else 20, device)
+    base = build_base(work / "base", 300 if full else 20, device, rounds=4 if full else 1)
     numerics(base, device)
 
     steps, prompts, group = (30, 16, 8) if full else (3, 4, 4)
