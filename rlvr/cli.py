@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("rlvr.agents.train_cli", "train a policy with GRPO / GRPO-SG / baselines on an environment"),
     "algorithms": ("rlvr.agents.train_cli", "list the registered algorithms (rlvr train algo=NAME)"),
     "build-model": ("rlvr.models.cli", "build (or find cached) a tiny base model: tokenizer + Qwen2 + SFT warm start"),
+    "fetch-data": ("rlvr.fetch_data",
+                   "copy hub datasets (paper, K&K, DeepScaleR, FlashRAG) to JSONL for offline runs"),
     "prepare-verl": ("rlvr.integrations.verl_data", "write environment tasks as verl-ready parquet (chat prompt, ground truth)"),
 }
 

@@ -44,6 +44,12 @@ class RolloutConfig:
     stop: list[str] = dataclasses.field(default_factory=list)
     vllm_gpu_memory_utilization: float = 0.4
     vllm_enforce_eager: bool = False
+    #: vLLM's context length (0: max_prompt_tokens + max_response_tokens).
+    vllm_max_model_len: int = 0
+    #: vLLM sleep mode: the engine's GPU memory is released during the update.
+    vllm_sleep_mode: bool = True
+    #: GPUs of one vLLM engine (above 1, weights sync through a safetensors folder).
+    tensor_parallel_size: int = 1
 
 
 @dataclasses.dataclass

@@ -32,7 +32,7 @@ import torch
 from rlvr.agents.advantages import compute_advantages
 from rlvr.agents.algorithms import get_algorithm
 from rlvr.agents.checkpoint import latest_valid_checkpoint, load_payload, save_checkpoint
-from rlvr.agents.memory import check_fits, estimate_training_memory
+from rlvr.agents.memory import check_fits, estimate_for_config
 from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: public API here too)
     MetricsLog,
     is_time_key,
@@ -115,6 +115,9 @@ class Trainer:
             from rlvr.models import load_model
 
             model, tokenizer = load_model(cfg.model, seed=cfg.seed, dtype=torch.float32)
+        self.with_reference = cfg.loss.kl_coef > 0 or cfg.track_kl
+        if cfg.memory_check:
+            self._check_memory(model)
         # Master weights and optimizer state in float32; ``dtype`` is the autocast dtype.
         model = model.to(self.device, dtype=torch.float32)
         if cfg.gradient_checkpointing:
@@ -122,9 +125,6 @@ class Trainer:
                 gradient_checkpointing_kwargs={"use_reentrant": False})
         self.tokenizer = tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self.with_reference = cfg.loss.kl_coef > 0 or cfg.track_kl
-        if cfg.memory_check:
-            self._check_memory(model)
         self.precision = Precision(cfg.dtype, self.device)
         self.policy = Policy(model, tokenizer, with_reference=self.with_reference,
                              chunk_size=cfg.logprob_chunk_size,
@@ -181,26 +181,16 @@ class Trainer:
         if self.cfg.rollout.backend == "vllm":
             from rlvr.agents.rollout.vllm import VLLMBackend
 
-            return VLLMBackend.from_model(
-                self.model, self.tokenizer,
-                gpu_memory_utilization=self.cfg.rollout.vllm_gpu_memory_utilization,
-                enforce_eager=self.cfg.rollout.vllm_enforce_eager, seed=self.cfg.seed)
+            return VLLMBackend.from_model(self.model, self.tokenizer, rollout=self.cfg.rollout,
+                                          dtype=self.cfg.dtype, seed=self.cfg.seed)
         from rlvr.agents.rollout.hf import HFBackend
 
         return HFBackend(self.model, self.tokenizer)
 
     def _check_memory(self, model) -> None:
-        cfg = self.cfg
-        batch = cfg.prompts_per_step * cfg.group_size
-        rows = cfg.micro_batch_size or cfg.mini_batch_size or batch
-        est = estimate_training_memory(
-            model, rollout_rows=batch, train_rows=rows,
-            prompt_tokens=cfg.rollout.max_prompt_tokens,
-            response_tokens=cfg.rollout.max_response_tokens, chunk_size=cfg.logprob_chunk_size,
-            with_reference=self.with_reference,
-            gradient_checkpointing=cfg.gradient_checkpointing, device=self.device,
-            compute_bytes=getattr(torch, cfg.dtype).itemsize)
-        check_fits(est)
+        """Refuse settings that do not fit the device (checked before the model moves there, so
+        its free memory does not already exclude the weights)."""
+        check_fits(estimate_for_config(model, self.cfg, self.device))
 
     def optimizer_steps_per_batch(self) -> int:
         return optimizer_steps_per_batch(self.cfg, self.algorithm)

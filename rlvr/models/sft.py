@@ -148,6 +148,7 @@ def sft(model, tokenizer, examples: Iterator[Sequence[Segment]], cfg: SFTConfig,
     in a row raise a ValueError instead of searching forever.
     """
     model.train()
+    device = next(model.parameters()).device
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     optim = torch.optim.AdamW(
@@ -184,6 +185,7 @@ def sft(model, tokenizer, examples: Iterator[Sequence[Segment]], cfg: SFTConfig,
                     pool.append((ids, mask))
                 pending = length_grouped_batches(pool, cfg.batch_size, order_rng)
             batch = collate(pending.pop(), tokenizer.pad_token_id)
+            batch = {k: v.to(device) for k, v in batch.items()}  # the model's device (CPU or GPU)
             for group in optim.param_groups:
                 group["lr"] = lr_at(step, cfg)
             loss, n_tokens, value = response_loss(model, batch, cfg.context_loss_weight)

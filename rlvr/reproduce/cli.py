@@ -43,7 +43,7 @@ def has_gpu() -> bool:
 
 
 def print_plan(ctx: Context, name: str) -> int:
-    from rlvr.reproduce.profiles import plan_rows, validate
+    from rlvr.reproduce.profiles import PLAN_NOTE, plan_rows, validate
 
     n = validate(ctx.profile)
     rows = plan_rows(ctx.profile)
@@ -54,8 +54,7 @@ def print_plan(ctx: Context, name: str) -> int:
         "(Logic-RL / AR-Lopti for K&K and math, verl-tool for search QA); the paper's own settings "
         "are unpublished.", "",
         markdown_table(header, [[r[h] for h in header] for r in rows]), "",
-        f"Seeds: {ctx.seeds}. Memory: bf16 weights, FSDP-sharded fp32 AdamW states, reference and "
-        "vLLM copies, rollout KV cache (rlvr.reproduce.profiles.plan_rows).",
+        f"Seeds: {ctx.seeds}. {PLAN_NOTE}",
     ])
     print(text)
     ctx.out.mkdir(parents=True, exist_ok=True)
@@ -77,6 +76,14 @@ def run_reproduce(args: argparse.Namespace) -> int:
                   command=command_line(), progress=not args.quiet)
     if profile.needs_gpu and not has_gpu():
         return print_plan(ctx, args.name)
+    if profile.needs_gpu:
+        from rlvr.config import ConfigError
+        from rlvr.reproduce.profiles import check_engines
+
+        try:
+            check_engines(profile)
+        except ConfigError as e:
+            raise SystemExit(str(e)) from None
     if args.quiet:
         from transformers.utils import logging as hf_logging
 

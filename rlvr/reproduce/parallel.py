@@ -8,6 +8,11 @@ a row); then the scripts run as usual and find every result in the run cache. Re
 same ones the serial path writes: the cache is keyed by configuration hash, and a worker calls
 the same ``ensure_run`` / ``ensure_sft_reference`` / ``ensure_eval``.
 
+On a machine with CUDA GPUs, when the runs train on CUDA, each worker owns one GPU (its
+``CUDA_VISIBLE_DEVICES`` is one of the parent's visible devices): a colocated vLLM engine and a
+training run per GPU, never several on GPU 0. ``--jobs`` above the number of GPUs is capped to it,
+with a message.
+
 ``required_runs`` states which runs each script uses; it must follow the scripts (a test checks
 that the scripts train nothing beyond it).
 """
@@ -81,8 +86,33 @@ def sweep_seeds(ctx: Context) -> list[int]:
     return ctx.seeds[:n]
 
 
+# -- one GPU per worker --------------------------------------------------------------------------
+def visible_gpus() -> list[str]:
+    """The CUDA devices this process may use, as ``CUDA_VISIBLE_DEVICES`` entries."""
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [x.strip() for x in env.split(",") if x.strip()][:n]
+    return [str(i) for i in range(n)]
+
+
+def worker_gpus(jobs: int, gpus: list[str], uses_gpu: bool) -> tuple[int, list[str], str]:
+    """``(jobs, one GPU per worker, message)``: jobs capped to the GPUs when the runs use them."""
+    if not uses_gpu or not gpus:
+        return jobs, [], ""
+    if jobs > len(gpus):
+        msg = (f"[reproduce] --jobs {jobs} capped to {len(gpus)}: one GPU per worker, and "
+               f"{len(gpus)} GPU(s) are visible (CUDA_VISIBLE_DEVICES={','.join(gpus)})")
+        return len(gpus), gpus, msg
+    return jobs, gpus[:jobs], ""
+
+
 # -- worker entry points (top level, so the spawn context can pickle them) ----------------------
-def _init_worker(threads: int) -> None:
+def _init_worker(threads: int, gpu_queue=None) -> None:
+    if gpu_queue is not None:  # before torch initialises CUDA in this process
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu_queue.get(timeout=60)
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -113,16 +143,26 @@ def _eval(ecfg, cache: str) -> str:
     return f"evaluated {ecfg.env} {Path(ecfg.model).parent.name or ecfg.model} -> {ev.key}"
 
 
-def _pool_map(ctx: Context, jobs: int, tasks: list[tuple], label: str) -> None:
-    """Run ``(fn, *args)`` tasks in ``jobs`` processes, longest first as given; report progress."""
+def _pool_map(ctx: Context, jobs: int, tasks: list[tuple], label: str,
+              gpus: list[str] | None = None) -> None:
+    """Run ``(fn, *args)`` tasks in ``jobs`` processes, longest first as given; report progress.
+    With ``gpus`` (one per worker, ``len(gpus) >= jobs``) each worker sees only its own GPU."""
     if not tasks:
         return
     from tqdm.auto import tqdm
 
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    ctx.say(f"[reproduce] {label}: {len(tasks)} task(s) on {jobs} processes x {threads} thread(s)")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                             initializer=_init_worker, initargs=(threads,)) as pool, \
+    mp = get_context("spawn")
+    queue = None
+    if gpus:
+        queue = mp.Queue()
+        for g in gpus[:jobs]:
+            queue.put(g)
+    where = f" on GPUs {','.join(gpus[:jobs])}" if gpus else ""
+    ctx.say(f"[reproduce] {label}: {len(tasks)} task(s) on {jobs} processes x {threads} "
+            f"thread(s){where}")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp, initializer=_init_worker,
+                             initargs=(threads, queue)) as pool, \
             tqdm(total=len(tasks), desc=label, disable=not ctx.progress) as bar:
         pending = {pool.submit(fn, *args) for fn, *args in tasks}
         while pending:
@@ -160,11 +200,17 @@ def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
         for seed in seeds:
             runs.append((key, train_config(ctx.profile.settings[key], algo, seed, extra)))
     runs.sort(key=lambda kc: -_cost(ctx.profile.settings[kc[0]].env))
+    from rlvr.agents.trainer import resolve_device
+
+    uses_gpu = any(resolve_device(cfg.device).type == "cuda" for _, cfg in runs)
+    jobs, gpus, msg = worker_gpus(jobs, visible_gpus(), uses_gpu)
+    if msg:
+        ctx.say(msg)
     for model in dict.fromkeys(ctx.profile.settings[key].model for key, _ in runs):
         _build_base(ctx, model)  # here, once: workers would otherwise race to build it
     todo = [(_train, cfg, cache) for _, cfg in runs
             if not (Path(cache) / "runs" / run_key(cfg) / DONE).exists()]
-    _pool_map(ctx, jobs, todo, "training runs")
+    _pool_map(ctx, jobs, todo, "training runs", gpus)
 
     def finished(cfg) -> Run:  # a cache hit after the pool (trained here only if a worker failed)
         return ensure_run(cfg, ctx.cache, say=ctx.say, progress=ctx.progress)
@@ -191,7 +237,7 @@ def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
         for seed in ctx.seeds:
             run = finished(train_config(setting, "grpo", seed))
             sft.append((_sft, setting, seed, run.compute_seconds, cache, ctx.smoke))
-    _pool_map(ctx, jobs, sft, "continued SFT references")
+    _pool_map(ctx, jobs, sft, "continued SFT references", gpus)
     for key in sft_for:  # their evaluations need the SFT folders, which exist now
         setting = ctx.profile.settings[key]
         for seed in ctx.seeds:
@@ -205,7 +251,7 @@ def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
         if k not in seen:
             seen.add(k)
             unique.append((_eval, e, cache))
-    _pool_map(ctx, jobs, unique, "evaluations")
+    _pool_map(ctx, jobs, unique, "evaluations", gpus)
 
 
-__all__ = ["prefetch", "required_runs", "sweep_seeds"]
+__all__ = ["prefetch", "required_runs", "sweep_seeds", "visible_gpus", "worker_gpus"]

@@ -9,7 +9,9 @@ find; its configs are the public recipes the paper builds on (the Logic-RL / AR-
 K&K and math, verl-tool's search recipe for QA; DESIGN section 6), which reviewers say the
 paper's code followed. Values that no recipe fixes are marked ``chosen`` in ``PAPER_CHOICES``.
 On a machine without GPUs ``rlvr reproduce ... --profile paper`` validates every config and
-prints the plan (GPUs, memory, steps) instead of training.
+prints the plan (engine, GPUs, memory, steps) instead of training. The engine follows the plan:
+a setting whose run passes the trainer's own memory check (``rlvr.agents.memory``) on one of the
+GPUs it names trains natively; any other is marked ``verl`` and the native path refuses it.
 """
 from __future__ import annotations
 
@@ -47,6 +49,8 @@ class Setting:
     eval_batch_size: int = 64
     #: (model, GPU plan) facts used only by the paper plan
     arch: dict[str, int] = field(default_factory=dict)
+    #: The GPU the paper plan sizes this setting for (a key of ``GPUS``).
+    gpu: str = ""
 
 
 @dataclass
@@ -128,6 +132,9 @@ _KK_RECIPE = {
     "prompts_per_step": 64, "group_size": 8, "mini_batch_size": 256, "ppo_epochs": 1,
     # 5 epochs over Logic-RL's 3-7-people train sets (5 x 900 puzzles) at 64 prompts a step.
     "steps": math.ceil(5 * 5 * 900 / 64),
+    # Micro-batches bound the memory of a forward (8 of the 256 episodes of a mini-batch); the
+    # token-mean loss is normalised over the mini-batch, so the update is the same.
+    "micro_batch_size": 8, "rollout.vllm_gpu_memory_utilization": 0.3,
     "rollout.backend": "vllm", "rollout.temperature": 0.7, "rollout.max_prompt_tokens": 400,
     "rollout.max_response_tokens": 4096, "optim.lr": 1e-6, "optim.grad_clip": 1.0,
     "loss.clip_low": 0.2, "loss.clip_high": 0.24, "loss.dual_clip": 10.0, "loss.kl_coef": 0.001,
@@ -138,31 +145,49 @@ _KK_RECIPE = {
 _MATH_RECIPE = {
     **{k: v for k, v in _KK_RECIPE.items() if not k.startswith(("env_kwargs.", "steps", "eval."))},
     "rollout.temperature": 1.0, "env_kwargs.dataset": "agentica-org/DeepScaleR-Preview-Dataset",
-    "steps": 500, "eval.every": 50, "eval.n_prompts": 100,
+    "env_kwargs.split": "train", "steps": 500,
+    # DeepScaleR has no held-out split: the five benchmarks are evaluated after training.
+    "eval.every": 0,
 }
+#: Search-R1's retrieval service (``rlvr retrieval-serve`` over an e5 index of wiki-18, or
+#: Search-R1's own ``retrieval_server.py``), at the address of its scripts.
+QA_RETRIEVER = "http://127.0.0.1:8000"
 _QA_RECIPE = {
     **{k: v for k, v in _KK_RECIPE.items() if not k.startswith(("env_kwargs.", "steps", "eval."))},
     "group_size": 16, "rollout.temperature": 1.0, "rollout.stop": ["</search>", "</answer>"],
     "rollout.max_response_tokens": 2048, "steps": 1000, "eval.every": 100, "eval.n_prompts": 100,
-    "env_kwargs.max_turns": 2, "env_kwargs.top_k": 3,
+    # Search-R1's training mix (NQ + HotpotQA train); held-out: their test (HotpotQA: dev) sets.
+    "env_kwargs.dataset": "flashrag:nq+hotpotqa", "env_kwargs.retriever": QA_RETRIEVER,
+    "env_kwargs.max_turns": 2, "env_kwargs.topk": 3,
 }
 
 #: Values of the paper profile that no public recipe fixes (our choices, stated in docs).
 PAPER_CHOICES = {
     "math.steps": "500 (the math recipe's step count is not published)",
     "math.rollout.max_response_tokens": "4096, as the K&K recipe",
+    "math.eval.every": "0: DeepScaleR has no held-out split; the benchmarks are run at the end",
     "searchqa.prompts_per_step": "64, as the K&K recipe",
     "searchqa.rollout.max_response_tokens": "2048 (observations included)",
     "paper.seeds": "3",
+    "micro_batch_size": "8 episodes per forward (memory only: the loss is normalised per "
+                        "mini-batch)",
+    "rollout.vllm_gpu_memory_utilization": "0.3 (vLLM sleeps during the update)",
+    "gpu": "one H200 (141 GB) for the 3B runs (native trainer); 80 GB GPUs under verl for 7B",
 }
+
+#: GPUs a paper setting can name: memory in GiB as ``torch.cuda.mem_get_info`` reports it.
+GPUS = {"H200-141GB": 139.8, "H100-80GB": 79.6}
+#: Kept free on every GPU: the CUDA context, NCCL buffers and allocator slack.
+GPU_RESERVE_GIB = 1.0
 
 #: Column -> the math env's dataset name (``rlvr.envs.math.data.DATASETS``).
 PAPER_MATH_SETS = {"MATH-500": "math500", "Minerva": "minerva", "OlympiadBench": "olympiadbench",
                    "AIME24": "aime24", "AMC23": "amc23"}
-PAPER_QA_SETS = {"NQ": "nq_open/NQ-open.dev.jsonl", "TriviaQA": "trivia_qa",
-                 "PopQA": "akariasai/PopQA", "HotpotQA": "hotpotqa/hotpotqa_500.jsonl",
-                 "2Wiki": "2wikimultihopqa/2wiki_500.jsonl", "MuSiQue": "musique/musique_500.jsonl",
-                 "Bamboogle": "bamboogle/bamboogle.jsonl"}
+#: Column -> FlashRAG subset: Search-R1's seven evaluation sets (test split, dev where FlashRAG
+#: has no test split: ``rlvr.envs.searchqa.data.flashrag_split``).
+PAPER_QA_SETS = {"NQ": "flashrag:nq", "TriviaQA": "flashrag:triviaqa", "PopQA": "flashrag:popqa",
+                 "HotpotQA": "flashrag:hotpotqa", "2Wiki": "flashrag:2wikimultihopqa",
+                 "MuSiQue": "flashrag:musique", "Bamboogle": "flashrag:bamboogle"}
 
 
 def paper_profile() -> Profile:
@@ -170,18 +195,21 @@ def paper_profile() -> Profile:
               eval_env_kwargs={"dataset": "K-and-K/knights-and-knaves", "template": "qwen"})
     settings = {
         "kk": Setting("kk", "Qwen/Qwen2.5-3B-Instruct", dict(_KK_RECIPE), **kk,
-                      arch=QWEN_ARCH["Qwen/Qwen2.5-3B-Instruct"]),
+                      arch=QWEN_ARCH["Qwen/Qwen2.5-3B-Instruct"], gpu="H200-141GB"),
         "kk-7b": Setting("kk", "Qwen/Qwen2.5-7B-Instruct-1M", dict(_KK_RECIPE), **kk,
-                         arch=QWEN_ARCH["Qwen/Qwen2.5-7B-Instruct-1M"]),
+                         arch=QWEN_ARCH["Qwen/Qwen2.5-7B-Instruct-1M"], gpu="H100-80GB"),
         # AIME/AMC sampled 16 times at temperature 1.0 (avg@16, pass@16).
         "math": Setting("math", "Qwen/Qwen2.5-7B", dict(_MATH_RECIPE), k=16, eval_temperature=1.0,
                         eval_sets={n: {"dataset": p} for n, p in PAPER_MATH_SETS.items()},
-                        n_items=100_000, arch=QWEN_ARCH["Qwen/Qwen2.5-7B"]),
+                        n_items=100_000, arch=QWEN_ARCH["Qwen/Qwen2.5-7B"], gpu="H100-80GB"),
         "searchqa": Setting("searchqa", "Qwen/Qwen2.5-3B", dict(_QA_RECIPE), k=1,
                             eval_sets={n: {"dataset": p} for n, p in PAPER_QA_SETS.items()},
-                            n_items=100_000, arch=QWEN_ARCH["Qwen/Qwen2.5-3B"]),
+                            n_items=100_000, arch=QWEN_ARCH["Qwen/Qwen2.5-3B"],
+                            gpu="H200-141GB"),
     }
-    return Profile("paper", settings, seeds=3, needs_gpu=True,
+    # No continued-SFT row: the paper has none, and the equal-compute SFT reference replays a
+    # tiny build's own SFT recipe, which a hub model does not have.
+    return Profile("paper", settings, seeds=3, needs_gpu=True, sft_reference=False,
                    sweep={"tau": [0.25, 1.0], "mu": [0.4, 0.6], "alpha": [2.0, 4.0]})
 
 
@@ -225,38 +253,93 @@ def param_count(arch: dict[str, int]) -> int:
     return L * (attn + mlp + 2 * h) + (1 if arch.get("tied") else 2) * vocab * h + h
 
 
-def plan_rows(profile: Profile, gpu_gib: float = 80.0) -> list[dict[str, Any]]:
-    """One row per setting: parameters, estimated memory, minimum GPUs, steps, rollouts.
+def meta_model(arch: dict[str, int]):
+    """A Qwen2 decoder of ``arch`` on the meta device (shapes only, no memory), with fp32
+    parameters as the trainer keeps them (bf16/fp16 runs are mixed precision)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    Memory (bf16 weights, fp32 AdamW states sharded by FSDP across GPUs): 2 B/param weights +
-    2 B/param gradients + 12 B/param fp32 master weights and Adam moments (the 16 B/param of
-    mixed-precision Adam, Rajbhandari et al. 2020, ZeRO §3) + 2 B/param reference model + 2 B/param
-    for the vLLM copy; the KV cache of one rollout batch and checkpointed activations of a
-    micro-batch of 4 rows come on top. GPUs: the smallest count whose ``gpu_gib`` at 85% holds
-    it, at least 1.
-    """
+    cfg = Qwen2Config(hidden_size=arch["hidden"], num_hidden_layers=arch["layers"],
+                      num_attention_heads=arch["heads"], num_key_value_heads=arch["kv_heads"],
+                      intermediate_size=arch["inter"], vocab_size=arch["vocab"],
+                      tie_word_embeddings=bool(arch.get("tied")))
+    with torch.device("meta"):
+        return Qwen2ForCausalLM(cfg)
+
+
+def native_estimate(setting: Setting, cfg):
+    """The trainer's own estimate (``rlvr.agents.memory.estimate_for_config``) of ``cfg`` on one
+    of the GPUs ``setting`` names."""
+    import torch
+
+    from rlvr.agents.memory import estimate_for_config
+
+    total = int(GPUS[setting.gpu] * 2 ** 30)
+    return estimate_for_config(meta_model(setting.arch), cfg, torch.device("cuda"),
+                               available=total - int(GPU_RESERVE_GIB * 2 ** 30),
+                               device_total=total)
+
+
+def verl_gpus(setting: Setting, cfg) -> int:
+    """GPUs of a verl (FSDP) run: 16 B/param of mixed-precision AdamW sharded across GPUs
+    (Rajbhandari et al. 2020, ZeRO section 3), plus 2 B/param each for the bf16 reference and
+    vLLM copies, the KV cache of one rollout batch and the activations of a micro-batch, at 85%
+    of each GPU; rounded up to a power of two, so that a batch of 2^k rollouts divides over
+    them."""
+    n = param_count(setting.arch)
+    length = cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens
+    head_dim = setting.arch["hidden"] // setting.arch["heads"]
+    kv_cache = 2 * cfg.prompts_per_step * cfg.group_size * length * setting.arch["layers"] \
+        * setting.arch["kv_heads"] * head_dim * 2
+    acts = (cfg.micro_batch_size or 4) * length * setting.arch["hidden"] \
+        * setting.arch["layers"] * 2 * 2
+    total = n * (16 + 2 + 2) + kv_cache + acts
+    need = max(2, math.ceil(total / (0.85 * GPUS[setting.gpu] * 2 ** 30)))
+    return 2 ** math.ceil(math.log2(need))
+
+
+def plan_rows(profile: Profile) -> list[dict[str, Any]]:
+    """One row per setting: the engine (native on one GPU when the trainer's own memory check
+    passes on the GPU the setting names, else verl), GPUs, peak memory, steps, rollouts."""
+    from rlvr.agents.train_config import load_train_config
+
     rows = []
     for key, s in profile.settings.items():
         if not s.arch:
             continue
-        from rlvr.agents.train_config import load_train_config
-
         cfg = load_train_config(flat_to_nested(setting_overrides(s, "grpo", 0, {"out": "plan"})))
-        n = param_count(s.arch)
-        length = cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens
-        head_dim = s.arch["hidden"] // s.arch["heads"]
-        kv_cache = 2 * cfg.prompts_per_step * cfg.group_size * length * s.arch["layers"] \
-            * s.arch["kv_heads"] * head_dim * 2
-        acts = 4 * length * s.arch["hidden"] * s.arch["layers"] * 2 * 2
-        total = n * (16 + 2 + 2) + kv_cache + acts
-        gpus = max(1, math.ceil(total / (0.85 * gpu_gib * 2 ** 30)))
+        est = native_estimate(s, cfg)
+        native = est.total <= est.available
         rows.append({
-            "setting": key, "model": s.model, "params_B": round(n / 1e9, 2),
-            "memory_GiB": round(total / 2 ** 30, 1), f"min_gpus_{int(gpu_gib)}GB": gpus,
-            "steps": cfg.steps, "rollouts_per_step": cfg.prompts_per_step * cfg.group_size,
-            "max_tokens_per_rollout": length, "seeds": profile.seeds,
+            "setting": key, "model": s.model, "params_B": round(param_count(s.arch) / 1e9, 2),
+            "engine": "native" if native else "verl",
+            "gpus": f"{1 if native else verl_gpus(s, cfg)}x {s.gpu}",
+            "native_peak_GiB": round(est.total / 2 ** 30, 1),
+            "micro_batch": cfg.micro_batch_size, "steps": cfg.steps,
+            "rollouts_per_step": cfg.prompts_per_step * cfg.group_size,
+            "max_tokens_per_rollout": cfg.rollout.max_prompt_tokens
+            + cfg.rollout.max_response_tokens, "seeds": profile.seeds,
         })
     return rows
+
+
+PLAN_NOTE = (
+    "Engine: `native` runs fit one GPU by the trainer's own memory check "
+    "(rlvr.agents.memory.estimate_for_config: fp32 master weights, gradients and AdamW, the "
+    "reference, bf16 activations of one micro-batch with gradient checkpointing, and the vLLM "
+    "engine, asleep during the update); `verl` runs do not (native_peak_GiB is above the GPU) "
+    "and are sized for FSDP sharding (rlvr.reproduce.profiles.verl_gpus); the native trainer "
+    "refuses them.")
+
+
+def check_engines(profile: Profile) -> None:
+    """Refuse, in one line, a GPU reproduction that includes settings only verl can train."""
+    verl = [r["setting"] for r in plan_rows(profile) if r["engine"] == "verl"]
+    if verl:
+        from rlvr.agents.memory import VERL_ROUTE
+
+        raise ConfigError(f"profile {profile.name}: settings {', '.join(verl)} do not fit one GPU "
+                          f"(see the plan printed without GPUs); {VERL_ROUTE}")
 
 
 def validate(profile: Profile, algos: tuple[str, ...] = KK_METHODS) -> int:

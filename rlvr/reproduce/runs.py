@@ -176,6 +176,11 @@ def ensure_sft_reference(setting: Setting, seed: int, budget_seconds: float, cac
     from rlvr.models.sft import SFTConfig, sft
 
     base_dir, build_cfg = _base_build(setting.model)
+    if build_cfg is None and setting.model != "micro":
+        from rlvr.config import ConfigError
+
+        raise ConfigError(f"continued-SFT reference of {setting.model!r}: only tiny presets have "
+                          "an SFT recipe to continue (their build's); set sft_reference=False")
     if build_cfg is None:  # micro (smoke): no build record; two steps on the K&K traces
         sft_cfg = SFTConfig(steps=2, batch_size=2, warmup_steps=0, seed=seed, max_length=2048)
         task, data = setting.env, dict(traces.TINY_SETTINGS.get(setting.env, {}))

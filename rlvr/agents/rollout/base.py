@@ -74,6 +74,10 @@ class RolloutBackend(abc.ABC):
     def sync_weights(self, model) -> None:
         """Make the next ``generate`` use ``model``'s current weights (no-op when shared)."""
 
+    def offload(self) -> None:
+        """Release the sampler's accelerator memory until the next ``generate`` or
+        ``sync_weights`` (no-op when it holds none of its own)."""
+
 
 def truncate_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
     """``text`` cut right after the earliest stop string, and whether one was found."""

@@ -71,7 +71,10 @@ def run_episodes(backend: RolloutBackend, tokenizer, envs: list, prompts: list[s
                  params: SamplingParams, *, max_response_tokens: int, seed: int,
                  error_reward: list[float] | float = 0.0,
                  max_prompt_tokens: int | None = None) -> list[Episode]:
-    """Play one episode per ``(env, prompt)`` pair; the envs must already be ``reset``."""
+    """Play one episode per ``(env, prompt)`` pair; the envs must already be ``reset``.
+
+    The backend's memory is released at the end (``offload``): what follows a batch of episodes
+    is an update or scoring, which need the GPU memory of a colocated engine."""
     if len(envs) != len(prompts):
         raise ValueError(f"{len(envs)} envs but {len(prompts)} prompts")
     if max_response_tokens < 1:
@@ -121,4 +124,5 @@ def run_episodes(backend: RolloutBackend, tokenizer, envs: list, prompts: list[s
                 ep.finish_reason = "length"
         live = still
         turn += 1
+    backend.offload()
     return episodes

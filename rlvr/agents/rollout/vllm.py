@@ -1,14 +1,24 @@
 """vLLM rollouts on GPUs (the optional ``gpu`` extra: ``pip install 'rlvr[gpu]'``).
 
 ``LLM.generate`` on token-id prompts with ``SamplingParams(logprobs=0)`` (the sampled token's
-log-prob), stop strings kept in the output, one seed per request. The engine runs in the trainer's
-process and shares its GPU (TRL's "colocate" mode); after every update the trainer's weights are
-pushed with the model runner's ``load_weights`` and the prefix cache is reset, since cached KV
-blocks were computed with the old weights (DESIGN section 7).
+log-prob), stop strings kept in the output, one seed per request. The engine shares the trainer's
+GPU (TRL's "colocate" mode). Read against vLLM 0.33.0 (``vllm/entrypoints/llm.py``,
+``vllm/v1/engine/core.py``, ``vllm/v1/worker/gpu_worker.py``):
 
-vLLM's log-probs are of the raw model distribution unless the engine is built with
-``logprobs_mode="processed_logprobs"``; the trainer recomputes old log-probs by default
-(``old_logprobs=recompute``), so these are used only with ``old_logprobs=rollout``.
+- log-probs: vLLM returns those of the raw model distribution (T = 1) unless the engine is built
+  with ``logprobs_mode="processed_logprobs"`` (after temperature, top-k and top-p); the trainer
+  scores tokens under ``softmax(logits / T)``, so the engine is always built in processed mode;
+- ``max_model_len`` is the run's prompt + response budget: a model's own context length (1M
+  tokens for Qwen2.5-7B-Instruct-1M) would not fit the KV cache and vLLM refuses to start;
+- sleep mode (``enable_sleep_mode=True``): ``offload()`` calls ``llm.sleep(level=1)`` after a
+  batch of rollouts (weights to CPU memory, KV cache dropped) so the update gets the GPU;
+  ``sync_weights`` wakes the weights, loads the new ones, then wakes the KV cache
+  (``wake_up(tags=["weights"])`` then ``["kv_cache"]``, vLLM's RLHF sequence);
+- weights: with one GPU (``tensor_parallel_size=1``) and the in-process engine
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) the trainer's tensors go straight to the model runner's
+  ``load_weights``; with tensor parallelism they are written to a safetensors folder and every
+  worker reloads them with ``collective_rpc("reload_weights", weights_path=...)``. The prefix
+  cache is reset after each sync, since cached KV blocks were computed with the old weights.
 """
 from __future__ import annotations
 
@@ -20,6 +30,9 @@ from rlvr.agents.rollout.base import Generation, RolloutBackend, SamplingParams,
 
 GPU_EXTRA_HINT = ("the vllm rollout backend needs vLLM, a CUDA-only package: install the gpu "
                   "extra with pip install 'rlvr[gpu]' (or use rollout.backend=hf)")
+
+#: vLLM's ``ModelConfig.logprobs_mode`` that applies temperature/top-k/top-p before log-softmax.
+LOGPROBS_MODE = "processed_logprobs"
 
 
 def _import_vllm():
@@ -38,12 +51,11 @@ def finish_reason(output) -> str:
 
 
 def to_vllm_params(params: SamplingParams, max_tokens: int, seed: int, vllm_module) -> Any:
-    """Our ``SamplingParams`` as vLLM's (temperature 0 = greedy; top_k 0 -> vLLM's -1)."""
+    """Our ``SamplingParams`` as vLLM's (temperature 0 = greedy; top_k 0 = off in both)."""
     return vllm_module.SamplingParams(
-        n=1, temperature=params.temperature, top_p=params.top_p,
-        top_k=params.top_k if params.top_k > 0 else -1, max_tokens=max_tokens,
-        stop=list(params.stop) or None, include_stop_str_in_output=True, logprobs=0,
-        seed=seed, skip_special_tokens=True)
+        n=1, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
+        max_tokens=max_tokens, stop=list(params.stop) or None, include_stop_str_in_output=True,
+        logprobs=0, seed=seed, skip_special_tokens=True)
 
 
 def sampled_logprobs(output) -> list[float]:
@@ -53,31 +65,78 @@ def sampled_logprobs(output) -> list[float]:
     return [float(step[tok].logprob) for tok, step in zip(output.token_ids, output.logprobs)]
 
 
+def engine_kwargs(*, dtype: str, seed: int, gpu_memory_utilization: float, enforce_eager: bool,
+                  max_model_len: int, tensor_parallel_size: int, sleep_mode: bool
+                  ) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.LLM`` (all are ``LLM.__init__`` or ``EngineArgs`` fields)."""
+    if max_model_len < 1:
+        raise ValueError(f"max_model_len: must be >= 1 (the prompt + response budget), got "
+                         f"{max_model_len}")
+    if tensor_parallel_size < 1:
+        raise ValueError(f"rollout.tensor_parallel_size: must be >= 1, got {tensor_parallel_size}")
+    return dict(dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
+                enforce_eager=enforce_eager, max_model_len=max_model_len,
+                tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=True,
+                enable_sleep_mode=sleep_mode, logprobs_mode=LOGPROBS_MODE)
+
+
+def _empty_cuda_cache() -> None:
+    """Return PyTorch's cached blocks (the update's activations) to the driver, so that vLLM's
+    own allocator can take the memory back on wake-up."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 class VLLMBackend(RolloutBackend):
     """A colocated vLLM engine; ``sync_weights(model)`` pushes the trainer's weights into it."""
 
     def __init__(self, model_path: str, tokenizer, *, dtype: str = "auto",
                  gpu_memory_utilization: float = 0.4, enforce_eager: bool = False,
-                 seed: int = 0, max_model_len: int | None = None):
+                 seed: int = 0, max_model_len: int = 0, tensor_parallel_size: int = 1,
+                 sleep_mode: bool = True):
         vllm = _import_vllm()
-        # In-process engine, so that the trainer can reach the model runner's weights.
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        kwargs = engine_kwargs(
+            dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=enforce_eager, max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size, sleep_mode=sleep_mode)
+        if tensor_parallel_size == 1:
+            # In-process engine core, so that the trainer reaches the model runner directly.
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         self._vllm = vllm
         self.tokenizer = tokenizer
-        self.llm = vllm.LLM(model=model_path, dtype=dtype, seed=seed,
-                            gpu_memory_utilization=gpu_memory_utilization,
-                            enforce_eager=enforce_eager, max_model_len=max_model_len,
-                            enable_prefix_caching=True)
+        self.tensor_parallel_size = tensor_parallel_size
+        self.sleep_mode = sleep_mode
+        self.asleep = False
+        self._sync_dir: str | None = None
+        self.llm = vllm.LLM(model=model_path, **kwargs)
 
     @classmethod
-    def from_model(cls, model, tokenizer, **kwargs) -> VLLMBackend:
-        """Start vLLM from the trainer's in-memory model (saved once to a temporary directory)."""
+    def from_model(cls, model, tokenizer, *, rollout=None, dtype: str | None = None,
+                   seed: int = 0, **kwargs) -> VLLMBackend:
+        """Start vLLM from the trainer's in-memory model (saved once to a temporary directory).
+
+        ``rollout`` (a ``RolloutConfig``) supplies the engine settings; ``dtype`` is the run's
+        compute dtype (``bfloat16`` for a mixed-precision run whose parameters stay fp32).
+        """
         _import_vllm()
+        if rollout is not None:
+            kwargs = {
+                "gpu_memory_utilization": rollout.vllm_gpu_memory_utilization,
+                "enforce_eager": rollout.vllm_enforce_eager,
+                "max_model_len": (rollout.vllm_max_model_len
+                                  or rollout.max_prompt_tokens + rollout.max_response_tokens),
+                "tensor_parallel_size": rollout.tensor_parallel_size,
+                "sleep_mode": rollout.vllm_sleep_mode, **kwargs}
+        if "max_model_len" not in kwargs:
+            raise ValueError("VLLMBackend.from_model: pass rollout=RolloutConfig (or "
+                             "max_model_len=prompt + response tokens)")
         tmp = tempfile.mkdtemp(prefix="rlvr-vllm-")
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-        return cls(tmp, tokenizer, dtype=dtype, **kwargs)
+        dtype = dtype or str(next(model.parameters()).dtype).replace("torch.", "")
+        return cls(tmp, tokenizer, dtype=dtype, seed=seed, **kwargs)
 
     def generate(self, contexts, params: SamplingParams, *, seed: int,
                  max_new_tokens: list[int] | None = None) -> Generation:
@@ -92,6 +151,7 @@ class VLLMBackend(RolloutBackend):
         reasons = ["length"] * n
         texts = [""] * n
         if live:
+            self._wake()
             prompts = [TokensPrompt(prompt_token_ids=list(contexts[i])) for i in live]
             sp = [to_vllm_params(params, budgets[i], seed * 100_003 + i, self._vllm) for i in live]
             outputs = self.llm.generate(prompts, sp, use_tqdm=False)
@@ -103,17 +163,55 @@ class VLLMBackend(RolloutBackend):
                 texts[i], _ = truncate_at_stop(o.text, params.stop)
         return Generation(token_ids, logprobs, reasons, texts)
 
+    # -- memory --------------------------------------------------------------------------------
+    def offload(self) -> None:
+        """Sleep (level 1: weights to CPU memory, KV cache dropped) until the next generate or
+        weight sync; a no-op without sleep mode."""
+        if self.sleep_mode and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def _wake(self) -> None:
+        if not self.asleep:
+            return
+        _empty_cuda_cache()
+        self.llm.wake_up()
+        self.asleep = False
+
+    # -- weights -------------------------------------------------------------------------------
     def _runner_model(self):
         engine = self.llm.llm_engine
         executor = getattr(engine, "model_executor", None)
         worker = getattr(getattr(executor, "driver_worker", None), "worker", None)
         if worker is None:
-            raise RuntimeError("cannot reach vLLM's model runner in this vLLM version; set "
-                               "VLLM_ENABLE_V1_MULTIPROCESSING=0 before starting the trainer")
+            raise RuntimeError("cannot reach vLLM's model runner: with rollout.tensor_parallel_size"
+                               "=1 set VLLM_ENABLE_V1_MULTIPROCESSING=0 before starting vLLM")
         return worker.model_runner.model
 
     def sync_weights(self, model) -> None:
         """Push ``model``'s weights into the engine, then drop KV blocks of the old weights."""
-        runner_model = self._runner_model()
-        runner_model.load_weights((name, p.detach()) for name, p in model.state_dict().items())
+        asleep = self.asleep
+        if asleep:  # weights first: the KV cache is not needed to load them
+            _empty_cuda_cache()
+            self.llm.wake_up(tags=["weights"])
+        if self.tensor_parallel_size == 1:
+            runner_model = self._runner_model()
+            runner_model.load_weights((name, p.detach()) for name, p in model.state_dict().items())
+        else:
+            self._reload_from_folder(model)
+        if asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
         self.llm.reset_prefix_cache()
+
+    def _reload_from_folder(self, model) -> None:
+        """Tensor parallelism: every worker process reloads its shards from a safetensors
+        folder (vLLM's ``Worker.reload_weights``; tensors cannot be handed across processes)."""
+        # One folder for the engine's life: reload_weights makes it the engine's model path.
+        if self._sync_dir is None:
+            self._sync_dir = tempfile.mkdtemp(prefix="rlvr-vllm-sync-")
+        for old in os.listdir(self._sync_dir):
+            os.remove(os.path.join(self._sync_dir, old))
+        model.save_pretrained(self._sync_dir, safe_serialization=True)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self._sync_dir,
+                                                          "is_checkpoint_format": True})

@@ -86,18 +86,13 @@ def _rows_from_file(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def _load_hub(name: str, split: str, sizes: Sequence[int]) -> Iterator[dict[str, Any]]:
-    try:
-        import datasets
-    except ImportError as exc:
-        raise ImportError(
-            f"loading {name!r} from the Hugging Face hub needs the `datasets` package: "
-            "pip install 'rlvr[hub]' (or pass a local .parquet/.jsonl path)"
-        ) from exc
-    return (
-        record_from_row(dict(row), f"{name}:{split}:{n}ppl")
-        for n in sizes
-        for row in datasets.load_dataset(name, split, split=f"{n}ppl")
-    )
+    """Config ``split`` (train/test), one hub split per size (``3ppl``...): a copy written by
+    ``rlvr fetch-data`` when there is one, else the hub (``rlvr.data_paths.hub_rows``)."""
+    from rlvr.data_paths import hub_rows
+
+    rows = [(n, hub_rows(name, split, f"{n}ppl", fetch=name)) for n in sizes]  # fail here, early
+    return (record_from_row(dict(row), f"{name}:{split}:{n}ppl")
+            for n, part in rows for row in part)
 
 
 def load_dataset(path_or_name: str | Path, *, split: str = "test",

@@ -49,7 +49,13 @@ DATASETS: dict[str, DatasetSpec] = {
     ),
     "gsm8k": DatasetSpec("gsm8k/test.jsonl", "gsm8k", ("openai/gsm8k", "main", "test"), 1319),
 }
-_ALIASES = {"math-500": "math500", "minerva_math": "minerva", "olympiad": "olympiadbench", "aime2024": "aime24"}
+#: Training sets (hub only; split "train"): DeepScaleR's 40,315 problems (the DSR recipe's data).
+TRAIN_SETS: dict[str, DatasetSpec] = {
+    "deepscaler": DatasetSpec(
+        "", "answer", ("agentica-org/DeepScaleR-Preview-Dataset", None, "train"), 40315),
+}
+_ALIASES = {"math-500": "math500", "minerva_math": "minerva", "olympiad": "olympiadbench",
+            "aime2024": "aime24", "agentica-org/deepscaler-preview-dataset": "deepscaler"}
 
 
 # -- gold normalisation -----------------------------------------------------------------------------
@@ -155,15 +161,17 @@ def read_rows(path: str | Path) -> list[dict]:
 
 
 def _from_hub(name: str, spec: DatasetSpec) -> list[dict]:
-    try:
-        import datasets as hf_datasets
-    except ImportError as exc:
-        raise FileNotFoundError(
-            f"dataset {name!r}: no local copy (set RLVR_SHARED_DATA to a folder holding "
-            f"{spec.local_path}) and the `datasets` package is not installed for the hub"
-        ) from exc
+    """A copy written by ``rlvr fetch-data name``, else the hub; one-line errors name both that
+    command and ``RLVR_SHARED_DATA`` (a folder holding ``spec.local_path``)."""
+    from rlvr.data_paths import hub_rows
+
     hub_name, config, split = spec.hub
-    return list(hf_datasets.load_dataset(hub_name, config, split=split))
+    try:
+        return hub_rows(hub_name, config, split, fetch=name)
+    except (ImportError, FileNotFoundError) as e:
+        where = (f"no copy in a shared data folder (RLVR_SHARED_DATA holding {spec.local_path}); "
+                 if spec.local_path else "")
+        raise FileNotFoundError(f"dataset {name!r}: {where}{e}") from None
 
 
 def load_dataset(
@@ -187,6 +195,12 @@ def load_dataset(
     key = _ALIASES.get(key.lower(), key.lower()) if not Path(key).suffix else key
     if key == "synthetic":
         return generate_dataset(n, split=split, difficulty=difficulty, seed=seed)
+    if key in TRAIN_SETS:
+        if split != "train":
+            raise ValueError(f"dataset {key!r} is a training set: use split='train', got {split!r}")
+        spec = TRAIN_SETS[key]
+        return normalize_records(_from_hub(key, spec), key,
+                                 spec.answer_format if answer_format == "auto" else answer_format)
     if key in DATASETS:
         if split != "test":
             raise ValueError(f"dataset {key!r} has only a 'test' split, got split={split!r}")
@@ -199,7 +213,8 @@ def load_dataset(
     path = Path(name_or_path)
     if not path.is_file():
         raise FileNotFoundError(
-            f"dataset {name_or_path!r} is neither a known name ({', '.join(DATASETS)}, synthetic) "
+            f"dataset {name_or_path!r} is neither a known name "
+            f"({', '.join([*DATASETS, *TRAIN_SETS])}, synthetic) "
             "nor an existing .jsonl/.json/.parquet file"
         )
     return normalize_records(read_rows(path), path.stem, answer_format)

@@ -24,6 +24,8 @@ def add_index_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--refine", type=float,
                    help="IVF-PQ: re-rank refine*k PQ candidates with the full vectors (default 0: off)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic corpus")
+    p.add_argument("--device", default="cpu",
+                   help="where a sentence-transformers encoder runs (cuda: for wiki-18 with e5)")
 
 
 def run_index(args) -> int:
@@ -38,7 +40,13 @@ def run_index(args) -> int:
     corpus = synthetic_task(args.seed)[0] if args.corpus == "synthetic" else args.corpus
     t0 = time.perf_counter()
     try:
-        index = build_index(corpus, encoder=args.encoder, kind=args.kind, params=params, out_dir=args.out)
+        encoder = args.encoder
+        if args.device != "cpu" and encoder not in ("lexical", "tfidf"):
+            from rlvr.envs.searchqa.encoders import get_encoder
+
+            encoder = get_encoder(encoder, device=args.device)
+        index = build_index(corpus, encoder=encoder, kind=args.kind, params=params,
+                            out_dir=args.out)
     except (FileNotFoundError, ValueError, ImportError, OSError) as e:
         print(f"rlvr index: {e}", file=sys.stderr)
         return 2

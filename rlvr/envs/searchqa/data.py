@@ -44,6 +44,14 @@ FLASHRAG_SUBSETS = {
     "2wiki": "2wikimultihopqa", "musique": "musique", "bamboogle": "bamboogle",
 }
 FLASHRAG_REPO = "RUC-NLPIR/FlashRAG_datasets"
+#: FlashRAG subsets without a test split are evaluated on dev, as Search-R1's
+#: ``scripts/data_process/qa_search_test_merge.py`` does (test, else dev).
+FLASHRAG_DEV_ONLY = ("hotpotqa", "2wikimultihopqa", "musique")
+
+
+def flashrag_split(subset: str, split: str) -> str:
+    """The FlashRAG split read for ``split`` (``test`` means dev for the dev-only subsets)."""
+    return "dev" if split == "test" and subset in FLASHRAG_DEV_ONLY else split
 
 _ANSWER_FIELDS = ("golden_answers", "answers", "answer", "target")
 
@@ -96,20 +104,16 @@ def load_qa_file(path: str | Path) -> list[QAItem]:
 
 
 def load_flashrag(subset: str, split: str = "test") -> list[QAItem]:
-    """A FlashRAG subset from the Hugging Face hub (needs ``datasets`` and a network)."""
-    try:
-        import datasets
-    except ImportError as e:
-        raise ImportError(
-            f"dataset {subset!r} is loaded from the Hugging Face hub ({FLASHRAG_REPO}): "
-            "install the hub extra (pip install 'rlvr[hub]') and use a machine with a network, "
-            "or pass a local .jsonl/.parquet path"
-        ) from e
-    try:
-        ds = datasets.load_dataset(FLASHRAG_REPO, subset, split=split)
-    except Exception as e:  # hub errors come in many types (network, missing split, auth)
-        raise RuntimeError(f"could not load {FLASHRAG_REPO} subset {subset!r} split {split!r}: {e}") from e
-    return items_from_records(ds, f"flashrag:{subset}")
+    """FlashRAG subsets (``nq+hotpotqa``: concatenated, Search-R1's training mix): a copy written
+    by ``rlvr fetch-data flashrag:<subset>``, else the hub (needs ``datasets`` and a network)."""
+    from rlvr.data_paths import hub_rows
+
+    items: list[QAItem] = []
+    for name in subset.split("+"):
+        rows = hub_rows(FLASHRAG_REPO, name, flashrag_split(name, split),
+                        fetch=f"flashrag:{subset}")
+        items += items_from_records(rows, f"flashrag:{name}")
+    return items
 
 
 def load_qa(name: str, split: str = "test") -> list[QAItem]:

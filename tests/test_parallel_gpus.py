@@ -1,0 +1,59 @@
+"""``rlvr reproduce --jobs N`` on a GPU machine: one GPU per worker, jobs capped to the GPUs.
+
+No GPU here: the device count is faked (``torch.cuda`` is patched in this process; the workers
+are real spawned processes that report the ``CUDA_VISIBLE_DEVICES`` they were given)."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from rlvr.reproduce import parallel
+from rlvr.reproduce.common import Context
+from rlvr.reproduce.profiles import tiny_profile
+
+
+def _fake_cuda(monkeypatch, n: int, visible: str | None = None):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+
+
+def test_visible_gpus_follow_the_parent_mask(monkeypatch):
+    _fake_cuda(monkeypatch, 4)
+    assert parallel.visible_gpus() == ["0", "1", "2", "3"]
+    _fake_cuda(monkeypatch, 2, visible="5,7")
+    assert parallel.visible_gpus() == ["5", "7"]
+    _fake_cuda(monkeypatch, 0)
+    assert parallel.visible_gpus() == []
+
+
+def test_jobs_capped_to_gpus_with_a_message():
+    jobs, gpus, msg = parallel.worker_gpus(4, ["5", "7"], uses_gpu=True)
+    assert (jobs, gpus) == (2, ["5", "7"])
+    assert "--jobs 4 capped to 2" in msg and "one GPU per worker" in msg
+    assert parallel.worker_gpus(2, ["0", "1", "2"], uses_gpu=True) == (2, ["0", "1"], "")
+    assert parallel.worker_gpus(4, ["0"], uses_gpu=False) == (4, [], "")
+    assert parallel.worker_gpus(3, [], uses_gpu=True) == (3, [], "")
+
+
+def _nap_then_gpu() -> str:
+    time.sleep(1.5)
+    return f"{os.getpid()} {os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}"
+
+
+def test_each_worker_process_gets_its_own_gpu(tmp_path: Path):
+    ctx = Context(tiny_profile(smoke=True), tmp_path, tmp_path, [0], progress=False)
+    parallel._pool_map(ctx, 2, [(_nap_then_gpu,)] * 4, "probe", gpus=["5", "7"])
+    seen = [line.split()[-2:] for line in ctx.log if line.startswith("[reproduce] ")
+            and not line.startswith("[reproduce] probe")]
+    assert len(seen) == 4 and {gpu for _, gpu in seen} <= {"5", "7"}
+    gpu_of = dict(seen)  # every worker process keeps one GPU; no two workers share one
+    assert all(gpu_of[pid] == gpu for pid, gpu in seen)
+    assert len(set(gpu_of.values())) == len(gpu_of)
+    assert "on GPUs 5,7" in ctx.log[0]
