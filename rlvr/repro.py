@@ -65,12 +65,26 @@ def apply_kernel_mode(mode: str | None = None) -> str:
     if mode == "reproducible":
         import sys
 
-        if "torch" in sys.modules:
-            # Too late for this process: the libraries have read their variables already.
-            raise RuntimeError("apply_kernel_mode must run before torch is imported")
+        if "torch" in sys.modules and any(os.environ.get(k) != v
+                                          for k, v in REPRODUCIBLE_ENV.items()):
+            # Too late for this process (the libraries have read their variables): say so; the
+            # record (``effective_mode``) then shows what the kernels really were.
+            print(f"[rlvr] torch was imported before the {mode} kernel mode could be set: "
+                  "this process runs the processor's native kernels", file=sys.stderr)
+            return "native"
         os.environ.update(REPRODUCIBLE_ENV)
     os.environ[MODE_VAR] = mode
     return mode
+
+
+def effective_mode() -> str:
+    """``reproducible`` when this process runs under the mode's variables and ATen dispatches to
+    AVX2 (what the record states, whatever was requested), else ``native``."""
+    import torch
+
+    held = all(os.environ.get(k) == v for k, v in REPRODUCIBLE_ENV.items())
+    return ("reproducible" if held and torch.backends.cpu.get_cpu_capability() == "AVX2"
+            else "native")
 
 
 def is_x86() -> bool:
@@ -101,7 +115,7 @@ def machine_info() -> dict[str, Any]:
         "arch": platform.machine(),
         "cores": os.cpu_count(),
         "flags": [f for f in FLAGS_OF_INTEREST if f in flags],
-        "kernel_mode": os.environ.get(MODE_VAR, "unset"),
+        "kernel_mode": effective_mode(),
         "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "env": {k: os.environ.get(k, "") for k in REPRODUCIBLE_ENV},
         "torch_threads": torch.get_num_threads(),
@@ -146,4 +160,4 @@ def weights_sha256(path: str | Path) -> str:
 
 
 __all__ = ["FLAGS_OF_INTEREST", "MODES", "MODE_VAR", "REPRODUCIBLE_ENV", "apply_kernel_mode",
-           "is_x86", "machine_info", "machine_line", "state_dict_sha256", "weights_sha256"]
+           "effective_mode", "is_x86", "machine_info", "machine_line", "state_dict_sha256", "weights_sha256"]
