@@ -159,5 +159,30 @@ def weights_sha256(path: str | Path) -> str:
     raise FileNotFoundError(f"{path}: no *.safetensors weights to hash")
 
 
-__all__ = ["FLAGS_OF_INTEREST", "MODES", "MODE_VAR", "REPRODUCIBLE_ENV", "apply_kernel_mode",
+def _worker_info() -> dict[str, Any]:
+    return machine_info()
+
+
+def add_machine_arguments(parser) -> None:
+    parser.add_argument("--worker", action="store_true",
+                        help="also report what a worker process (spawned as rlvr reproduce "
+                             "--jobs spawns them) sees")
+
+
+def run_machine(args) -> int:
+    """``rlvr machine``: this machine as every result records it, as JSON."""
+    import json
+
+    info = machine_info()
+    if args.worker:
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+            info["worker"] = pool.submit(_worker_info).result()
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+__all__ = ["FLAGS_OF_INTEREST", "add_machine_arguments", "run_machine", "MODES", "MODE_VAR", "REPRODUCIBLE_ENV", "apply_kernel_mode",
            "effective_mode", "is_x86", "machine_info", "machine_line", "state_dict_sha256", "weights_sha256"]

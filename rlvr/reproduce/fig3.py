@@ -84,13 +84,15 @@ def run(ctx: Context) -> dict:
         std_b = [s["std"] for s in stats["grpo_sg"]]
         n = min(len(std_a), len(std_b))
         paired_seed_claim(out, "GRPO-SG has smoother gradient norms", SETTING_TITLES.get(setting, setting),
-                          std_a[:n], std_b[:n], "std of the gradient norm, GRPO - GRPO-SG")
+                          std_a[:n], std_b[:n], "std of the gradient norm, GRPO - GRPO-SG",
+                          bases=[b for b, _ in ctx.units()][:n])
         cv_a = [s["cv"] for s in stats["grpo"]][:n]
         cv_b = [s["cv"] for s in stats["grpo_sg"]][:n]
         paired_seed_claim(out, "GRPO-SG has smoother gradient norms (scale-free, beyond the paper)",
                           SETTING_TITLES.get(setting, setting), cv_a, cv_b,
-                          "coefficient of variation of the gradient norm, GRPO - GRPO-SG")
-    fig.suptitle(f"Gradient norms, GRPO vs GRPO-SG ({ctx.profile.name} profile, {len(ctx.seeds)} seed(s))")
+                          "coefficient of variation of the gradient norm, GRPO - GRPO-SG",
+                          bases=[b for b, _ in ctx.units()][:n])
+    fig.suptitle(f"Gradient norms, GRPO vs GRPO-SG ({ctx.profile.name} profile, {len(ctx.units())} run(s) each)")
     fig.tight_layout()
     out.save_fig(fig)
     out.write_csv(long_rows(data, "grad_norm"))

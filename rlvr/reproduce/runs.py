@@ -64,11 +64,20 @@ class Run:
         return self.info.get("weights_sha256") or _hash_if_present(self.final)
 
 
-def train_config(setting: Setting, algo: str, seed: int, extra: dict[str, Any] | None = None):
-    """The ``TrainConfig`` of one run (profile overrides + env/algo/seed + ``extra``)."""
+def train_config(setting: Setting, algo: str, seed: int, extra: dict[str, Any] | None = None,
+                 base_seed: int = 0):
+    """The ``TrainConfig`` of one run (profile overrides + env/algo/seed + ``extra``), from base
+    build ``base_seed`` of the setting's model (``tiny-kk@1``; 0 is the model itself)."""
     from rlvr.agents.train_config import load_train_config
+    from rlvr.models.presets import base_spec, parse_spec
 
-    flat = setting_overrides(setting, algo, seed, {**(extra or {}), "out": "pending"})
+    more: dict[str, Any] = {}
+    if base_seed:
+        if parse_spec(setting.model) is None:
+            raise ValueError(f"base seed {base_seed}: model {setting.model!r} is not a tiny "
+                             "preset, whose base can be built from another seed")
+        more["model"] = base_spec(setting.model, base_seed)
+    flat = setting_overrides(setting, algo, seed, {**(extra or {}), **more, "out": "pending"})
     return load_train_config(flat_to_nested(flat))
 
 
@@ -208,6 +217,8 @@ class Evaluation:
     path: Path
     records: list[dict[str, Any]]
     summary: dict[Any, dict[str, float]]
+    #: (base seed, RL seed) of the draw evaluated, set by the reproduce scripts.
+    unit: tuple[int, int] = (0, 0)
 
 
 def ensure_eval(ecfg: EvalConfig, cache: Path, *, say=print, progress: bool = True) -> Evaluation:
@@ -293,11 +304,16 @@ def _base_build(model: str):
 
 
 def base_weights(model: str) -> dict[str, str]:
-    """``{"build": <build dir name>, "weights_sha256": ...}`` of a preset base (built if
-    missing); ``{}`` for any other model name."""
-    base_dir, _ = _base_build(model)
-    if base_dir is None:
+    """``{"build": <build dir name>, "weights_sha256": ...}`` of a preset base (the hash empty
+    when it is not built here: nothing is built to record it); ``{}`` for other models."""
+    from rlvr.models.build import models_dir
+    from rlvr.models.presets import parse_spec
+
+    if parse_spec(model) is None:
         return {}
+    base_dir = models_dir() / _preset_build_key(model)
+    if not (base_dir / "build.json").exists():
+        return {"build": base_dir.name, "weights_sha256": ""}
     record = json.loads((base_dir / "build.json").read_text())
     return {"build": base_dir.name,
             "weights_sha256": record.get("weights_sha256") or _hash_if_present(base_dir)}
