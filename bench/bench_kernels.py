@@ -6,9 +6,12 @@ model from ``rlvr.models`` on fixed random token batches, then the SHA-256 of it
 (``rlvr.repro.state_dict_sha256``) and the median step time. Cases: each ``ATEN_CPU_CAPABILITY``
 a user's environment might request, without the mode (``RLVR_KERNELS=native``, the processor's
 choice) and with it (``RLVR_KERNELS=reproducible``, which overrides the request), at 1 and at
-all threads.
+all threads. ``--cost R``: instead, R alternating runs of each mode at one thread with nothing
+requested, and the median step time of each (CPU seconds of the process, which a shared machine
+disturbs less than wall time).
 
     python bench/bench_kernels.py [--model micro|tiny-arch] [--steps 20] [--batch 8] [--length 256]
+    python bench/bench_kernels.py --model tiny-arch --cost 5
 """
 from __future__ import annotations
 
@@ -42,18 +45,21 @@ else:
 model.train()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 g = torch.Generator().manual_seed(0)
-times = []
+times, cpu = [], []
 for step in range(args["steps"]):
     ids = torch.randint(0, vocab, (args["batch"], args["length"]), generator=g)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     loss = model(input_ids=ids, labels=ids).loss
     opt.zero_grad(set_to_none=True)
     loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # as the trainer and SFT do
     opt.step()
     times.append(time.perf_counter() - t0)
+    cpu.append(time.process_time() - c0)
 info = machine_info()
 print(json.dumps({"sha": state_dict_sha256(model.state_dict())[:16],
                   "step_ms": 1000 * statistics.median(times[1:] or times),
+                  "cpu_ms": 1000 * statistics.median(cpu[1:] or cpu),
                   "aten": info["aten_cpu_capability"], "mode": info["kernel_mode"]}))
 """
 
@@ -80,7 +86,10 @@ def main() -> None:
     p.add_argument("--length", type=int, default=256)
     p.add_argument("--requested", default="default,avx2,avx512,unset")
     p.add_argument("--threads", default="", help="comma-separated (default: 1 and all cores)")
+    p.add_argument("--cost", type=int, default=0, help="alternating runs per mode (timing only)")
     args = p.parse_args()
+    if args.cost:
+        return cost(args)
     threads = ([int(t) for t in args.threads.split(",")] if args.threads
                else sorted({1, os.cpu_count() or 1}))
     print(f"{args.steps} AdamW steps of {args.model}, batch {args.batch} x {args.length} tokens")
@@ -93,6 +102,26 @@ def main() -> None:
                 r = run_case(mode, None if requested == "unset" else requested, t, args)
                 print(f"| {mode} | {requested} | {t} | {r['aten']} | {r['sha']} | "
                       f"{r['step_ms']:.1f} |", flush=True)
+
+
+def cost(args) -> None:
+    import statistics
+
+    got: dict[str, list[dict]] = {"native": [], "reproducible": []}
+    for _ in range(args.cost):
+        for mode in got:
+            got[mode].append(run_case(mode, None, 1, args))
+    print(f"{args.steps} AdamW steps of {args.model}, batch {args.batch} x {args.length} tokens, "
+          f"1 thread, {args.cost} alternating runs per mode (median over runs of each run's "
+          "median step)")
+    print("| RLVR_KERNELS | dispatched | CPU ms / step | wall ms / step |")
+    print("|---|---|---|---|")
+    med = {}
+    for mode, rs in got.items():
+        med[mode] = statistics.median(r["cpu_ms"] for r in rs)
+        print(f"| {mode} | {rs[0]['aten']} | {med[mode]:.1f} | "
+              f"{statistics.median(r['step_ms'] for r in rs):.1f} |")
+    print(f"reproducible / native CPU time: {med['reproducible'] / med['native']:.3f}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reproduce": ("rlvr.reproduce.cli", "reproduce a figure or table of the paper (fig1..fig4, table_*, sweep, all)"),
     "train": ("rlvr.agents.train_cli", "train a policy with GRPO / GRPO-SG / baselines on an environment"),
     "build-model": ("rlvr.models.cli", "build (or find cached) a tiny base model: tokenizer + Qwen2 + SFT warm start"),
-    "machine": ("rlvr.repro", "print this machine as results record it: CPU, ISA flags, kernel mode, threads"),
+    "machine": ("rlvr.repro", "print this machine as results record it (CPU, ISA, kernel mode)"),
     "prepare-verl": ("rlvr.integrations.verl_data", "write environment tasks as verl-ready parquet (chat prompt, ground truth)"),
 }
 

@@ -184,5 +184,6 @@ def run_machine(args) -> int:
     return 0
 
 
-__all__ = ["FLAGS_OF_INTEREST", "add_machine_arguments", "run_machine", "MODES", "MODE_VAR", "REPRODUCIBLE_ENV", "apply_kernel_mode",
-           "effective_mode", "is_x86", "machine_info", "machine_line", "state_dict_sha256", "weights_sha256"]
+__all__ = ["FLAGS_OF_INTEREST", "MODES", "MODE_VAR", "REPRODUCIBLE_ENV", "add_machine_arguments",
+           "apply_kernel_mode", "effective_mode", "is_x86", "machine_info", "machine_line",
+           "run_machine", "state_dict_sha256", "weights_sha256"]

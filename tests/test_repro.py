@@ -78,7 +78,8 @@ def test_the_default_output_folder_is_not_the_committed_one(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     captured = {}
     monkeypatch.setattr(cli, "has_gpu", lambda: False)
-    monkeypatch.setattr(cli, "print_plan", lambda ctx, name: captured.setdefault("out", ctx.out) and 0)
+    monkeypatch.setattr(cli, "print_plan",
+                        lambda ctx, name: captured.setdefault("out", ctx.out) and 0)
     import argparse
 
     parser = argparse.ArgumentParser()
@@ -100,11 +101,12 @@ def test_state_dict_hash_is_stable_and_sees_one_bit():
 def test_saved_weights_hash_like_the_state_dict(tmp_path):
     from rlvr.models import load_model
 
-    model, tok = load_model("micro", seed=3)
+    model, _ = load_model("micro", seed=3)
     model.save_pretrained(tmp_path)
     from safetensors.torch import load_file
 
-    assert weights_sha256(tmp_path) == state_dict_sha256(load_file(str(tmp_path / "model.safetensors")))
+    saved = load_file(str(tmp_path / "model.safetensors"))
+    assert weights_sha256(tmp_path) == state_dict_sha256(saved)
     other, _ = load_model("micro", seed=4)
     other.save_pretrained(tmp_path / "other")
     assert weights_sha256(tmp_path) != weights_sha256(tmp_path / "other")
@@ -141,7 +143,8 @@ def test_equal_compute_is_counted_in_update_tokens():
 
     trained = [1234, 987, 4321]
     seconds = [0.731, 1.9, 0.0123]
-    metrics = [{"perf/update_tokens_s": n / t, "time/update_s": t} for n, t in zip(trained, seconds)]
+    metrics = [{"perf/update_tokens_s": n / t, "time/update_s": t}
+               for n, t in zip(trained, seconds)]
     assert update_tokens(metrics) == sum(trained)
     lopti = train_config(profiles.tiny_profile(smoke=True).settings["kk"], "lopti", 0)
     assert update_tokens(metrics, lopti) == 2 * lopti.ppo_epochs * sum(trained)

@@ -1,7 +1,8 @@
 """Models: the ``micro`` test model, the tiny base models, and loaders for paths and hub names.
 
 ``load_model(spec)`` takes ``"micro"``, a tiny preset name (``"tiny-kk"``, ``"tiny-math"``,
-``"tiny-searchqa"``, or ``"tiny-kk@1"`` for base seed 1: built on first use and cached under ``$RLVR_HOME/models``, see
+``"tiny-searchqa"``, or ``"tiny-kk@1"`` for base seed 1: built on first use and cached under
+``$RLVR_HOME/models``, see
 ``rlvr.models.build``), a local directory saved with ``save_pretrained``, or a Hugging Face hub
 name (needs a network, or a populated hub cache).
 """

@@ -126,7 +126,8 @@ def run_check(folder: Path, *, sample: int = 1, cache: Path | None = None,
         if committed_base:
             same = base.get("weights_sha256") == committed_base
             rows.append([label, f"base {cfg.model} weights", committed_base[:16],
-                         base.get("weights_sha256", "")[:16], "bit-identical" if same else "differs"])
+                         base.get("weights_sha256", "")[:16],
+                         "bit-identical" if same else "differs"])
         where = "from the run cache" if cached else "trained now"
         ran_on = run.info.get("machine", {})
         rows.append([label, f"weights ({where}; {ran_on.get('kernel_mode', '?')} kernels)",

@@ -29,8 +29,8 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", choices=NAMES,
                         help="the figure or table to reproduce (all: every one + REPORT.md)")
     parser.add_argument("--check", metavar="DIR", default=None,
-                        help="rerun a sample of the runs recorded in DIR (e.g. results/tiny) and say, "
-                             "per number, bit-identical / within the stated interval / outside it")
+                        help="rerun a sample of the runs recorded in DIR (e.g. results/tiny) and "
+                             "say per number: bit-identical, within the stated interval, outside")
     parser.add_argument("--sample", type=int, default=1,
                         help="with --check: how many recorded runs to rerun (default 1)")
     parser.add_argument("--profile", default="tiny", choices=("tiny", "paper"),
@@ -90,7 +90,8 @@ def run_reproduce(args: argparse.Namespace) -> int:
         return run_check(Path(args.check), sample=args.sample,
                          cache=Path(args.cache) if args.cache else None, progress=not args.quiet)
     if not args.name:
-        raise SystemExit("rlvr reproduce: name a figure or table (fig2, all...) or pass --check DIR")
+        raise SystemExit("rlvr reproduce: name a figure or table (fig2, all...) or pass "
+                         "--check DIR")
     profile = get_profile(args.profile, smoke=args.smoke)
     n_seeds = args.seeds if args.seeds is not None else profile.seeds
     n_bases = args.base_seeds if args.base_seeds is not None else profile.base_seeds

@@ -92,7 +92,8 @@ def run(ctx: Context) -> dict:
                           SETTING_TITLES.get(setting, setting), cv_a, cv_b,
                           "coefficient of variation of the gradient norm, GRPO - GRPO-SG",
                           bases=[b for b, _ in ctx.units()][:n])
-    fig.suptitle(f"Gradient norms, GRPO vs GRPO-SG ({ctx.profile.name} profile, {len(ctx.units())} run(s) each)")
+    fig.suptitle(f"Gradient norms, GRPO vs GRPO-SG ({ctx.profile.name} profile, "
+                 f"{len(ctx.units())} run(s) each)")
     fig.tight_layout()
     out.save_fig(fig)
     out.write_csv(long_rows(data, "grad_norm"))

@@ -40,9 +40,11 @@ def required_runs(ctx: Context, names: Iterable[str]) -> list[tuple[Need, list[U
     envs = {s.env for s in ctx.profile.settings.values()}
     needs: list[tuple[Need, list[Unit]]] = []
 
-    def add(key: str, algo: str, extra: dict[str, Any] | None = None, units: list[Unit] | None = None):
+    def add(key: str, algo: str, extra: dict[str, Any] | None = None,
+            units: list[Unit] | None = None):
         if key in ctx.profile.settings:
-            needs.append(((key, algo, dict(extra or {})), list(ctx.units() if units is None else units)))
+            draws = ctx.units() if units is None else units
+            needs.append(((key, algo, dict(extra or {})), list(draws)))
 
     if "table_kk" in names:
         for m in KK_METHODS:

@@ -151,7 +151,8 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
                      "weights_sha256": _run_hash(run_dir, info),
                      "machine": (f"{machine.get('cpu', '')} ({machine.get('arch', '')}), "
                                  f"{machine.get('kernel_mode', '')} kernels, "
-                                 f"{machine.get('torch_threads', '')} thread(s)") if machine else "",
+                                 f"{machine.get('torch_threads', '')} thread(s)")
+                                if machine else "",
                      "used_by": " ".join(sorted(set(u.split(":")[0] for u in used_by))),
                      "labels": " ".join(sorted(u.split(":", 1)[1] for u in used_by))})
     for stale in (ctx.out / "runs").glob("*.yaml"):  # configs of runs no output uses any more
