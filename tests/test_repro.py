@@ -70,6 +70,13 @@ def test_a_reproduction_records_the_mode_the_machine_and_the_hashes(tmp_path):
     assert "reproducible kernels" in row["machine"]
     assert "machine:" in (out / "REPORT.md").read_text()
     assert not (tmp_path / "results").exists()  # nothing written outside --out
+    # --check retrains the recorded run in a fresh cache: on the same machine, the same bits.
+    report = _rlvr("reproduce", "--check", str(out), "--cache", str(tmp_path / "fresh"),
+                   "--quiet", env={"RLVR_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+    assert (tmp_path / "fresh" / "runs" / record["key"] / "run.json").exists()
+    verdicts = [line.rsplit("|", 2)[-2].strip() for line in report.splitlines()
+                if line.startswith("| kk/grpo/seed0")]
+    assert verdicts and set(verdicts) == {"bit-identical"}, report
 
 
 def test_the_default_output_folder_is_not_the_committed_one(tmp_path, monkeypatch):
