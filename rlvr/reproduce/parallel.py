@@ -100,7 +100,8 @@ def _train(cfg, cache: str) -> str:
     from rlvr.reproduce.runs import ensure_run
 
     run = ensure_run(cfg, Path(cache), say=lambda m: None, progress=False)
-    return f"trained {cfg.env}/{cfg.algo} seed {cfg.seed} ({len(run.metrics)} steps, {run.compute_seconds:.0f} s)"
+    return (f"trained {cfg.env}/{cfg.algo} seed {cfg.seed} on {cfg.model} ({len(run.metrics)} "
+            f"steps, {run.update_tokens} update tokens)")
 
 
 def _sft(setting, seed: int, budget: int, cache: str, smoke: bool, model: str) -> str:
