@@ -193,3 +193,33 @@ def test_check_samples_compares_and_refuses_old_folders(tmp_path):
     (tmp_path / "fig2.meta.json").write_text(json.dumps({"profile": "tiny", "train_runs": {}}))
     with pytest.raises(SystemExit, match="older rlvr"):
         check.load_records(tmp_path)
+
+
+def test_a_base_seed_builds_another_base_and_records_its_hash(tmp_path, monkeypatch):
+    from rlvr.models import load_model, presets
+    from rlvr.models.build import BuildConfig, TokenizerConfig
+    from rlvr.models.sft import SFTConfig
+    from rlvr.models.tiny import ArchConfig
+    from rlvr.models.traces import TINY_SETTINGS
+    from rlvr.reproduce.runs import _preset_build_key, base_weights
+
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path))
+    small = BuildConfig(name="tiny-test", task="kk", data=dict(TINY_SETTINGS["kk"]),
+                        tokenizer=TokenizerConfig(vocab_size=300, tasks=("kk",), texts_per_task=40),
+                        arch=ArchConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                        intermediate_size=64),
+                        sft=SFTConfig(steps=2, batch_size=2, warmup_steps=0, length_groups=1))
+    monkeypatch.setitem(presets.PRESETS, "tiny-test", small)
+    _preset_build_key.cache_clear()
+    try:
+        load_model("tiny-test")
+        load_model("tiny-test@1")
+        first, second = base_weights("tiny-test"), base_weights("tiny-test@1")
+    finally:
+        _preset_build_key.cache_clear()
+    assert first["build"] != second["build"]
+    assert first["weights_sha256"] and first["weights_sha256"] != second["weights_sha256"]
+    record = json.loads((tmp_path / "models" / second["build"] / "build.json").read_text())
+    assert record["weights_sha256"] == second["weights_sha256"]
+    assert record["weights_sha256"] == weights_sha256(tmp_path / "models" / second["build"])
+    assert record["config"]["seed"] == 1 and record["machine"]["cpu"]
