@@ -223,3 +223,14 @@ def test_a_base_seed_builds_another_base_and_records_its_hash(tmp_path, monkeypa
     assert record["weights_sha256"] == second["weights_sha256"]
     assert record["weights_sha256"] == weights_sha256(tmp_path / "models" / second["build"])
     assert record["config"]["seed"] == 1 and record["machine"]["cpu"]
+
+
+def test_evaluation_keys_do_not_depend_on_where_the_cache_lives(tmp_path):
+    from rlvr.reproduce.runs import model_identity
+
+    for root in (tmp_path / "a", tmp_path / "elsewhere" / "b"):
+        (root / "sft" / "0123abcd4567").mkdir(parents=True)
+        (root / "sft" / "0123abcd4567" / "sft.json").write_text("{}")
+        assert model_identity(str(root / "runs" / "abd13653fe52" / "final")) == \
+            "runs/abd13653fe52/final"
+        assert model_identity(str(root / "sft" / "0123abcd4567")) == "sft/0123abcd4567"

@@ -93,8 +93,9 @@ def verdict(committed: float, rerun: float, interval) -> str:
 
 def run_check(folder: Path, *, sample: int = 1, cache: Path | None = None,
               progress: bool = True) -> int:
-    """Rerun ``sample`` runs recorded in ``folder``; print the comparison; 0 when no number is
-    outside its interval and no weight hash is missing a match only because of a config change."""
+    """Rerun ``sample`` runs recorded in ``folder`` and print the comparison. Returns 1 when a
+    number lies outside its interval or a run's config no longer matches, else 0 (differing
+    weight hashes alone are reported, not failed: other machines may differ in threads)."""
     from rlvr.data_paths import rlvr_home
     from rlvr.repro import machine_info, machine_line
     from rlvr.reproduce.profiles import get_profile

@@ -157,13 +157,13 @@ def _build_bases(ctx: Context, models: Iterable[str], jobs: int) -> None:
     race to build the same base): one at a time in this process, or side by side in the pool
     when several are missing."""
     from rlvr.models.build import ensure_built, models_dir
+    from rlvr.models.presets import parse_spec, preset_config
     from rlvr.reproduce.runs import model_identity
 
-    missing = [m for m in dict.fromkeys(models) if model_identity(m) != m
+    missing = [m for m in dict.fromkeys(models) if parse_spec(m) is not None
                and not (models_dir() / model_identity(m) / "build.json").exists()]
     if len(missing) > 1 and jobs > 1:
         _pool_map(ctx, jobs, [(_build, m) for m in missing], "base models")
-    from rlvr.models.presets import preset_config
 
     for m in missing:
         ensure_built(preset_config(m), progress=ctx.progress)

@@ -86,11 +86,18 @@ def model_identity(model: str) -> str:
 
     A tiny preset (``tiny-kk``) stands for its build directory name, ``<preset>-<hash of its
     BuildConfig and training data>``: a changed preset then gives new keys instead of reusing
-    runs and evaluations of the old base. Any other name or path is used as given.
+    runs and evaluations of the old base. A model inside a run cache stands for its place in the
+    cache (``runs/<key>/final``, ``sft/<key>``), so evaluation keys do not depend on where the
+    cache lives. Any other name or path is used as given.
     """
     from rlvr.models.presets import parse_spec
 
     if parse_spec(model) is None:
+        p = Path(model)
+        if p.name == "final" and p.parent.parent.name == "runs":
+            return f"runs/{p.parent.name}/final"
+        if p.parent.name == "sft" and (p / "sft.json").exists():
+            return f"sft/{p.name}"
         return model
     return _preset_build_key(model)
 
@@ -265,7 +272,8 @@ def ensure_sft_reference(setting: Setting, seed: int, budget_tokens: int, cache:
                                       warmup_steps=min(build_cfg.sft.warmup_steps, steps // 10),
                                       max_seconds=0.0)
         task, data = build_cfg.task, dict(build_cfg.data)
-    blob = json.dumps({"base": str(base_dir or model), "sft": dataclasses.asdict(sft_cfg),
+    blob = json.dumps({"base": base_dir.name if base_dir else model,
+                       "sft": dataclasses.asdict(sft_cfg),
                        "task": task, "data": data}, sort_keys=True, default=str)
     path = Path(cache) / "sft" / hashlib.sha256(blob.encode()).hexdigest()[:12]
     if (path / "sft.json").exists():
@@ -277,16 +285,20 @@ def ensure_sft_reference(setting: Setting, seed: int, budget_tokens: int, cache:
     net, tokenizer = load_model(model, seed=seed)
     stats = sft(net, tokenizer, traces.example_stream(task, data, seed=sft_cfg.seed), sft_cfg,
                 progress=progress, desc="continued sft")
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
+    import os
+    import shutil
+
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # renamed into place when complete
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
     net.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     (tmp / "sft.json").write_text(json.dumps(
         {"budget_tokens": budget_tokens, **stats, "weights_sha256": weights_sha256(tmp),
          "machine": machine_info()}, indent=2, default=str))
-    if not (path / "sft.json").exists():
-        import shutil
-
+    if (path / "sft.json").exists():  # another process finished the same reference first
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)
     return path
