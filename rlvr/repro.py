@@ -55,12 +55,13 @@ def apply_kernel_mode(mode: str | None = None) -> str:
 
     Reproducible overrides whatever the environment asked for, so the same bits come out
     whatever capability a user's shell had set. On non-x86 machines there is nothing to hold
-    (the variables name x86 paths), and the mode is recorded as ``native``. Returns the mode.
+    (the variables name x86 paths), and on an x86 CPU without AVX2 the AVX2 paths cannot run:
+    both fall back to ``native``, and the records say so. Returns the mode.
     """
     mode = mode or requested_mode()
     if mode not in MODES:
         raise SystemExit(f"kernel mode {mode!r}: expected one of {list(MODES)}")
-    if mode == "reproducible" and not is_x86():
+    if mode == "reproducible" and not (is_x86() and _has_avx2()):
         mode = "native"
     if mode == "reproducible":
         import sys
@@ -89,6 +90,13 @@ def effective_mode() -> str:
 
 def is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
+
+
+def _has_avx2() -> bool:
+    """AVX2 per ``/proc/cpuinfo``; assumed where it cannot be read (x86 macOS: every Mac since
+    2013 has it)."""
+    flags = _cpuinfo().get("flags")
+    return True if flags is None else "avx2" in flags.split()
 
 
 def _cpuinfo() -> dict[str, str]:
