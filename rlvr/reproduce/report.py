@@ -115,9 +115,10 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
     if runs:
         lines += ["", "## Training runs", "",
                   f"{len(runs)} runs; each config is in [runs/](runs/) as `<config hash>.yaml`, and "
-                  "[runs.csv](runs.csv) lists them with their base, steps, work (forward-backward "
-                  "tokens of the updates), seconds (rollout + update, one process), the SHA-256 of "
-                  "their final weights and the machine and kernel mode that trained them. "
+                  "[runs.csv](runs.csv) lists them with their base and its hash, steps, work "
+                  "(forward-backward tokens of the updates), seconds (rollout + update, one "
+                  "process), the SHA-256 of their final weights and the machine and kernel mode "
+                  "that trained them. "
                   "`rlvr reproduce --check <this folder>` reruns a sample and compares.", ""]
     path = out / "REPORT.md"
     path.write_text("\n".join(lines).rstrip() + "\n")
@@ -130,6 +131,8 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
     Configs of runs that no output uses any more are removed."""
     import csv
     import shutil
+
+    from rlvr.reproduce.runs import base_weights
 
     keys: dict[str, list[str]] = {}
     for name, m in metas.items():
@@ -149,6 +152,8 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
                      "update_tokens": info.get("update_tokens", ""),
                      "compute_seconds": info.get("compute_seconds", ""),
                      "weights_sha256": _run_hash(run_dir, info),
+                     "base_sha256": base_weights(info["model"]).get("weights_sha256", "")
+                     if info.get("model") else "",
                      "machine": (f"{machine.get('cpu', '')} ({machine.get('arch', '')}), "
                                  f"{machine.get('kernel_mode', '')} kernels, "
                                  f"{machine.get('torch_threads', '')} thread(s)")
