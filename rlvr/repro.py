@@ -5,8 +5,8 @@ instruction set the CPU has (``ATEN_CPU_CAPABILITY``: default / avx2 / avx512), 
 code path per CPU (``MKL_CBWR``, conditional numerical reproducibility) and oneDNN per ISA
 (``ONEDNN_MAX_CPU_ISA``). Different paths round differently, and thousands of training steps
 amplify the last bit into different models. The *reproducible* kernel mode holds all three to
-AVX2, which every x86-64 server and desktop CPU since 2013-2015 (Intel Haswell, AMD Excavator /
-Zen) has, so the same command gives the same bits on any such machine.
+AVX2, which x86-64 server and mainstream desktop CPUs have had since Intel Haswell (2013) and
+AMD Excavator (2015), so the same command gives the same bits on any such machine.
 
 The variables are read when torch loads its libraries and on the first dispatch, so
 ``apply_kernel_mode`` must run before ``import torch``: the ``rlvr`` command calls it first
