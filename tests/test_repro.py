@@ -35,6 +35,14 @@ def _has_avx2() -> bool:
     return is_x86() and cpuinfo.exists() and " avx2" in cpuinfo.read_text()
 
 
+def test_the_command_imports_no_torch_before_it_sets_the_mode():
+    code = "import sys, rlvr.cli; print('torch' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "False"
+
+
 @pytest.mark.skipif(not _has_avx2(), reason="the reproducible mode holds x86 kernels to AVX2")
 def test_the_mode_overrides_the_requested_capability_and_reaches_workers():
     info = json.loads(_rlvr("machine", "--worker", env={"ATEN_CPU_CAPABILITY": "default"}))
