@@ -242,3 +242,20 @@ def test_evaluation_keys_do_not_depend_on_where_the_cache_lives(tmp_path):
         assert model_identity(str(root / "runs" / "abd13653fe52" / "final")) == \
             "runs/abd13653fe52/final"
         assert model_identity(str(root / "sft" / "0123abcd4567")) == "sft/0123abcd4567"
+
+
+def test_every_method_is_planned_on_every_base(tmp_path):
+    from rlvr.reproduce import profiles
+    from rlvr.reproduce.common import Context
+    from rlvr.reproduce.parallel import required_runs
+    from rlvr.reproduce.runs import train_config
+
+    profile = profiles.tiny_profile()
+    assert (profile.base_seeds, profile.seeds) == (3, 1)
+    ctx = Context(profile, tmp_path, tmp_path, [0], base_seeds=[0, 1, 2])
+    plan = required_runs(ctx, ["fig2"])
+    assert {algo for (_, algo, _), _ in plan} == {"grpo", "grpo_sg", "reverse"}
+    assert all(units == [(0, 0), (1, 0), (2, 0)] for _, units in plan)
+    models = {train_config(profile.settings["kk"], "grpo", s, base_seed=b).model
+              for b, s in plan[0][1]}
+    assert models == {"tiny-kk", "tiny-kk@1", "tiny-kk@2"}
