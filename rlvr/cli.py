@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "build-model": ("rlvr.models.cli", "build (or find cached) a tiny base model: tokenizer + Qwen2 + SFT warm start"),
     "fetch-data": ("rlvr.fetch_data",
                    "copy hub datasets (paper, K&K, DeepScaleR, FlashRAG) to JSONL for offline runs"),
+    "machine": ("rlvr.repro", "print this machine as results record it (CPU, ISA, kernel mode)"),
     "prepare-verl": ("rlvr.integrations.verl_data", "write environment tasks as verl-ready parquet (chat prompt, ground truth)"),
 }
 
@@ -38,16 +39,44 @@ def _runner(mod, name):
     return getattr(mod, f"run_{attr}", None) or getattr(mod, "run")
 
 
+def kernel_mode_for(argv: list[str]) -> str:
+    """``--kernels`` (before the command), else ``$RLVR_KERNELS``, else ``reproducible`` on the
+    CPU profiles and ``native`` for ``reproduce --profile paper`` (GPU runs; see rlvr.repro)."""
+    import os
+
+    if "--kernels" in argv[:-1] and argv.index("--kernels") < _command_index(argv):
+        return argv[argv.index("--kernels") + 1]
+    if os.environ.get("RLVR_KERNELS"):
+        return os.environ["RLVR_KERNELS"]
+    paper = any(a == "--profile=paper" or (a == "--profile" and b == "paper")
+                for a, b in zip(argv, argv[1:] + [""]))
+    return "native" if paper else "reproducible"
+
+
+def _command_index(argv: list[str]) -> int:
+    return next((i for i, a in enumerate(argv) if a in COMMANDS), len(argv))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # Before any sub-command module (and so torch) is imported: the kernel libraries read these
+    # variables when they load. Worker processes inherit them.
+    from rlvr.repro import apply_kernel_mode
+
+    apply_kernel_mode(kernel_mode_for(argv))
     parser = argparse.ArgumentParser(
         prog="rlvr",
         description="RL with verifiable rewards: environments, GRPO-family training, evaluation "
         "and the reproduction of GRPO-SG (arXiv 2511.00066).",
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument("--kernels", choices=("reproducible", "native"), default=None,
+                        help="CPU kernels: reproducible (held to AVX2, the same bits on any x86-64 "
+                             "machine; default except --profile paper) or native (the processor's "
+                             "own choice); also $RLVR_KERNELS")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    chosen = argv[0] if argv else None
+    ci = _command_index(argv)
+    chosen = argv[ci] if ci < len(argv) else None
     for name, (module, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
         if name == chosen:

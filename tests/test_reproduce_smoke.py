@@ -69,8 +69,8 @@ def test_reproduce_all_smoke(tmp_path):
 
     profile = profiles.tiny_profile(smoke=True)
     ctx = Context(profile, out, out / ".cache", [0], smoke=True)
-    planned = {run_key(train_config(profile.settings[k], algo, seed, extra))
-               for (k, algo, extra), seeds in required_runs(ctx, ["all"]) for seed in seeds}
+    planned = {run_key(train_config(profile.settings[k], algo, seed, extra, base_seed=b))
+               for (k, algo, extra), units in required_runs(ctx, ["all"]) for b, seed in units}
     trained = {p.name for p in (out / ".cache" / "runs").iterdir()}
     assert planned == trained
     index = (out / "runs.csv").read_text().splitlines()

@@ -28,6 +28,7 @@ class FakeEval:
     def __init__(self, correct):
         self.records = [{"item": f"3/{i}", "mode": "greedy", "correct": c} for i, c in enumerate(correct)]
         self.summary = {}
+        self.unit = (0, 0)
 
 
 def _ctx(tmp_path):

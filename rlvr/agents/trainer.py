@@ -339,6 +339,7 @@ class Trainer:
         record["advantage/abs_mean"] = float(adv.abs().mean())
         generated = sum(e.n_generated for e in episodes)
         trained = int(batch.attention_mask.sum())
+        record["tokens/update"] = float(trained)  # the work measure of equal-compute references
         record["time/rollout_s"] = t1 - t0
         record["time/update_s"] = t3 - t2
         record["tokens/s"] = generated / max(t1 - t0, 1e-9)

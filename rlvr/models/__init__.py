@@ -1,7 +1,8 @@
 """Models: the ``micro`` test model, the tiny base models, and loaders for paths and hub names.
 
 ``load_model(spec)`` takes ``"micro"``, a tiny preset name (``"tiny-kk"``, ``"tiny-math"``,
-``"tiny-searchqa"``: built on first use and cached under ``$RLVR_HOME/models``, see
+``"tiny-searchqa"``, or ``"tiny-kk@1"`` for base seed 1: built on first use and cached under
+``$RLVR_HOME/models``, see
 ``rlvr.models.build``), a local directory saved with ``save_pretrained``, or a Hugging Face hub
 name (needs a network, or a populated hub cache).
 """
@@ -16,12 +17,13 @@ def load_model(spec: str, *, seed: int = 0, dtype=None):
     """Return ``(model, tokenizer)`` for ``spec`` (see the module docstring)."""
     if spec == "micro":
         return build_micro(seed=seed)
-    from rlvr.models.presets import PRESETS
+    from rlvr.models.presets import preset_config
 
-    if spec in PRESETS:
+    build_cfg = preset_config(spec)
+    if build_cfg is not None:
         from rlvr.models.build import ensure_built
 
-        spec = str(ensure_built(PRESETS[spec]))
+        spec = str(ensure_built(build_cfg))
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = Path(spec).expanduser()

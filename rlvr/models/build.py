@@ -6,7 +6,8 @@ It lives in ``rlvr_home()/models/<name>-<hash>``, where the hash covers the whol
 ``BuildConfig`` *and* a fingerprint of the first generated examples, so a change to any setting
 or to a generator's output gives a new directory instead of a stale model. Directories are
 written under a temporary name and renamed into place (atomic on one file system); a finished
-directory has ``build.json`` with the configuration, timings and statistics.
+directory has ``build.json`` with the configuration, timings, statistics, the SHA-256 of its
+weights (``rlvr.repro.weights_sha256``) and the machine it was built on.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from rlvr.models import traces
 from rlvr.models.sft import SFTConfig, sft
 from rlvr.models.tiny import ArchConfig, build_tiny, count_parameters
 from rlvr.models.tokenizer import train_tokenizer
+from rlvr.repro import machine_info, weights_sha256
 
 BUILD_FORMAT = 1  # bump when the build procedure itself changes meaning
 
@@ -135,6 +137,8 @@ def build(cfg: BuildConfig, out_dir: str | Path, progress: bool = True) -> dict[
         "seconds": round(time.perf_counter() - t0, 2),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
+        "weights_sha256": weights_sha256(out_dir),
+        "machine": machine_info(),
     }
     (out_dir / "build.json").write_text(json.dumps(record, indent=2, default=str))
     return record

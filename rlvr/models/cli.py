@@ -20,6 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("name", choices=sorted(PRESETS), help="preset to build")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="BuildConfig overrides")
+    p.add_argument("--base-seed", type=int, default=0,
+                   help="build the preset from another seed (the base <name>@N of reproduce)")
     p.add_argument("--home", default=None, help="models directory (default: $RLVR_HOME/models)")
     p.add_argument("--rebuild", action="store_true", help="build even when a cached copy exists")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -30,15 +32,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from rlvr.models.build import ensure_built, with_overrides
-    from rlvr.models.presets import PRESETS
+    from rlvr.models.presets import base_spec, preset_config
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg = with_overrides(PRESETS[args.name], args.overrides)
+    if args.base_seed < 0:
+        raise SystemExit(f"--base-seed must be >= 0, got {args.base_seed}")
+    cfg = with_overrides(preset_config(base_spec(args.name, args.base_seed)), args.overrides)
     path = ensure_built(cfg, home=args.home, progress=not args.quiet, rebuild=args.rebuild)
     record = json.loads((path / "build.json").read_text())
     print(path)
-    print(json.dumps({k: record[k] for k in ("parameters", "vocab_size", "seconds", "sft")}))
+    print(json.dumps({k: record[k] for k in ("parameters", "vocab_size", "seconds", "sft",
+                                             "weights_sha256") if k in record}))
     if args.eval:
         from rlvr.models.evaluate import evaluate_base
         from rlvr.models import load_model

@@ -1,10 +1,14 @@
 """The tiny base models: one preset ``BuildConfig`` per task.
 
 ``load_model("tiny-kk")`` (and ``rlvr build-model tiny-kk``) builds the preset once and reuses
-the cached directory afterwards. Sizes follow issue 6's measurements on the project's 2-core CPU
+the cached directory afterwards; ``tiny-kk@1`` is the same recipe built from base seed 1
+(``preset_config``), so results can be averaged over base draws as well as RL seeds. Sizes
+follow issue 6's measurements on the project's 2-core CPU
 (see ``rlvr.models.tiny`` and ``docs/tiny_models.md`` for the figures behind each number).
 """
 from __future__ import annotations
+
+import dataclasses
 
 from rlvr.models.build import BuildConfig
 from rlvr.models.sft import SFTConfig
@@ -38,3 +42,33 @@ PRESETS: dict[str, BuildConfig] = {
                       context_loss_weight=0.5),
     ),
 }
+
+
+def parse_spec(spec: str) -> tuple[str, int] | None:
+    """``"tiny-kk"`` -> ``("tiny-kk", 0)``, ``"tiny-kk@2"`` -> ``("tiny-kk", 2)`` (base seed 2);
+    ``None`` for anything that is not a preset (a path, a hub name, ``micro``)."""
+    name, sep, seed = spec.partition("@")
+    if name not in PRESETS:
+        return None
+    if not sep:
+        return name, 0
+    if not seed.isdigit():
+        raise ValueError(f"model {spec!r}: the base seed after '@' must be a non-negative integer")
+    return name, int(seed)
+
+
+def preset_config(spec: str) -> BuildConfig | None:
+    """The ``BuildConfig`` a model name stands for: the preset, its seed shifted by the base seed
+    (``tiny-kk@1``: the same recipe drawn again, other initial weights and example order; the
+    tokenizer is shared). Base seed 0 is the preset itself. ``None`` when not a preset."""
+    parsed = parse_spec(spec)
+    if parsed is None:
+        return None
+    name, base_seed = parsed
+    cfg = PRESETS[name]
+    return dataclasses.replace(cfg, seed=cfg.seed + base_seed) if base_seed else cfg
+
+
+def base_spec(name: str, base_seed: int) -> str:
+    """The model name of base seed ``base_seed`` of ``name`` (``tiny-kk``, ``tiny-kk@1``...)."""
+    return name if base_seed == 0 else f"{name}@{base_seed}"

@@ -1,7 +1,11 @@
-"""``rlvr reproduce <name> --profile tiny|paper [--seeds N] [--smoke] [--out DIR] [--cache DIR]``.
+"""``rlvr reproduce <name> --profile tiny|paper [--seeds N] [--base-seeds B] [--smoke] [--out DIR]``
+and ``rlvr reproduce --check DIR``.
 
 Outputs are named after the script (``fig2.png``, ``fig2.csv``, ``table_kk.md``...) in ``--out``
-(default ``results/<profile>/``; ``results/<profile>-smoke/`` with ``--smoke``). Training runs and
+(default ``rlvr-results/<profile>/`` in the working directory; ``rlvr-results/<profile>-smoke/``
+with ``--smoke``): the committed ``results/`` are written only when ``--out`` names them.
+``--check DIR`` reruns a sample of the runs recorded in DIR and compares (``rlvr.reproduce.check``).
+Training runs and
 evaluations are cached under ``--cache`` (default ``rlvr_home()``; with ``--smoke``,
 ``<out>/.cache``) by config hash, shared by every script and resumed when interrupted. With
 ``--profile paper`` on a machine without GPUs the configs are validated and the plan is printed
@@ -22,13 +26,25 @@ NAMES = ("fig1", "fig2", "fig3", "fig4", "table_kk", "table_math", "table_qa", "
 
 
 def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", choices=NAMES, help="the figure or table to reproduce (all: every one + REPORT.md)")
+    parser.add_argument("name", nargs="?", choices=NAMES,
+                        help="the figure or table to reproduce (all: every one + REPORT.md)")
+    parser.add_argument("--check", metavar="DIR", default=None,
+                        help="rerun a sample of the runs recorded in DIR (e.g. results/tiny) and "
+                             "say per number: bit-identical, within the stated interval, outside")
+    parser.add_argument("--sample", type=int, default=1,
+                        help="with --check: how many recorded runs to rerun (default 1)")
     parser.add_argument("--profile", default="tiny", choices=("tiny", "paper"),
                         help="tiny: CPU, locally built models (default); paper: the paper's models on GPUs")
-    parser.add_argument("--seeds", type=int, default=None, help="number of seeds (default: the profile's)")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="RL seeds per base (default: the profile's)")
+    parser.add_argument("--base-seeds", type=int, default=None,
+                        help="base builds per task, each trained on with every seed (default: the "
+                             "profile's; tiny: 3)")
     parser.add_argument("--smoke", action="store_true",
                         help="the real code path on the micro model with 1-2 training steps, in minutes")
-    parser.add_argument("--out", default=None, help="output folder (default results/<profile>/)")
+    parser.add_argument("--out", default=None,
+                        help="output folder (default rlvr-results/<profile>/; the committed "
+                             "results/tiny/ only when named here)")
     parser.add_argument("--cache", default=None, help="run cache folder (default RLVR_HOME)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--jobs", type=int, default=0,
@@ -64,16 +80,30 @@ def print_plan(ctx: Context, name: str) -> int:
 
 def run_reproduce(args: argparse.Namespace) -> int:
     from rlvr.data_paths import rlvr_home
+    from rlvr.models.presets import parse_spec
     from rlvr.reproduce.profiles import get_profile
 
+    if args.check:
+        from rlvr.reproduce.check import run_check
+
+        return run_check(Path(args.check), sample=args.sample,
+                         cache=Path(args.cache) if args.cache else None, progress=not args.quiet)
+    if not args.name:
+        raise SystemExit("rlvr reproduce: name a figure or table (fig2, all...) or pass "
+                         "--check DIR")
     profile = get_profile(args.profile, smoke=args.smoke)
     n_seeds = args.seeds if args.seeds is not None else profile.seeds
-    if n_seeds < 1:
-        raise SystemExit(f"--seeds must be >= 1, got {n_seeds}")
-    out = Path(args.out or f"results/{args.profile}{'-smoke' if args.smoke else ''}")
+    n_bases = args.base_seeds if args.base_seeds is not None else profile.base_seeds
+    if n_seeds < 1 or n_bases < 1:
+        raise SystemExit(f"--seeds and --base-seeds must be >= 1, got {n_seeds} and {n_bases}")
+    if n_bases > 1 and any(parse_spec(s.model) is None for s in profile.settings.values()):
+        raise SystemExit("--base-seeds > 1 needs tiny presets as bases (built locally); this "
+                         "profile's models are fixed")
+    out = Path(args.out or f"rlvr-results/{args.profile}{'-smoke' if args.smoke else ''}")
     cache = Path(args.cache) if args.cache else (out / ".cache" if args.smoke else rlvr_home())
     ctx = Context(profile, out, cache, list(range(n_seeds)), smoke=args.smoke,
-                  command=command_line(), progress=not args.quiet)
+                  command=command_line(), progress=not args.quiet,
+                  base_seeds=list(range(n_bases)))
     if profile.needs_gpu and not has_gpu():
         return print_plan(ctx, args.name)
     if profile.needs_gpu:

@@ -1,4 +1,10 @@
-"""Glue shared by the scripts: train/evaluate a method over seeds, and reduce to statistics."""
+"""Glue shared by the scripts: train/evaluate a method over its draws, and reduce to statistics.
+
+A method is trained once per draw ``(base seed, RL seed)`` (``Context.units``). Intervals over
+draws are hierarchical (``rlvr.eval.stats.hierarchical_bootstrap_ci``): bases, runs on each base
+and items are resampled, so they cover the variance of building another base as well as of
+training another seed.
+"""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -7,23 +13,37 @@ from typing import Any
 
 import numpy as np
 
-from rlvr.eval.stats import Interval, bootstrap_ci, paired_by_key, verdict_close, verdict_greater
+from rlvr.eval.stats import Interval, hierarchical_bootstrap_ci, verdict_close, verdict_greater
 from rlvr.reproduce.common import Context, Output
-from rlvr.reproduce.runs import (Evaluation, Run, ensure_eval, ensure_run, ensure_sft_reference,
-                                 eval_config, train_config)
+from rlvr.reproduce.runs import (Evaluation, Run, base_weights, ensure_eval, ensure_run,
+                                 ensure_sft_reference, eval_config, train_config)
+
+
+def unit_label(setting_key: str, what: str, base_seed: int, seed: int) -> str:
+    """``kk/grpo/seed0`` on base 0, ``kk/grpo/base1/seed0`` on base 1."""
+    return f"{setting_key}/{what}/" + (f"base{base_seed}/" if base_seed else "") + f"seed{seed}"
 
 
 def runs_for(ctx: Context, out: Output, setting_key: str, algo: str,
              extra: dict[str, Any] | None = None, tag: str = "") -> list[Run]:
-    """One finished run per seed of ``algo`` on the setting (trained or taken from the cache)."""
+    """One finished run per draw of ``algo`` on the setting (trained or taken from the cache)."""
     setting = ctx.profile.settings[setting_key]
     runs = []
-    for seed in ctx.seeds:
-        cfg = train_config(setting, algo, seed, extra)
+    for base_seed, seed in ctx.units():
+        cfg = train_config(setting, algo, seed, extra, base_seed=base_seed)
         run = ensure_run(cfg, ctx.cache, say=ctx.say, progress=ctx.progress)
-        out.runs[f"{setting_key}/{tag or algo}/seed{seed}"] = run.key
+        label = unit_label(setting_key, tag or algo, base_seed, seed)
+        out.runs[label] = run.key
+        out.run_records.setdefault(label, {})
+        out.run_records[label].update(key=run.key, weights_sha256=run.weights_sha256)
+        record_base(out, cfg.model)
         runs.append(run)
     return runs
+
+
+def record_base(out: Output, model: str) -> None:
+    if model not in out.bases:
+        out.bases[model] = base_weights(model)
 
 
 def evals_for(ctx: Context, out: Output, setting_key: str, runs: Sequence[Run],
@@ -31,53 +51,108 @@ def evals_for(ctx: Context, out: Output, setting_key: str, runs: Sequence[Run],
     """The cached evaluation of each run's final model (evaluation seed = training seed)."""
     setting = ctx.profile.settings[setting_key]
     evs = []
+    labels = {key: label for label, key in out.runs.items()}
     for run in runs:
         ecfg = eval_config(setting, run.config, str(run.final), seed=run.config.seed,
                            eval_set=eval_set[1] if eval_set else None)
         ev = ensure_eval(ecfg, ctx.cache, say=ctx.say, progress=ctx.progress)
+        ev.unit = (run.base_seed, run.config.seed)
         out.evals[f"{run.key}{'/' + eval_set[0] if eval_set else ''}"] = ev.key
+        if run.key in labels and eval_set is None:
+            out.run_records[labels[run.key]]["numbers"] = dict(ev.summary.get("all", {}))
         evs.append(ev)
     return evs
 
 
 def base_evals(ctx: Context, out: Output, setting_key: str,
                eval_set: tuple[str, dict[str, Any]] | None = None) -> list[Evaluation]:
-    """The untrained base model, evaluated once per seed (greedy is identical, samples differ)."""
+    """Each untrained base, evaluated once per draw (greedy is identical per base, samples
+    differ with the seed)."""
     setting = ctx.profile.settings[setting_key]
     evs = []
-    for seed in ctx.seeds:
-        cfg = train_config(setting, "grpo", seed)
-        ecfg = eval_config(setting, cfg, setting.model, seed=seed,
+    for base_seed, seed in ctx.units():
+        cfg = train_config(setting, "grpo", seed, base_seed=base_seed)
+        ecfg = eval_config(setting, cfg, cfg.model, seed=seed,
                            eval_set=eval_set[1] if eval_set else None)
         ev = ensure_eval(ecfg, ctx.cache, say=ctx.say, progress=ctx.progress)
-        out.evals[f"{setting_key}/base/seed{seed}{'/' + eval_set[0] if eval_set else ''}"] = ev.key
+        ev.unit = (base_seed, seed)
+        label = unit_label(setting_key, "base", base_seed, seed)
+        out.evals[f"{label}{'/' + eval_set[0] if eval_set else ''}"] = ev.key
+        record_base(out, cfg.model)
         evs.append(ev)
     return evs
 
 
 def sft_evals(ctx: Context, out: Output, setting_key: str, reference_runs: Sequence[Run]
               ) -> list[Evaluation]:
-    """Continued SFT of the base for the compute of the matching-seed RL run, evaluated."""
+    """Continued SFT of each draw's base on the update tokens of the matching RL run (equal
+    compute, ``rlvr.reproduce.runs.ensure_sft_reference``), evaluated."""
     setting = ctx.profile.settings[setting_key]
     evs = []
     for run in reference_runs:
-        path = ensure_sft_reference(setting, run.config.seed, run.compute_seconds, ctx.cache,
-                                    say=ctx.say, progress=ctx.progress, smoke=ctx.smoke)
+        path = ensure_sft_reference(setting, run.config.seed, run.update_tokens, ctx.cache,
+                                    say=ctx.say, progress=ctx.progress, smoke=ctx.smoke,
+                                    model=run.config.model)
         ecfg = eval_config(setting, run.config, str(path), seed=run.config.seed)
         ev = ensure_eval(ecfg, ctx.cache, say=ctx.say, progress=ctx.progress)
-        out.evals[f"{setting_key}/sft/seed{run.config.seed}"] = ev.key
+        ev.unit = (run.base_seed, run.config.seed)
+        label = unit_label(setting_key, "sft", run.base_seed, run.config.seed)
+        out.evals[label] = ev.key
+        from rlvr.repro import weights_sha256
+
+        out.run_records[label] = {"key": path.name, "weights_sha256": weights_sha256(path),
+                                  "numbers": dict(ev.summary.get("all", {}))}
         evs.append(ev)
     return evs
 
 
 def seed_values(evs: Sequence[Evaluation], metric: str, group: Any = "all") -> list[float]:
-    """``metric`` of ``group`` from each seed's evaluation."""
+    """``metric`` of ``group`` from each draw's evaluation."""
     return [float(ev.summary[group][metric]) for ev in evs if group in ev.summary and metric in ev.summary[group]]
 
 
 def seed_ci(evs: Sequence[Evaluation], metric: str, group: Any = "all") -> Interval | None:
-    vals = seed_values(evs, metric, group)
-    return bootstrap_ci(vals) if vals else None
+    """Mean over draws with a hierarchical interval (bases, then runs on each base)."""
+    kept = [ev for ev in evs if group in ev.summary and metric in ev.summary[group]]
+    if not kept:
+        return None
+    return hierarchical_bootstrap_ci(seed_values(kept, metric, group),
+                                     [ev.unit[0] for ev in kept])
+
+
+def per_item(ev: Evaluation, mode: str = "greedy", key: str = "correct") -> dict[str, float]:
+    """Per item of one evaluation: the mean of ``key`` (over samples in ``sample`` mode)."""
+    acc: dict[str, list[float]] = defaultdict(list)
+    for r in ev.records:
+        if r.get("mode") == mode:
+            acc[r["item"]].append(float(r.get(key, 0.0) or 0.0))
+    return {item: float(np.mean(v)) for item, v in acc.items()}
+
+
+def paired_items(a: Sequence[Evaluation], b: Sequence[Evaluation], mode: str = "greedy",
+                 key: str = "correct") -> Interval:
+    """Mean per-item difference ``a - b`` with a hierarchical interval.
+
+    Draws are paired by ``(base seed, RL seed)`` (the same base, the same prompt order); the
+    difference matrix (paired draws x shared items) is resampled over bases, draws and items.
+    Draws present in only one of ``a``, ``b`` are dropped; several evaluations of one draw
+    (one per evaluation set, their items named apart) are merged.
+    """
+    def by_unit(evs):
+        merged: dict[tuple[int, int], dict[str, float]] = {}
+        for ev in evs:
+            merged.setdefault(ev.unit, {}).update(per_item(ev, mode, key))
+        return merged
+
+    sa_all, sb_all = by_unit(a), by_unit(b)
+    units = [u for u in sa_all if u in sb_all]
+    if not units:
+        raise ValueError("paired_items: the two methods share no draw (base seed, seed)")
+    items = [k for k in sa_all[units[0]] if all(k in sa_all[u] and k in sb_all[u] for u in units)]
+    if not items:
+        raise ValueError("paired_items: the two methods share no items")
+    diff = np.array([[sa_all[u][k] - sb_all[u][k] for k in items] for u in units])
+    return hierarchical_bootstrap_ci(diff, [u[0] for u in units])
 
 
 def item_scores(evs: Sequence[Evaluation], mode: str = "greedy", key: str = "correct") -> dict[str, float]:
@@ -104,11 +179,14 @@ def compare(out: Output, claim: str, setting: str, a: Sequence[Evaluation], b: S
             label: str = "") -> Interval:
     """Decide ``claim`` from the paired per-item difference ``a - b`` and record it on ``out``."""
     sa, sb = item_scores(a, mode, key), item_scores(b, mode, key)
-    diff = paired_by_key(sa, sb)
+    diff = paired_items(a, b, mode, key)
     verdict = verdict_close(diff, close_margin) if close_margin else verdict_greater(diff)
     what = "accuracy" if key == "correct" else key
+    units = {ev.unit for ev in a} & {ev.unit for ev in b}
+    n_bases = len({u[0] for u in units})
     evidence = (f"paired per-item difference in {mode} {what} ({label or 'a - b'}): "
                 f"{diff.mean:+.3f}, 95% CI [{diff.low:+.3f}, {diff.high:+.3f}] over {diff.n} items"
+                f" x {len(units)} run(s) on {n_bases} base(s)"
                 + (f"; 'close' means the CI lies within ±{close_margin}" if close_margin else ""))
     shared = [k for k in sa if k in sb]
     values = {sa[k] for k in shared} | {sb[k] for k in shared}
@@ -124,15 +202,15 @@ def compare(out: Output, claim: str, setting: str, a: Sequence[Evaluation], b: S
 
 
 def paired_seed_claim(out: Output, claim: str, setting: str, a: Sequence[float], b: Sequence[float],
-                      what: str) -> Interval:
-    """Decide ``claim`` from the per-seed paired difference ``a - b`` (runs of the same seed)."""
-    from rlvr.eval.stats import paired_difference
-
-    pairs = [(x, y) for x, y in zip(a, b) if np.isfinite(x) and np.isfinite(y)]
+                      what: str, bases: Sequence[int] | None = None) -> Interval:
+    """Decide ``claim`` from the per-draw paired difference ``a - b`` (runs of the same base
+    and seed); ``bases[i]`` is the base seed of draw ``i`` (default: one base)."""
+    bases = list(bases) if bases is not None else [0] * len(a)
+    pairs = [(x, y, g) for x, y, g in zip(a, b, bases) if np.isfinite(x) and np.isfinite(y)]
     if not pairs:
         out.claim(claim, setting, "inconclusive", f"no finite per-seed values of {what}")
         return Interval(float("nan"), float("nan"), float("nan"), 0)
-    diff = paired_difference([x for x, _ in pairs], [y for _, y in pairs])
+    diff = hierarchical_bootstrap_ci([x - y for x, y, _ in pairs], [g for _, _, g in pairs])
     verdict = verdict_greater(diff)
     note = "; one seed gives no interval, so the verdict cannot be 'held'" if diff.n < 2 else ""
     if diff.n < 2 and verdict != "inconclusive":

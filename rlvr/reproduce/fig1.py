@@ -9,6 +9,8 @@ proportional to frequency.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from rlvr.eval.token_stats import WordStats, extreme_words, token_pieces, token_probabilities, word_probabilities
 from rlvr.reproduce.collect import evals_for, runs_for
 from rlvr.reproduce.common import Context, Output, plt
@@ -47,7 +49,7 @@ def run(ctx: Context) -> dict:
     from rlvr.models import load_model
 
     out = Output(ctx, NAME)
-    seed_ctx = Context(ctx.profile, ctx.out, ctx.cache, ctx.seeds[:1], ctx.smoke, ctx.command, ctx.progress)
+    seed_ctx = dataclasses.replace(ctx, seeds=ctx.seeds[:1], base_seeds=ctx.base_seeds[:1])
     runs = runs_for(seed_ctx, out, "kk", "grpo")
     ev = evals_for(seed_ctx, out, "kk", runs)[0]
     model, tokenizer = load_model(str(runs[0].final))

@@ -2,10 +2,10 @@
 
 Two panels side by side: greedy accuracy (as the paper reports) and avg@k at the training
 temperature. Reference bars: the untrained base model and the base after continued SFT for the
-same compute as the matching-seed GRPO run (issue 6: at tiny scale RL mostly sharpens sampling,
-which shows as an avg@k gain without a greedy gain; SFT at equal compute shows what plain
-supervised training buys for the same budget). Bars are means over seeds with 95% bootstrap
-intervals over seeds.
+same compute as the matching GRPO run, measured in forward-backward tokens (at tiny scale RL
+mostly sharpens sampling, which shows as an avg@k gain without a greedy gain; SFT at equal
+compute shows what plain supervised training buys for the same budget). Bars are means over
+runs (base seeds x RL seeds) with hierarchical 95% bootstrap intervals over bases and seeds.
 """
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def rows(ctx: Context, evs: dict[str, list]) -> list[dict]:
                 if ci is None:
                     continue
                 out.append({"method": method, "mode": mode, "n_people": size, "mean": ci.mean,
-                            "low": ci.low, "high": ci.high, "seeds": ci.n})
+                            "low": ci.low, "high": ci.high, "seeds": ci.n,
+                            "bases": len({ev.unit[0] for ev in method_evs})})
     return out
 
 
@@ -64,11 +65,11 @@ def plot(ctx: Context, table: list[dict], out: Output) -> None:
         ax.set_title("greedy accuracy" if mode == "greedy" else f"{mode} (temperature of training)")
         ax.set_ylim(0, 1)
         ax.grid(axis="y", alpha=0.3)
-    axes[0][0].set_ylabel("accuracy (mean over seeds, 95% CI)")
+    axes[0][0].set_ylabel("accuracy (mean over runs, 95% CI)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
     fig.suptitle(f"Knights & Knaves accuracy by puzzle size ({ctx.profile.name} profile, "
-                 f"{len(ctx.seeds)} seed(s))")
+                 f"{len(ctx.units())} run(s) per method)")
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     out.save_fig(fig)
 
@@ -76,7 +77,7 @@ def plot(ctx: Context, table: list[dict], out: Output) -> None:
 def markdown(ctx: Context, table: list[dict]) -> str:
     """The figure's numbers: one table per mode, methods x sizes, mean [95% CI] over seeds."""
     sizes = [str(v) for v in ctx.profile.settings["kk"].group_values] + ["all"]
-    md = [f"# K&K accuracy by puzzle size ({ctx.profile.name} profile, seeds {ctx.seeds}, "
+    md = [f"# K&K accuracy by puzzle size ({ctx.profile.name} profile, {ctx.draws()}, "
           f"model {ctx.profile.settings['kk'].model})", ""]
     for mode in dict.fromkeys(r["mode"] for r in table):
         cells = {(r["method"], r["n_people"]): r for r in table if r["mode"] == mode}

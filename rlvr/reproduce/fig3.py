@@ -2,8 +2,9 @@
 variability.
 
 Top row: the gradient norm before clipping per step (trailing mean over ``window`` steps; line:
-mean over seeds, band: min-max over seeds). Lower rows: three variability measures per run, mean
-over seeds with 95% bootstrap intervals: the standard deviation of the per-step gradient norm,
+mean over runs, band: min-max over runs). Lower rows: three variability measures per run, mean
+over runs with 95% hierarchical bootstrap intervals (over bases and the runs on each): the
+standard deviation of the per-step gradient norm,
 its coefficient of variation (std / mean), and the number of spikes.
 
 A *spike* is a step whose gradient norm exceeds ``SPIKE_FACTOR`` (2) times the median of the
@@ -11,8 +12,9 @@ A *spike* is a step whose gradient norm exceeds ``SPIKE_FACTOR`` (2) times the m
 ratio to a trailing median is scale-free (gradient norms of a 1M and a 7B model differ by orders
 of magnitude) and robust to the slow drift of the norm over training.
 
-"GRPO-SG has smoother gradient norms" is decided per setting from the per-seed paired
-difference std(GRPO) - std(GRPO-SG) (runs with the same seed see the same prompts): held when
+"GRPO-SG has smoother gradient norms" is decided per setting from the per-run paired
+difference std(GRPO) - std(GRPO-SG) (runs on the same base with the same seed see the same
+prompts): held when
 its 95% interval lies above 0. GRPO-SG's weights shrink the gradient of low-probability tokens,
 which carry most of its norm, so its norm is smaller overall and a smaller std can be a change of
 scale alone; the same claim is therefore also decided on the scale-free coefficient of variation
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlvr.eval.stats import bootstrap_ci
+from rlvr.eval.stats import hierarchical_bootstrap_ci
 from rlvr.reproduce.collect import paired_seed_claim
 from rlvr.reproduce.common import METHOD_COLORS, METHOD_LABELS, Context, Output, plt
 from rlvr.reproduce.trajectories import METHODS, SETTING_TITLES, collect, long_rows, plot_trajectories
@@ -69,10 +71,11 @@ def run(ctx: Context) -> dict:
         for i, measure in enumerate(measures):
             ax = axes[1 + i][j]
             for k, m in enumerate(METHODS):
-                vals = [s[measure] for s in stats[m] if np.isfinite(s[measure])]
-                if not vals:
+                kept = [(s[measure], b) for s, (b, _) in zip(stats[m], ctx.units())
+                        if np.isfinite(s[measure])]
+                if not kept:
                     continue
-                ci = bootstrap_ci(vals)
+                ci = hierarchical_bootstrap_ci([v for v, _ in kept], [b for _, b in kept])
                 var_rows.append({"setting": setting, "method": m, "measure": measure, "mean": ci.mean,
                                  "low": ci.low, "high": ci.high, "seeds": ci.n})
                 ax.bar(k, ci.mean, yerr=[[ci.mean - ci.low], [ci.high - ci.mean]], capsize=3, width=0.6,
@@ -84,13 +87,16 @@ def run(ctx: Context) -> dict:
         std_b = [s["std"] for s in stats["grpo_sg"]]
         n = min(len(std_a), len(std_b))
         paired_seed_claim(out, "GRPO-SG has smoother gradient norms", SETTING_TITLES.get(setting, setting),
-                          std_a[:n], std_b[:n], "std of the gradient norm, GRPO - GRPO-SG")
+                          std_a[:n], std_b[:n], "std of the gradient norm, GRPO - GRPO-SG",
+                          bases=[b for b, _ in ctx.units()][:n])
         cv_a = [s["cv"] for s in stats["grpo"]][:n]
         cv_b = [s["cv"] for s in stats["grpo_sg"]][:n]
         paired_seed_claim(out, "GRPO-SG has smoother gradient norms (scale-free, beyond the paper)",
                           SETTING_TITLES.get(setting, setting), cv_a, cv_b,
-                          "coefficient of variation of the gradient norm, GRPO - GRPO-SG")
-    fig.suptitle(f"Gradient norms, GRPO vs GRPO-SG ({ctx.profile.name} profile, {len(ctx.seeds)} seed(s))")
+                          "coefficient of variation of the gradient norm, GRPO - GRPO-SG",
+                          bases=[b for b, _ in ctx.units()][:n])
+    fig.suptitle(f"Gradient norms, GRPO vs GRPO-SG ({ctx.profile.name} profile, "
+                 f"{len(ctx.units())} run(s) each)")
     fig.tight_layout()
     out.save_fig(fig)
     out.write_csv(long_rows(data, "grad_norm"))

@@ -34,8 +34,11 @@ def run(ctx: Context) -> dict:
         b = [late_mean(r) for r in by_method["grpo"]]
         n = min(len(a), len(b))
         paired_seed_claim(out, "GRPO-SG reaches a higher training reward", SETTING_TITLES.get(setting, setting),
-                          a[:n], b[:n], "mean reward over the second half of training, GRPO-SG - GRPO")
-    fig.suptitle(f"Training reward, GRPO vs GRPO-SG ({ctx.profile.name} profile, {len(ctx.seeds)} seed(s))")
+                          a[:n], b[:n],
+                          "mean reward over the second half of training, GRPO-SG - GRPO",
+                          bases=[b for b, _ in ctx.units()][:n])
+    fig.suptitle(f"Training reward, GRPO vs GRPO-SG ({ctx.profile.name} profile, "
+                 f"{len(ctx.units())} run(s) each)")
     fig.tight_layout()
     out.save_fig(fig)
     out.write_csv(long_rows(data, "reward/mean"))

@@ -29,23 +29,27 @@ from rlvr.reproduce.common import Context
 from rlvr.reproduce.profiles import KK_METHODS
 from rlvr.reproduce.runs import eval_config, run_key, train_config
 
-#: (setting key, algorithm, config overrides) of a training run; one per seed is trained.
+#: (setting key, algorithm, config overrides) of a training run; one per draw is trained.
 Need = tuple[str, str, dict[str, Any]]
+#: (base seed, RL seed) of a draw.
+Unit = tuple[int, int]
 
 
-def required_runs(ctx: Context, names: Iterable[str]) -> list[tuple[Need, list[int]]]:
-    """The training runs (and their seeds) that the scripts ``names`` use, without duplicates."""
+def required_runs(ctx: Context, names: Iterable[str]) -> list[tuple[Need, list[Unit]]]:
+    """The training runs (and their draws) that the scripts ``names`` use, without duplicates."""
     from rlvr.reproduce import fig2, tables, trajectories
 
     names = set(names)
     if "all" in names:
         names |= {"fig1", "fig2", "fig3", "fig4", "table_kk", "table_math", "table_qa", "sweep"}
     envs = {s.env for s in ctx.profile.settings.values()}
-    needs: list[tuple[Need, list[int]]] = []
+    needs: list[tuple[Need, list[Unit]]] = []
 
-    def add(key: str, algo: str, extra: dict[str, Any] | None = None, seeds: list[int] | None = None):
+    def add(key: str, algo: str, extra: dict[str, Any] | None = None,
+            units: list[Unit] | None = None):
         if key in ctx.profile.settings:
-            needs.append(((key, algo, dict(extra or {})), list(ctx.seeds if seeds is None else seeds)))
+            draws = ctx.units() if units is None else units
+            needs.append(((key, algo, dict(extra or {})), list(draws)))
 
     if "table_kk" in names:
         for m in KK_METHODS:
@@ -54,7 +58,7 @@ def required_runs(ctx: Context, names: Iterable[str]) -> list[tuple[Need, list[i
         for m in fig2.RL_METHODS:
             add("kk", m)
     if "fig1" in names:
-        add("kk", "grpo", seeds=ctx.seeds[:1])
+        add("kk", "grpo", units=ctx.units()[:1])
     if names & {"fig3", "fig4"}:
         for env in trajectories.SETTINGS:
             if env in envs:
@@ -66,11 +70,12 @@ def required_runs(ctx: Context, names: Iterable[str]) -> list[tuple[Need, list[i
                 if m != "base":
                     add(key, m)
     if "sweep" in names:
-        add("kk", "grpo_sg", seeds=sweep_seeds(ctx))
+        units = [(b, s) for b in ctx.base_seeds for s in sweep_seeds(ctx)]
+        add("kk", "grpo_sg", units=units)
         for param, values in ctx.profile.sweep.items():
             for v in values:
-                add("kk", "grpo_sg", {f"weights.{param}": float(v)}, seeds=sweep_seeds(ctx))
-    merged: dict[str, tuple[Need, list[int]]] = {}
+                add("kk", "grpo_sg", {f"weights.{param}": float(v)}, units=units)
+    merged: dict[str, tuple[Need, list[Unit]]] = {}
     for need, seeds in needs:
         k = repr(need)
         if k in merged:
@@ -125,15 +130,23 @@ def _train(cfg, cache: str) -> str:
     from rlvr.reproduce.runs import ensure_run
 
     run = ensure_run(cfg, Path(cache), say=lambda m: None, progress=False)
-    return f"trained {cfg.env}/{cfg.algo} seed {cfg.seed} ({len(run.metrics)} steps, {run.compute_seconds:.0f} s)"
+    return (f"trained {cfg.env}/{cfg.algo} seed {cfg.seed} on {cfg.model} ({len(run.metrics)} "
+            f"steps, {run.update_tokens} update tokens)")
 
 
-def _sft(setting, seed: int, budget: float, cache: str, smoke: bool) -> str:
+def _sft(setting, seed: int, budget: int, cache: str, smoke: bool, model: str) -> str:
     from rlvr.reproduce.runs import ensure_sft_reference
 
     path = ensure_sft_reference(setting, seed, budget, Path(cache), say=lambda m: None,
-                                progress=False, smoke=smoke)
-    return f"continued SFT seed {seed} ({budget:.0f} s budget) -> {path.name}"
+                                progress=False, smoke=smoke, model=model)
+    return f"continued SFT seed {seed} of {model} ({budget} tokens) -> {path.name}"
+
+
+def _build(model: str) -> str:
+    from rlvr.models.build import ensure_built
+    from rlvr.models.presets import preset_config
+
+    return f"built {model} -> {ensure_built(preset_config(model), progress=False).name}"
 
 
 def _eval(ecfg, cache: str) -> str:
@@ -179,13 +192,21 @@ def _cost(setting_env: str) -> int:
     return {"searchqa": 3, "kk": 2, "math": 1}.get(setting_env, 1)
 
 
-def _build_base(ctx: Context, model: str) -> None:
-    from rlvr.models.presets import PRESETS
+def _build_bases(ctx: Context, models: Iterable[str], jobs: int) -> None:
+    """Build the missing preset bases here, before any run needs one (workers would otherwise
+    race to build the same base): one at a time in this process, or side by side in the pool
+    when several are missing."""
+    from rlvr.models.build import ensure_built, models_dir
+    from rlvr.models.presets import parse_spec, preset_config
+    from rlvr.reproduce.runs import model_identity
 
-    if model in PRESETS:
-        from rlvr.models.build import ensure_built
+    missing = [m for m in dict.fromkeys(models) if parse_spec(m) is not None
+               and not (models_dir() / model_identity(m) / "build.json").exists()]
+    if len(missing) > 1 and jobs > 1:
+        _pool_map(ctx, jobs, [(_build, m) for m in missing], "base models")
 
-        ensure_built(PRESETS[model], progress=ctx.progress)
+    for m in missing:
+        ensure_built(preset_config(m), progress=ctx.progress)
 
 
 def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
@@ -196,9 +217,10 @@ def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
     names = list(names)
     cache = str(ctx.cache)
     runs: list[tuple[str, Any]] = []
-    for (key, algo, extra), seeds in required_runs(ctx, names):
-        for seed in seeds:
-            runs.append((key, train_config(ctx.profile.settings[key], algo, seed, extra)))
+    for (key, algo, extra), units in required_runs(ctx, names):
+        for base_seed, seed in units:
+            runs.append((key, train_config(ctx.profile.settings[key], algo, seed, extra,
+                                           base_seed=base_seed)))
     runs.sort(key=lambda kc: -_cost(ctx.profile.settings[kc[0]].env))
     from rlvr.agents.trainer import resolve_device
 
@@ -206,8 +228,7 @@ def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
     jobs, gpus, msg = worker_gpus(jobs, visible_gpus(), uses_gpu)
     if msg:
         ctx.say(msg)
-    for model in dict.fromkeys(ctx.profile.settings[key].model for key, _ in runs):
-        _build_base(ctx, model)  # here, once: workers would otherwise race to build it
+    _build_bases(ctx, [cfg.model for _, cfg in runs], jobs)
     todo = [(_train, cfg, cache) for _, cfg in runs
             if not (Path(cache) / "runs" / run_key(cfg) / DONE).exists()]
     _pool_map(ctx, jobs, todo, "training runs", gpus)
@@ -224,26 +245,28 @@ def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
     wanted = set(names)
     base_for = [key for key, script in (("kk", "fig2"), ("math", "table_math"), ("searchqa", "table_qa"))
                 if key in ctx.profile.settings and (script in wanted or "all" in wanted)]
-    for key in base_for:  # the untrained base model, once per seed
+    for key in base_for:  # the untrained base models, once per draw
         setting = ctx.profile.settings[key]
-        for seed in ctx.seeds:
-            cfg = train_config(setting, "grpo", seed)
+        for base_seed, seed in ctx.units():
+            cfg = train_config(setting, "grpo", seed, base_seed=base_seed)
             for eval_set in (list(setting.eval_sets.values()) or [None]):
-                evals.append(eval_config(setting, cfg, setting.model, seed=seed, eval_set=eval_set))
+                evals.append(eval_config(setting, cfg, cfg.model, seed=seed, eval_set=eval_set))
     sft_for = [key for key in base_for if ctx.profile.sft_reference
                and (key == "kk" or tables.has_sft_row(ctx, key))]
-    for key in sft_for:  # continued SFT at the compute of the matching-seed GRPO run
+    for key in sft_for:  # continued SFT on the update tokens of the matching GRPO run
         setting = ctx.profile.settings[key]
-        for seed in ctx.seeds:
-            run = finished(train_config(setting, "grpo", seed))
-            sft.append((_sft, setting, seed, run.compute_seconds, cache, ctx.smoke))
+        for base_seed, seed in ctx.units():
+            run = finished(train_config(setting, "grpo", seed, base_seed=base_seed))
+            sft.append((_sft, setting, seed, run.update_tokens, cache, ctx.smoke,
+                        run.config.model))
     _pool_map(ctx, jobs, sft, "continued SFT references", gpus)
     for key in sft_for:  # their evaluations need the SFT folders, which exist now
         setting = ctx.profile.settings[key]
-        for seed in ctx.seeds:
-            cfg = train_config(setting, "grpo", seed)
-            path = ensure_sft_reference(setting, seed, finished(cfg).compute_seconds, ctx.cache,
-                                        say=ctx.say, progress=False, smoke=ctx.smoke)
+        for base_seed, seed in ctx.units():
+            cfg = train_config(setting, "grpo", seed, base_seed=base_seed)
+            path = ensure_sft_reference(setting, seed, finished(cfg).update_tokens, ctx.cache,
+                                        say=ctx.say, progress=False, smoke=ctx.smoke,
+                                        model=cfg.model)
             evals.append(eval_config(setting, cfg, str(path), seed=seed))
     seen, unique = set(), []
     for e in evals:

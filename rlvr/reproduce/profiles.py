@@ -66,8 +66,11 @@ class Profile:
     needs_gpu: bool = False
     #: Margin (absolute accuracy) within which "Reverse is close to GRPO" counts as held.
     close_margin: float = 0.05
-    #: Steps of continued SFT are matched to the RL run's wall time (issue 6: "equal compute").
+    #: Continued-SFT references at the RL run's compute, in forward-backward tokens.
     sft_reference: bool = True
+    #: Base builds per setting (``tiny-kk``, ``tiny-kk@1``...): each method is trained on each
+    #: (base seed x RL seed), so intervals cover the base's draw too. 1 for hub models.
+    base_seeds: int = 1
 
     def setting(self, env: str) -> Setting:
         """The first setting of ``env`` (fig3/fig4 use one model per task)."""
@@ -106,7 +109,9 @@ def tiny_profile(smoke: bool = False) -> Profile:
         "searchqa": Setting("searchqa", "tiny-searchqa", {"profile": "tiny"}, group_by=QA_GROUP,
                             group_values=QA_GROUP_VALUES, n_items=100, k=4),
     }
-    return Profile("tiny", settings, seeds=3,
+    # Three bases x one RL seed: three independent draws per method, each from its own build, at
+    # the cost of three RL seeds on one base plus two more builds per task.
+    return Profile("tiny", settings, seeds=1, base_seeds=3,
                    sweep={"tau": [0.25, 1.0], "mu": [0.4, 0.6], "alpha": [2.0, 4.0]})
 
 

@@ -48,6 +48,9 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
         if p.exists():
             metas[name] = json.loads(p.read_text())
     v = versions()
+    from rlvr.repro import machine_info, machine_line
+
+    machine = machine_info()
     wall = total_seconds if total_seconds is not None else sum(m.get("wall_seconds", 0) for m in metas.values())
     lines = [
         f"# Reproduction report — profile `{ctx.profile.name}`" + (" (smoke run)" if ctx.smoke else ""),
@@ -56,10 +59,11 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
         "Probability Shaping* (GRPO-SG).",
         "",
         f"- command: `{ctx.command}`",
-        f"- seeds: {ctx.seeds}",
+        f"- draws: {ctx.draws()} (each method is trained once per base seed x RL seed)",
         f"- generated: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; wall time {wall / 60:.1f} min, "
         "training and evaluation included (runs already in the cache cost nothing)",
         "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
+        f"- machine: {machine_line(machine)}; each run's own machine is in runs.csv",
         f"- run cache: `{ctx.cache}` (each run is named by its config hash; see `<name>.meta.json`)",
         "",
     ]
@@ -77,7 +81,8 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
         lines += [markdown_table(["claim", "setting", "verdict", "evidence"], rows), ""]
         lines += [f"- {c['claim']} ({c['setting']}): {PLAIN.get(c['verdict'], c['verdict'])}." for c in claims]
         lines += ["", "Verdicts come from 95% bootstrap intervals of paired differences (per item for "
-                  "accuracies, per seed for training curves): *held* when the interval lies on the "
+                  "accuracies, per run for training curves), resampled over base builds, runs on "
+                  "each base and items: *held* when the interval lies on the "
                   "claimed side of zero (or, for 'close', inside the margin), *inconclusive* otherwise.", ""]
     else:
         lines += ["No script that decides a claim has run yet.", ""]
@@ -96,12 +101,25 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
             lines += [_strip_header((out / f"{name}.md").read_text()), ""]
         for note in m.get("notes", []):
             lines += [f"- {note}"]
+    bases = {m: b for meta in metas.values() for m, b in meta.get("bases", {}).items() if b}
+    if bases:
+        lines += ["", "## Base models", "",
+                  "SHA-256 of each base's weights (`rlvr.repro.weights_sha256`): a user whose "
+                  "`$RLVR_HOME/models/<build>/build.json` shows the same hash has the committed "
+                  "base, bit for bit.", "",
+                  markdown_table(["model", "build", "weights SHA-256"],
+                                 [[f"`{m}`", f"`{b.get('build', '')}`",
+                                   f"`{b.get('weights_sha256') or 'not built here'}`"]
+                                  for m, b in sorted(bases.items())]), ""]
     runs = write_run_index(ctx, metas)
     if runs:
         lines += ["", "## Training runs", "",
                   f"{len(runs)} runs; each config is in [runs/](runs/) as `<config hash>.yaml`, and "
-                  "[runs.csv](runs.csv) lists them with their steps and training compute (rollout + "
-                  "update seconds, one process).", ""]
+                  "[runs.csv](runs.csv) lists them with their base and its hash, steps, work "
+                  "(forward-backward tokens of the updates), seconds (rollout + update, one "
+                  "process), the SHA-256 of their final weights and the machine and kernel mode "
+                  "that trained them. "
+                  "`rlvr reproduce --check <this folder>` reruns a sample and compares.", ""]
     path = out / "REPORT.md"
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path
@@ -114,6 +132,8 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
     import csv
     import shutil
 
+    from rlvr.reproduce.runs import base_weights
+
     keys: dict[str, list[str]] = {}
     for name, m in metas.items():
         for label, key in m.get("train_runs", {}).items():
@@ -125,9 +145,19 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
         if (run_dir / "config.yaml").exists():
             (out_runs := ctx.out / "runs").mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run_dir / "config.yaml", out_runs / f"{key}.yaml")
+        machine = info.get("machine", {})
         rows.append({"config_hash": key, "env": info.get("env", ""), "algo": info.get("algo", ""),
-                     "seed": info.get("seed", ""), "model": info.get("model", ""),
-                     "steps": info.get("steps", ""), "compute_seconds": info.get("compute_seconds", ""),
+                     "seed": info.get("seed", ""), "base_seed": info.get("base_seed", 0),
+                     "model": info.get("model", ""), "steps": info.get("steps", ""),
+                     "update_tokens": info.get("update_tokens", ""),
+                     "compute_seconds": info.get("compute_seconds", ""),
+                     "weights_sha256": _run_hash(run_dir, info),
+                     "base_sha256": base_weights(info["model"]).get("weights_sha256", "")
+                     if info.get("model") else "",
+                     "machine": (f"{machine.get('cpu', '')} ({machine.get('arch', '')}), "
+                                 f"{machine.get('kernel_mode', '')} kernels, "
+                                 f"{machine.get('torch_threads', '')} thread(s)")
+                                if machine else "",
                      "used_by": " ".join(sorted(set(u.split(":")[0] for u in used_by))),
                      "labels": " ".join(sorted(u.split(":", 1)[1] for u in used_by))})
     for stale in (ctx.out / "runs").glob("*.yaml"):  # configs of runs no output uses any more
@@ -139,3 +169,15 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
             w.writeheader()
             w.writerows(rows)
     return rows
+
+
+def _run_hash(run_dir: Path, info: dict) -> str:
+    """The final weights' SHA-256 from ``run.json`` (computed for runs that predate it)."""
+    if info.get("weights_sha256"):
+        return info["weights_sha256"]
+    from rlvr.repro import weights_sha256
+
+    try:
+        return weights_sha256(run_dir / "final")
+    except FileNotFoundError:
+        return ""

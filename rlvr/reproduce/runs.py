@@ -7,6 +7,9 @@ finished run at once, resumes an interrupted one from its last checkpoint (the t
 ``resume``), and trains a missing one. Evaluations of a model are cached the same way under
 ``<cache>/evals/<hash>/``, so fig2, table_kk and the report share one evaluation of each
 checkpoint, and figures are redrawn from the saved responses without touching a model.
+
+``run.json`` records what produced a run: its steps, its work in tokens, the SHA-256 of its
+final weights (``rlvr.repro.weights_sha256``) and the machine (``rlvr.repro.machine_info``).
 """
 from __future__ import annotations
 
@@ -41,12 +44,40 @@ class Run:
     def final(self) -> Path:
         return self.path / "final"
 
+    @property
+    def base_seed(self) -> int:
+        return base_seed_of(self.config.model)
 
-def train_config(setting: Setting, algo: str, seed: int, extra: dict[str, Any] | None = None):
-    """The ``TrainConfig`` of one run (profile overrides + env/algo/seed + ``extra``)."""
+    @property
+    def update_tokens(self) -> int:
+        """Forward-backward tokens of the run's updates (``update_tokens``)."""
+        return update_tokens(self.metrics, self.config)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        done = self.path / DONE
+        return json.loads(done.read_text()) if done.exists() else {}
+
+    @property
+    def weights_sha256(self) -> str:
+        """SHA-256 of the final weights (from ``run.json``; computed for runs that predate it)."""
+        return self.info.get("weights_sha256") or _hash_if_present(self.final)
+
+
+def train_config(setting: Setting, algo: str, seed: int, extra: dict[str, Any] | None = None,
+                 base_seed: int = 0):
+    """The ``TrainConfig`` of one run (profile overrides + env/algo/seed + ``extra``), from base
+    build ``base_seed`` of the setting's model (``tiny-kk@1``; 0 is the model itself)."""
     from rlvr.agents.train_config import load_train_config
+    from rlvr.models.presets import base_spec, parse_spec
 
-    flat = setting_overrides(setting, algo, seed, {**(extra or {}), "out": "pending"})
+    more: dict[str, Any] = {}
+    if base_seed:
+        if parse_spec(setting.model) is None:
+            raise ValueError(f"base seed {base_seed}: model {setting.model!r} is not a tiny "
+                             "preset, whose base can be built from another seed")
+        more["model"] = base_spec(setting.model, base_seed)
+    flat = setting_overrides(setting, algo, seed, {**(extra or {}), **more, "out": "pending"})
     return load_train_config(flat_to_nested(flat))
 
 
@@ -55,11 +86,18 @@ def model_identity(model: str) -> str:
 
     A tiny preset (``tiny-kk``) stands for its build directory name, ``<preset>-<hash of its
     BuildConfig and training data>``: a changed preset then gives new keys instead of reusing
-    runs and evaluations of the old base. Any other name or path is used as given.
+    runs and evaluations of the old base. A model inside a run cache stands for its place in the
+    cache (``runs/<key>/final``, ``sft/<key>``), so evaluation keys do not depend on where the
+    cache lives. Any other name or path is used as given.
     """
-    from rlvr.models.presets import PRESETS
+    from rlvr.models.presets import parse_spec
 
-    if model not in PRESETS:
+    if parse_spec(model) is None:
+        p = Path(model)
+        if p.name == "final" and p.parent.parent.name == "runs":
+            return f"runs/{p.parent.name}/final"
+        if p.parent.name == "sft" and (p / "sft.json").exists():
+            return f"sft/{p.name}"
         return model
     return _preset_build_key(model)
 
@@ -67,9 +105,17 @@ def model_identity(model: str) -> str:
 @functools.lru_cache(maxsize=None)
 def _preset_build_key(name: str) -> str:
     from rlvr.models.build import build_key
-    from rlvr.models.presets import PRESETS
+    from rlvr.models.presets import preset_config
 
-    return build_key(PRESETS[name])
+    return build_key(preset_config(name))
+
+
+def base_seed_of(model: str) -> int:
+    """The base seed a model name carries (``tiny-kk@2`` -> 2; 0 for anything else)."""
+    from rlvr.models.presets import parse_spec
+
+    parsed = parse_spec(model)
+    return parsed[1] if parsed else 0
 
 
 def run_key(cfg) -> str:
@@ -81,10 +127,38 @@ def eval_key(ecfg: EvalConfig) -> str:
 
 
 def compute_seconds(metrics: list[dict[str, Any]]) -> float:
-    """Training compute of a run: the sum of its steps' rollout and update seconds (stable
-    across resumes, unlike the wall time of one invocation)."""
+    """Seconds a run spent in rollouts and updates (a record of speed on one machine; equal
+    compute is measured in tokens, ``update_tokens``, which do not depend on the machine)."""
     return float(sum(float(m.get("time/rollout_s", 0.0)) + float(m.get("time/update_s", 0.0))
                      for m in metrics))
+
+
+def update_tokens(metrics: list[dict[str, Any]], cfg=None) -> int:
+    """Tokens that went through forward and backward passes in a run's policy updates.
+
+    Per step: the real (attention-mask) tokens of the rollout batch, prompts included, times
+    the passes over it (``ppo_epochs``, twice for Lopti's two stages). The trainer logs the
+    batch's size as a rate, ``perf/update_tokens_s = tokens / time/update_s``, so the product
+    recovers the integer count (rounded: the quotient and product are exact to ~1e-16).
+    """
+    passes = 1 if cfg is None else cfg.ppo_epochs * (2 if cfg.algo == "lopti" else 1)
+    total = 0
+    for m in metrics:
+        if "tokens/update" in m:
+            total += int(m["tokens/update"])
+        else:
+            total += int(round(float(m.get("perf/update_tokens_s", 0.0))
+                               * float(m.get("time/update_s", 0.0))))
+    return total * passes
+
+
+def _hash_if_present(path: Path) -> str:
+    from rlvr.repro import weights_sha256
+
+    try:
+        return weights_sha256(path)
+    except FileNotFoundError:
+        return ""
 
 
 def _read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -108,10 +182,15 @@ def ensure_run(cfg, cache: Path, *, say=print, progress: bool = True) -> Run:
         start = time.perf_counter()
         Trainer(run_cfg).train()
         metrics = _read_metrics(path / "metrics.jsonl")
+        from rlvr.repro import machine_info, weights_sha256
+
         done.write_text(json.dumps({
             "key": key, "env": cfg.env, "algo": cfg.algo, "seed": cfg.seed, "model": cfg.model,
-            "steps": len(metrics), "compute_seconds": round(compute_seconds(metrics), 2),
+            "base_seed": base_seed_of(cfg.model), "steps": len(metrics),
+            "update_tokens": update_tokens(metrics, cfg),
+            "compute_seconds": round(compute_seconds(metrics), 2),
             "last_invocation_seconds": round(time.perf_counter() - start, 2),
+            "weights_sha256": weights_sha256(path / "final"), "machine": machine_info(),
         }, indent=2))
     metrics = _read_metrics(path / "metrics.jsonl")
     return Run(key, path, cfg, metrics, compute_seconds(metrics))
@@ -145,6 +224,8 @@ class Evaluation:
     path: Path
     records: list[dict[str, Any]]
     summary: dict[Any, dict[str, float]]
+    #: (base seed, RL seed) of the draw evaluated, set by the reproduce scripts.
+    unit: tuple[int, int] = (0, 0)
 
 
 def ensure_eval(ecfg: EvalConfig, cache: Path, *, say=print, progress: bool = True) -> Evaluation:
@@ -161,68 +242,100 @@ def ensure_eval(ecfg: EvalConfig, cache: Path, *, say=print, progress: bool = Tr
 
 
 # -- the continued-SFT reference (fig2) ----------------------------------------------------------
-def ensure_sft_reference(setting: Setting, seed: int, budget_seconds: float, cache: Path, *,
-                         say=print, progress: bool = True, smoke: bool = False) -> Path:
-    """The base model after continued SFT for about ``budget_seconds`` of compute (issue 6's
-    equal-compute baseline), cached by (base, steps, seed).
+def ensure_sft_reference(setting: Setting, seed: int, budget_tokens: int, cache: Path, *,
+                         say=print, progress: bool = True, smoke: bool = False,
+                         model: str | None = None) -> Path:
+    """The base ``model`` (default the setting's) after continued SFT on about
+    ``budget_tokens`` forward-backward tokens: the equal-compute baseline of an RL run whose
+    updates passed that many tokens (``update_tokens``). Cached by (base, SFT config, data).
 
-    Steps are derived deterministically from the base build's measured SFT speed
-    (``build.json``: steps per second), so the same RL runs give the same SFT run. The recipe is
-    the base build's own SFT config restarted (warm-up, cosine decay) on fresh examples.
+    Work, not time: steps = ``budget_tokens`` / the base build's tokens per SFT step
+    (``build.json``, a property of its data, the same on every machine), so the reference is a
+    pure function of its configuration. The recipe is the base build's own SFT config
+    restarted (warm-up, cosine decay) on fresh examples.
     """
     import hashlib
 
     from rlvr.models import traces
     from rlvr.models.sft import SFTConfig, sft
 
-    base_dir, build_cfg = _base_build(setting.model)
-    if build_cfg is None and setting.model != "micro":
+    model = model or setting.model
+    base_dir, build_cfg = _base_build(model)
+    if build_cfg is None and model != "micro":
         from rlvr.config import ConfigError
 
-        raise ConfigError(f"continued-SFT reference of {setting.model!r}: only tiny presets have "
+        raise ConfigError(f"continued-SFT reference of {model!r}: only tiny presets have "
                           "an SFT recipe to continue (their build's); set sft_reference=False")
     if build_cfg is None:  # micro (smoke): no build record; two steps on the K&K traces
         sft_cfg = SFTConfig(steps=2, batch_size=2, warmup_steps=0, seed=seed, max_length=2048)
         task, data = setting.env, dict(traces.TINY_SETTINGS.get(setting.env, {}))
     else:
         record = json.loads((base_dir / "build.json").read_text())
-        speed = record["sft"]["steps"] / max(record["sft"]["seconds"], 1e-9)
-        steps = max(1, int(round(speed * budget_seconds)))
+        tokens_per_step = record["sft"]["tokens"] / max(record["sft"]["steps"], 1)
+        steps = max(1, int(round(budget_tokens / tokens_per_step)))
         sft_cfg = dataclasses.replace(build_cfg.sft, steps=steps, seed=10_000 + seed,
                                       warmup_steps=min(build_cfg.sft.warmup_steps, steps // 10),
                                       max_seconds=0.0)
         task, data = build_cfg.task, dict(build_cfg.data)
-    blob = json.dumps({"base": str(base_dir or setting.model), "sft": dataclasses.asdict(sft_cfg),
+    blob = json.dumps({"base": base_dir.name if base_dir else model,
+                       "sft": dataclasses.asdict(sft_cfg),
                        "task": task, "data": data}, sort_keys=True, default=str)
     path = Path(cache) / "sft" / hashlib.sha256(blob.encode()).hexdigest()[:12]
     if (path / "sft.json").exists():
         return path
-    say(f"[reproduce] continued SFT of {setting.model} for {sft_cfg.steps} steps -> {path}")
+    say(f"[reproduce] continued SFT of {model} for {sft_cfg.steps} steps -> {path}")
     from rlvr.models import load_model
+    from rlvr.repro import machine_info, weights_sha256
 
-    model, tokenizer = load_model(setting.model, seed=seed)
-    stats = sft(model, tokenizer, traces.example_stream(task, data, seed=sft_cfg.seed), sft_cfg,
+    net, tokenizer = load_model(model, seed=seed)
+    stats = sft(net, tokenizer, traces.example_stream(task, data, seed=sft_cfg.seed), sft_cfg,
                 progress=progress, desc="continued sft")
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    (path / "sft.json").write_text(json.dumps({"budget_seconds": budget_seconds, **stats},
-                                              indent=2, default=str))
+    import os
+    import shutil
+
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # renamed into place when complete
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    net.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "sft.json").write_text(json.dumps(
+        {"budget_tokens": budget_tokens, **stats, "weights_sha256": weights_sha256(tmp),
+         "machine": machine_info()}, indent=2, default=str))
+    if (path / "sft.json").exists():  # another process finished the same reference first
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
     return path
 
 
 def _base_build(model: str):
     """``(directory, BuildConfig)`` of a tiny preset, or ``(None, None)`` for anything else."""
-    try:
-        from rlvr.models.build import ensure_built
-        from rlvr.models.presets import PRESETS
-    except ImportError:
+    from rlvr.models.build import ensure_built
+    from rlvr.models.presets import preset_config
+
+    cfg = preset_config(model)
+    if cfg is None:
         return None, None
-    if model not in PRESETS:
-        return None, None
-    return ensure_built(PRESETS[model], progress=False), PRESETS[model]
+    return ensure_built(cfg, progress=False), cfg
 
 
-__all__ = ["Evaluation", "Run", "compute_seconds", "ensure_eval", "ensure_run",
-           "ensure_sft_reference", "eval_config", "eval_key", "model_identity", "run_key",
-           "train_config"]
+def base_weights(model: str) -> dict[str, str]:
+    """``{"build": <build dir name>, "weights_sha256": ...}`` of a preset base (the hash empty
+    when it is not built here: nothing is built to record it); ``{}`` for other models."""
+    from rlvr.models.build import models_dir
+    from rlvr.models.presets import parse_spec
+
+    if parse_spec(model) is None:
+        return {}
+    base_dir = models_dir() / _preset_build_key(model)
+    if not (base_dir / "build.json").exists():
+        return {"build": base_dir.name, "weights_sha256": ""}
+    record = json.loads((base_dir / "build.json").read_text())
+    return {"build": base_dir.name,
+            "weights_sha256": record.get("weights_sha256") or _hash_if_present(base_dir)}
+
+
+__all__ = ["Evaluation", "Run", "base_seed_of", "base_weights", "compute_seconds", "ensure_eval",
+           "ensure_run", "ensure_sft_reference", "eval_config", "eval_key", "model_identity",
+           "run_key", "train_config", "update_tokens"]

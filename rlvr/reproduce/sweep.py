@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlvr.eval.stats import paired_by_key
-from rlvr.reproduce.collect import evals_for, item_scores, runs_for, sample_metric, seed_ci
+import dataclasses
+
+from rlvr.reproduce.collect import evals_for, paired_items, runs_for, sample_metric, seed_ci
 from rlvr.reproduce.common import Context, Output, fmt_ci, markdown_table, plt
 
 NAME = "sweep"
@@ -31,7 +32,7 @@ def run(ctx: Context) -> dict:
     out = Output(ctx, NAME)
     base = defaults(ctx)
     seeds = sweep_seeds(ctx)
-    point_ctx = Context(ctx.profile, ctx.out, ctx.cache, seeds, ctx.smoke, ctx.command, ctx.progress, ctx.log)
+    point_ctx = dataclasses.replace(ctx, seeds=seeds)
     # The default point: the seeds the other points have (a paired comparison needs equal seeds).
     default_evs = evals_for(point_ctx, out, "kk", runs_for(point_ctx, out, "kk", "grpo_sg"))
     avg_key = sample_metric(default_evs)
@@ -49,7 +50,7 @@ def run(ctx: Context) -> dict:
         for v, evs in pts:
             g, s = seed_ci(evs, "greedy"), seed_ci(evs, avg_key)
             is_default = v == float(base[param])
-            diff = None if is_default else paired_by_key(item_scores(evs), item_scores(default_evs))
+            diff = None if is_default else paired_items(evs, default_evs)
             rows.append({"parameter": param, "value": v, "default": is_default,
                          "greedy": g.mean, "greedy_low": g.low, "greedy_high": g.high,
                          avg_key: s.mean if s else np.nan,
@@ -74,7 +75,7 @@ def run(ctx: Context) -> dict:
     out.save_fig(fig)
     out.write_csv(rows)
     out.write_md("\n".join([
-        f"# GRPO-SG sensitivity on K&K ({ctx.profile.name} profile, seeds {seeds})", "",
+        f"# GRPO-SG sensitivity on K&K ({ctx.profile.name} profile, {point_ctx.draws()})", "",
         f"Defaults: {', '.join(f'{k}={v}' for k, v in base.items())}. One parameter varies at a time.", "",
         markdown_table(["parameter", "value", "greedy", avg_key, "paired diff vs default (greedy)"], md_rows)]))
     return out.finish({"defaults": base})

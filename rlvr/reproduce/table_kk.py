@@ -23,7 +23,7 @@ def run(ctx: Context) -> dict:
     sizes = [str(v) for v in setting.group_values]
     avg_key = sample_metric(evs["grpo"])
     csv_rows, md = [], [f"# K&K accuracy by number of people ({ctx.profile.name} profile, "
-                        f"seeds {ctx.seeds}, model {setting.model})", ""]
+                        f"{ctx.draws()}, model {setting.model})", ""]
     for metric in ("greedy", avg_key):
         table = []
         for m in KK_METHODS:

@@ -50,7 +50,7 @@ def build(ctx: Context, out: Output, setting_key: str, title: str, metrics: list
     cols, group_of = column_evals(ctx, out, setting_key)
     first = next(iter(cols.values()))
     csv_rows = []
-    md = [f"# {title} ({ctx.profile.name} profile, seeds {ctx.seeds}, "
+    md = [f"# {title} ({ctx.profile.name} profile, {ctx.draws()}, "
           f"model {ctx.profile.settings[setting_key].model})", ""]
     for metric, heading in metrics:
         if metric == "avg@k":
@@ -97,6 +97,7 @@ class _Tagged:
     def __init__(self, name, ev):
         self.records = [{**r, "item": f"{name}:{r['item']}"} for r in ev.records]
         self.summary = ev.summary
+        self.unit = ev.unit
 
 
 def _tagged(pairs):

@@ -1,0 +1,261 @@
+"""The reproducible kernel mode, machine records, weight hashes, base seeds, equal compute in
+tokens, hierarchical intervals and ``rlvr reproduce --check``."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rlvr.eval.stats import bootstrap_ci, hierarchical_bootstrap_ci
+from rlvr.repro import REPRODUCIBLE_ENV, is_x86, state_dict_sha256, weights_sha256
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _rlvr(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
+    """``python -m rlvr.cli ...`` in a fresh process (the kernel libraries read their variables
+    when torch loads, so only a new process shows whether the mode was applied)."""
+    base = {k: v for k, v in os.environ.items() if k not in (*REPRODUCIBLE_ENV, "RLVR_KERNELS")}
+    base["PYTHONPATH"] = str(REPO) + os.pathsep + base.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, "-m", "rlvr.cli", *args], env={**base, **(env or {})},
+                         capture_output=True, text=True, timeout=600, cwd=cwd or REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def _has_avx2() -> bool:
+    cpuinfo = Path("/proc/cpuinfo")
+    return is_x86() and cpuinfo.exists() and " avx2" in cpuinfo.read_text()
+
+
+def test_the_command_imports_no_torch_before_it_sets_the_mode():
+    code = "import sys, rlvr.cli; print('torch' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.skipif(not _has_avx2(), reason="the reproducible mode holds x86 kernels to AVX2")
+def test_the_mode_overrides_the_requested_capability_and_reaches_workers():
+    info = json.loads(_rlvr("machine", "--worker", env={"ATEN_CPU_CAPABILITY": "default"}))
+    for who in (info, info["worker"]):  # the CLI process and a spawned worker
+        assert who["kernel_mode"] == "reproducible"
+        assert who["aten_cpu_capability"] == "AVX2"
+        assert who["env"] == REPRODUCIBLE_ENV
+    native = json.loads(_rlvr("--kernels", "native", "machine",
+                              env={"ATEN_CPU_CAPABILITY": "default"}))
+    assert native["kernel_mode"] == "native" and native["aten_cpu_capability"] == "DEFAULT"
+    also_native = json.loads(_rlvr("machine", env={"RLVR_KERNELS": "native",
+                                                   "ATEN_CPU_CAPABILITY": "default"}))
+    assert also_native["aten_cpu_capability"] == "DEFAULT"
+
+
+@pytest.mark.skipif(not _has_avx2(), reason="the reproducible mode holds x86 kernels to AVX2")
+def test_a_reproduction_records_the_mode_the_machine_and_the_hashes(tmp_path):
+    out = tmp_path / "out"
+    _rlvr("reproduce", "fig1", "--smoke", "--out", str(out), "--quiet",
+          env={"RLVR_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+    meta = json.loads((out / "fig1.meta.json").read_text())
+    assert meta["machine"]["kernel_mode"] == "reproducible"
+    assert meta["machine"]["aten_cpu_capability"] == "AVX2"
+    (label, record), = meta["run_records"].items()
+    assert label == "kk/grpo/seed0"
+    run_dir = out / ".cache" / "runs" / record["key"]
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["machine"]["kernel_mode"] == "reproducible"
+    assert info["weights_sha256"] == record["weights_sha256"] == weights_sha256(run_dir / "final")
+    assert info["update_tokens"] > 0
+    row, = csv.DictReader(open(out / "runs.csv"))
+    assert row["weights_sha256"] == record["weights_sha256"]
+    assert "reproducible kernels" in row["machine"]
+    assert "machine:" in (out / "REPORT.md").read_text()
+    assert not (tmp_path / "results").exists()  # nothing written outside --out
+    # --check retrains the recorded run in a fresh cache: on the same machine, the same bits.
+    report = _rlvr("reproduce", "--check", str(out), "--cache", str(tmp_path / "fresh"),
+                   "--quiet", env={"RLVR_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+    assert (tmp_path / "fresh" / "runs" / record["key"] / "run.json").exists()
+    verdicts = [line.rsplit("|", 2)[-2].strip() for line in report.splitlines()
+                if line.startswith("| kk/grpo/seed0")]
+    assert verdicts and set(verdicts) == {"bit-identical"}, report
+
+
+def test_the_default_output_folder_is_not_the_committed_one(tmp_path, monkeypatch):
+    from rlvr.reproduce import cli
+
+    monkeypatch.chdir(tmp_path)
+    captured = {}
+    monkeypatch.setattr(cli, "has_gpu", lambda: False)
+    monkeypatch.setattr(cli, "print_plan",
+                        lambda ctx, name: captured.setdefault("out", ctx.out) and 0)
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cli.add_reproduce_arguments(parser)
+    cli.run_reproduce(parser.parse_args(["fig2", "--profile", "paper"]))
+    assert captured["out"] == Path("rlvr-results/paper")
+
+
+def test_state_dict_hash_is_stable_and_sees_one_bit():
+    a = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "b": torch.zeros(3)}
+    reordered = {"b": a["b"].clone(), "w": a["w"].clone()}
+    assert state_dict_sha256(a) == state_dict_sha256(reordered)
+    flipped = {"w": a["w"].clone(), "b": a["b"].clone()}
+    flipped["w"].view(torch.int32)[0, 1] ^= 1  # the last mantissa bit of one weight
+    assert state_dict_sha256(a) != state_dict_sha256(flipped)
+    assert state_dict_sha256(a) != state_dict_sha256({"w": a["w"].double(), "b": a["b"]})
+
+
+def test_saved_weights_hash_like_the_state_dict(tmp_path):
+    from rlvr.models import load_model
+
+    model, _ = load_model("micro", seed=3)
+    model.save_pretrained(tmp_path)
+    from safetensors.torch import load_file
+
+    saved = load_file(str(tmp_path / "model.safetensors"))
+    assert weights_sha256(tmp_path) == state_dict_sha256(saved)
+    other, _ = load_model("micro", seed=4)
+    other.save_pretrained(tmp_path / "other")
+    assert weights_sha256(tmp_path) != weights_sha256(tmp_path / "other")
+
+
+def test_base_seeds_name_other_builds_of_one_recipe():
+    from rlvr.models.presets import PRESETS, base_spec, parse_spec, preset_config
+    from rlvr.reproduce import profiles
+    from rlvr.reproduce.runs import model_identity, run_key, train_config
+
+    assert parse_spec("tiny-kk") == ("tiny-kk", 0) and parse_spec("tiny-kk@2") == ("tiny-kk", 2)
+    assert parse_spec("micro") is None and parse_spec("Qwen/Qwen2.5-3B") is None
+    with pytest.raises(ValueError, match="non-negative integer"):
+        parse_spec("tiny-kk@x")
+    assert preset_config("tiny-kk") is PRESETS["tiny-kk"]
+    assert preset_config("tiny-kk@2").seed == PRESETS["tiny-kk"].seed + 2
+    assert preset_config("tiny-kk@2").tokenizer == PRESETS["tiny-kk"].tokenizer
+    assert base_spec("tiny-kk", 0) == "tiny-kk" and base_spec("tiny-kk", 1) == "tiny-kk@1"
+    assert model_identity("tiny-kk@1").startswith("tiny-kk-")
+    assert model_identity("tiny-kk@1") != model_identity("tiny-kk")
+    setting = profiles.tiny_profile().settings["kk"]
+    base0 = train_config(setting, "grpo", 0)
+    assert base0.model == "tiny-kk" and run_key(base0) == run_key(train_config(setting, "grpo", 0,
+                                                                               base_seed=0))
+    assert run_key(train_config(setting, "grpo", 0, base_seed=1)) != run_key(base0)
+    micro = profiles.tiny_profile(smoke=True).settings["kk"]
+    with pytest.raises(ValueError, match="not a tiny preset"):
+        train_config(micro, "grpo", 0, base_seed=1)
+
+
+def test_equal_compute_is_counted_in_update_tokens():
+    from rlvr.reproduce import profiles
+    from rlvr.reproduce.runs import train_config, update_tokens
+
+    trained = [1234, 987, 4321]
+    seconds = [0.731, 1.9, 0.0123]
+    metrics = [{"perf/update_tokens_s": n / t, "time/update_s": t}
+               for n, t in zip(trained, seconds)]
+    assert update_tokens(metrics) == sum(trained)
+    lopti = train_config(profiles.tiny_profile(smoke=True).settings["kk"], "lopti", 0)
+    assert update_tokens(metrics, lopti) == 2 * lopti.ppo_epochs * sum(trained)
+
+
+def test_hierarchical_interval_reduces_to_the_plain_bootstrap_and_widens_with_bases():
+    rng = np.random.default_rng(0)
+    items = (rng.random(300) < 0.4).astype(float)
+    one = hierarchical_bootstrap_ci(items[None, :], [0])
+    plain = bootstrap_ci(items)
+    assert (one.mean, one.low, one.high) == pytest.approx((plain.mean, plain.low, plain.high))
+    runs = np.array([0.30, 0.31, 0.29, 0.50, 0.52, 0.49])
+    flat = hierarchical_bootstrap_ci(runs, [0] * 6)  # as if all six came from one base
+    nested = hierarchical_bootstrap_ci(runs, [0, 0, 0, 1, 1, 1])
+    assert nested.mean == pytest.approx(runs.mean())
+    assert nested.high - nested.low > flat.high - flat.low
+    with pytest.raises(ValueError, match="base labels"):
+        hierarchical_bootstrap_ci(runs, [0, 1])
+
+
+def test_check_samples_compares_and_refuses_old_folders(tmp_path):
+    from rlvr.reproduce import check
+
+    records = {
+        "kk/grpo_sg/seed0": {"numbers": {"greedy": 0.30}},
+        "kk/grpo/base1/seed0": {"numbers": {"greedy": 0.20}},
+        "math/grpo/seed0": {"numbers": {"greedy": 0.40}},
+        "kk/grpo/seed0": {"numbers": {"greedy": 0.25}},
+        "kk/grpo_sg[tau=0.25]/seed0": {"numbers": {"greedy": 0.1}},
+        "kk/sft/seed0": {"numbers": {"greedy": 0.1}},
+    }
+    assert check.sample_labels(records, 3) == ["kk/grpo/seed0", "math/grpo/seed0",
+                                               "kk/grpo_sg/seed0"]
+    ci = check.stated_interval(records, "kk/grpo/seed0", "greedy")
+    assert ci.n == 2 and ci.low == pytest.approx(0.20) and ci.high == pytest.approx(0.25)
+    assert check.verdict(0.25, 0.25, ci) == "bit-identical"
+    assert check.verdict(0.25, 0.22, ci) == "within the stated interval"
+    assert check.verdict(0.25, 0.50, ci) == "outside"
+    (tmp_path / "fig2.meta.json").write_text(json.dumps({"profile": "tiny", "train_runs": {}}))
+    with pytest.raises(SystemExit, match="older rlvr"):
+        check.load_records(tmp_path)
+
+
+def test_a_base_seed_builds_another_base_and_records_its_hash(tmp_path, monkeypatch):
+    from rlvr.models import load_model, presets
+    from rlvr.models.build import BuildConfig, TokenizerConfig
+    from rlvr.models.sft import SFTConfig
+    from rlvr.models.tiny import ArchConfig
+    from rlvr.models.traces import TINY_SETTINGS
+    from rlvr.reproduce.runs import _preset_build_key, base_weights
+
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path))
+    small = BuildConfig(name="tiny-test", task="kk", data=dict(TINY_SETTINGS["kk"]),
+                        tokenizer=TokenizerConfig(vocab_size=300, tasks=("kk",), texts_per_task=40),
+                        arch=ArchConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                        intermediate_size=64),
+                        sft=SFTConfig(steps=2, batch_size=2, warmup_steps=0, length_groups=1))
+    monkeypatch.setitem(presets.PRESETS, "tiny-test", small)
+    _preset_build_key.cache_clear()
+    try:
+        load_model("tiny-test")
+        load_model("tiny-test@1")
+        first, second = base_weights("tiny-test"), base_weights("tiny-test@1")
+    finally:
+        _preset_build_key.cache_clear()
+    assert first["build"] != second["build"]
+    assert first["weights_sha256"] and first["weights_sha256"] != second["weights_sha256"]
+    record = json.loads((tmp_path / "models" / second["build"] / "build.json").read_text())
+    assert record["weights_sha256"] == second["weights_sha256"]
+    assert record["weights_sha256"] == weights_sha256(tmp_path / "models" / second["build"])
+    assert record["config"]["seed"] == 1 and record["machine"]["cpu"]
+
+
+def test_evaluation_keys_do_not_depend_on_where_the_cache_lives(tmp_path):
+    from rlvr.reproduce.runs import model_identity
+
+    for root in (tmp_path / "a", tmp_path / "elsewhere" / "b"):
+        (root / "sft" / "0123abcd4567").mkdir(parents=True)
+        (root / "sft" / "0123abcd4567" / "sft.json").write_text("{}")
+        assert model_identity(str(root / "runs" / "abd13653fe52" / "final")) == \
+            "runs/abd13653fe52/final"
+        assert model_identity(str(root / "sft" / "0123abcd4567")) == "sft/0123abcd4567"
+
+
+def test_every_method_is_planned_on_every_base(tmp_path):
+    from rlvr.reproduce import profiles
+    from rlvr.reproduce.common import Context
+    from rlvr.reproduce.parallel import required_runs
+    from rlvr.reproduce.runs import train_config
+
+    profile = profiles.tiny_profile()
+    assert (profile.base_seeds, profile.seeds) == (3, 1)
+    ctx = Context(profile, tmp_path, tmp_path, [0], base_seeds=[0, 1, 2])
+    plan = required_runs(ctx, ["fig2"])
+    assert {algo for (_, algo, _), _ in plan} == {"grpo", "grpo_sg", "reverse"}
+    assert all(units == [(0, 0), (1, 0), (2, 0)] for _, units in plan)
+    models = {train_config(profile.settings["kk"], "grpo", s, base_seed=b).model
+              for b, s in plan[0][1]}
+    assert models == {"tiny-kk", "tiny-kk@1", "tiny-kk@2"}
