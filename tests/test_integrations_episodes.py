@@ -1,0 +1,65 @@
+"""The text-episode layer the TRL, verifiers and OpenEnv adapters share (no third-party stack)."""
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import pytest
+
+from rlvr.envs import ENV_NAMES, ENV_TOOLS, env_tools
+from rlvr.integrations.episodes import Episode, env_names, episode_rows, jsonable
+
+
+def test_every_registered_env_is_listed_and_tools_come_from_the_registry():
+    assert env_names() == sorted(ENV_NAMES)
+    assert set(ENV_TOOLS) <= {gid for gid, _ in ENV_NAMES.values()}
+    assert [t.name for t in env_tools("searchqa")] == ["search"]
+    assert env_tools("kk") == () and env_tools("math") == ()
+    assert env_tools("searchqa")[0].action("  capital of France ") == "<search> capital of France </search>"
+
+
+@pytest.mark.parametrize("name", ["kk", "math"])
+def test_single_turn_episode_equals_the_gym_env(name):
+    ep = Episode(name)
+    assert not ep.multi_turn and ep.tools == {}
+    prompt, info = ep.reset(seed=3, index=5)
+    ref = gym.make(ENV_NAMES[name][0])
+    ref_prompt, ref_info = ref.reset(seed=3, options={"index": 5})
+    assert prompt == ref_prompt and ep.messages == ref_info["messages"]
+    text = "<think>x</think><answer>nothing</answer> \\boxed{7}"
+    t = ep.finish(text)
+    _, reward, terminated, truncated, ref_step = ref.step(text)
+    assert t.done and t.reward == reward and (t.terminated, t.truncated) == (terminated, truncated)
+    assert ep.reward == reward and ep.components == ref_step["reward_components"]
+    assert ep.finish("again") is t  # an ended episode is not stepped twice
+    with pytest.raises(ValueError, match="tool"):
+        ep.call_tool("search", "x")
+
+
+def test_search_tool_call_is_the_env_step_it_stands_for():
+    ep = Episode("searchqa", dataset="synthetic", max_turns=2)
+    assert ep.multi_turn and list(ep.tools) == ["search"]
+    _, info = ep.reset(seed=0, index=0)
+    t = ep.call_tool("search", info["question"])
+    assert not t.done and t.observation.startswith("\n\n<information>Doc 1(Title: ")
+    assert ep.reward == 0.0 and ep.components == {}
+    final = ep.finish(f"<answer> {info['ground_truth'][0]} </answer>")
+    assert final.terminated and ep.reward == 1.0 and ep.components["em"] == 1.0
+    # the turn limit: the second search truncates, the final text is not stepped
+    ep.reset(seed=0, index=0)
+    ep.call_tool("search", "a")
+    t = ep.call_tool("search", "b")
+    assert t.truncated and ep.finish("<answer>x</answer>") is t and ep.reward == 0.0
+
+
+def test_rows_errors_and_jsonable():
+    rows = episode_rows("kk", 2, seed=1, start=4)
+    assert [r["index"] for r in rows] == [4, 5] and rows[0]["prompt"][-1]["role"] == "user"
+    with pytest.raises(ValueError, match="env"):
+        Episode("chess")
+    with pytest.raises(RuntimeError, match="reset"):
+        Episode("kk").step("x")
+    with pytest.raises(ValueError, match="index"):
+        Episode("kk").reset(index="3")
+    assert jsonable({"a": (1, 2.5), 3: {math.nan}, "o": object}) == {
+        "a": [1, 2.5], "3": [None], "o": str(object)}
