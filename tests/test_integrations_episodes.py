@@ -15,7 +15,8 @@ def test_every_registered_env_is_listed_and_tools_come_from_the_registry():
     assert set(ENV_TOOLS) <= {gid for gid, _ in ENV_NAMES.values()}
     assert [t.name for t in env_tools("searchqa")] == ["search"]
     assert env_tools("kk") == () and env_tools("math") == ()
-    assert env_tools("searchqa")[0].action("  capital of France ") == "<search> capital of France </search>"
+    search = env_tools("searchqa")[0]
+    assert search.action("  capital of France ") == "<search> capital of France </search>"
 
 
 @pytest.mark.parametrize("name", ["kk", "math"])

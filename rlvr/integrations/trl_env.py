@@ -60,7 +60,8 @@ def _tool_method(tool: Tool) -> Callable[..., str]:
         if args:
             kwargs.setdefault(tool.argument, args[0])
         if set(kwargs) != {tool.argument}:
-            raise ValueError(f"{tool.name} takes one argument {tool.argument!r}, got {sorted(kwargs)}")
+            raise ValueError(f"{tool.name} takes one argument {tool.argument!r}, "
+                             f"got {sorted(kwargs)}")
         t = self._episode.call_tool(tool.name, kwargs[tool.argument])
         if t.done and not t.observation:
             return "The episode is over (turn limit reached); no more tool calls."
@@ -130,10 +131,10 @@ def episode_reward(prompts: Sequence[Any], completions: Sequence[Any], *,
         raise ValueError(f"environments: {len(environments)} for {len(completions)} completions")
     finals = [e._finish(final_assistant_text(c)) for e, c in zip(environments, completions)]
     if log_metric is not None and finals:
-        names = sorted({k for t in finals for k in t.components})
-        for key in names:
-            env = environments[0]._episode.name
-            log_metric(f"{env}/{key}", sum(t.components.get(key, 0.0) for t in finals) / len(finals))
+        env = environments[0]._episode.name
+        for key in sorted({k for t in finals for k in t.components}):
+            mean = sum(t.components.get(key, 0.0) for t in finals) / len(finals)
+            log_metric(f"{env}/{key}", mean)
     return [t.reward for t in finals]
 
 

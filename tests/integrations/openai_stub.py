@@ -31,7 +31,8 @@ class ScriptedChatServer:
 
             def do_GET(self):
                 if self.path.rstrip("/").endswith("/models"):
-                    self._json(200, {"object": "list", "data": [{"id": server.model, "object": "model"}]})
+                    models = [{"id": server.model, "object": "model"}]
+                    self._json(200, {"object": "list", "data": models})
                 else:
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -56,9 +57,9 @@ class ScriptedChatServer:
                 self.end_headers()
                 base = {"id": rid, "object": "chat.completion.chunk", "created": created,
                         "model": body.get("model", server.model)}
+                delta = {"role": "assistant", "content": text}
                 chunks = [
-                    {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": text},
-                                          "finish_reason": None}]},
+                    {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
                     {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
                     {**base, "choices": [], "usage": usage},
                 ]

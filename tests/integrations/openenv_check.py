@@ -29,7 +29,8 @@ def scripted_actions(name: str, info: dict) -> list[str]:
         return ["I should look it up.", f"<search> {info['question']} </search>",
                 f"<think>found it</think><answer> {gt[0]} </answer>"]
     if name == "kk":
-        return [f"solve</think><answer>{info['solution_text_format']}</answer>"]  # <think> prefilled
+        # the prompt ends with the <think> prefill
+        return [f"solve</think><answer>{info['solution_text_format']}</answer>"]
     if name == "math":
         return [f"The answer is \\boxed{{{gt}}}."]
     return ["<answer>x</answer>"]
@@ -79,8 +80,10 @@ def test_client_episode_equals_gym_env(servers, name):
             obs, reward, terminated, truncated, step_info = ref.step(action)
             result = client.step(TextAction(text=action))
             assert result.observation.text == obs
-            assert result.reward == pytest.approx(reward) and result.done == (terminated or truncated)
-            assert result.metadata["reward_components"] == pytest.approx(step_info["reward_components"])
+            assert result.reward == pytest.approx(reward)
+            assert result.done == (terminated or truncated)
+            components = result.metadata["reward_components"]
+            assert components == pytest.approx(step_info["reward_components"])
             rewards.append(result.reward)
             if result.done:
                 break

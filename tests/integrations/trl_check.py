@@ -139,14 +139,16 @@ def test_grpo_trainer_runs_the_search_environment_and_logs_our_rewards(tmp_path)
 
     def searchqa(prompts, completions, environments, **kwargs):
         rewards = episode_reward(prompts, completions, environments=environments, **kwargs)
-        calls.append((list(completions), [list(e._episode.info["ground_truth"]) for e in environments],
-                      [[s.info["action"] for s in e._episode.steps] for e in environments], rewards))
+        gts = [list(e._episode.info["ground_truth"]) for e in environments]
+        actions = [[s.info["action"] for s in e._episode.steps] for e in environments]
+        calls.append((list(completions), gts, actions, rewards))
         return rewards
 
     args = GRPOConfig(
-        output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4, num_generations=4,
-        max_completion_length=48, learning_rate=1e-3, logging_steps=1, save_strategy="no", report_to="none",
-        use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False, seed=0, dataloader_num_workers=0,
+        output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4,
+        num_generations=4, max_completion_length=48, learning_rate=1e-3, logging_steps=1,
+        save_strategy="no", report_to="none", use_cpu=True, bf16=False, fp16=False,
+        gradient_checkpointing=False, seed=0, dataloader_num_workers=0,
         max_tool_calling_iterations=2,
     )
     trainer = GRPOTrainer(model=str(tmp_path / "micro"), reward_funcs=searchqa, args=args,
@@ -160,7 +162,8 @@ def test_grpo_trainer_runs_the_search_environment_and_logs_our_rewards(tmp_path)
     logged = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logged) == 2
     for (completions, gts, actions, rewards), log in zip(calls, logged):
-        assert len(completions) == 4 and all(a and a[-1] in ("answer", "invalid", "search") for a in actions)
+        assert len(completions) == 4
+        assert all(a and a[-1] in ("answer", "invalid", "search") for a in actions)
         # each reward is the env's: our scorer on the policy's text of the episode
         for completion, gt, acts, reward in zip(completions, gts, actions, rewards):
             if "search" not in acts:
@@ -186,8 +189,8 @@ def test_a_tool_call_parsed_by_trl_steps_the_environment():
     question, gold = env._episode.info["question"], env._episode.info["ground_truth"][0]
     text = ('<tool_call>\n{"name": "search", "arguments": {"query": ' + json.dumps(question)
             + '}}\n</tool_call><|im_end|>')
-    prompt = tokenizer.apply_chat_template(row["prompt"], tools=[env.search], add_generation_prompt=True,
-                                           tokenize=False)
+    prompt = tokenizer.apply_chat_template(row["prompt"], tools=[env.search],
+                                           add_generation_prompt=True, tokenize=False)
     assert '"name": "search"' in prompt  # the tool schema TRL renders for the model
     ids = tokenizer(text, add_special_tokens=False).input_ids
     prefix = tokenizer(prompt, add_special_tokens=False).input_ids

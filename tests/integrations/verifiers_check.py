@@ -63,7 +63,8 @@ def run_vf_eval(name: str, server: ScriptedChatServer, out: Path) -> list[dict]:
     env = dict(os.environ, STUB_API_KEY="stub",
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     cmd = [os.path.join(os.path.dirname(sys.executable), "vf-eval"), "rlvr_verifiers",
-           "--env.taskset.env", name, "--env.taskset.env-kwargs", json.dumps(ENV_KWARGS.get(name, {})),
+           "--env.taskset.env", name,
+           "--env.taskset.env-kwargs", json.dumps(ENV_KWARGS.get(name, {})),
            "-n", str(N_TASKS), "--no-push", "--no-rich", "--client.base-url", server.url,
            "--client.api-key-var", "STUB_API_KEY", "-m", "stub-model", "-o", str(out)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -101,7 +102,8 @@ def test_vf_eval_rewards_equal_the_gym_env(name, tmp_path):
         assert episode["ok"] and not episode["errors"]
         (trace,) = episode["traces"]
         info = trace["task"]["data"]["info"]
-        replies = [n["message"]["content"] for n in trace["nodes"] if n["message"]["role"] == "assistant"]
+        messages = [n["message"] for n in trace["nodes"]]
+        replies = [m["content"] for m in messages if m["role"] == "assistant"]
         assert replies
         # replay the same replies on the Gymnasium env
         ref = Episode(name, **ENV_KWARGS.get(name, {}))
@@ -112,7 +114,7 @@ def test_vf_eval_rewards_equal_the_gym_env(name, tmp_path):
         assert trace["rewards"] == {name: {"score": t.reward, "weight": 1.0}}
         assert trace["metrics"] == {f"{name}/{k}": v for k, v in t.components.items()}
         if name == "searchqa":  # multi-turn: the observation went back as a user turn
-            users = [n["message"]["content"] for n in trace["nodes"] if n["message"]["role"] == "user"]
+            users = [m["content"] for m in messages if m["role"] == "user"]
             assert len(replies) == 2 and users[1].lstrip().startswith("<information>Doc 1(Title: ")
         rewards.append((info["index"], t.reward))
     best = max(r for _, r in rewards)
