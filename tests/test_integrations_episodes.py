@@ -64,3 +64,42 @@ def test_rows_errors_and_jsonable():
         Episode("kk").reset(index="3")
     assert jsonable({"a": (1, 2.5), 3: {math.nan}, "o": object}) == {
         "a": [1, 2.5], "3": [None], "o": str(object)}
+
+
+class EchoEnv(gym.Env):
+    """A new multi-turn env: ``<ask>x</ask>`` is answered with ``echo: x``; ``<done>`` ends."""
+
+    def __init__(self):
+        from rlvr.envs import AnyText
+
+        self.observation_space, self.action_space = AnyText(1000), AnyText(1000)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return "Say <done> after asking.", {"messages": [{"role": "user", "content": "Ask."}]}
+
+    def step(self, action):
+        if "<done>" in action:
+            return "", 1.0, True, False, {"reward_components": {"done": 1.0}}
+        return f"echo: {action[5:-6]}", 0.0, False, False, {"reward_components": {}}
+
+
+def test_a_newly_registered_env_appears_in_the_adapters_without_code(monkeypatch):
+    import rlvr.envs as envs
+    from rlvr.envs import Tool
+    from rlvr.integrations.trl_env import environment_factory, episode_reward
+
+    monkeypatch.setitem(envs.ENV_IDS, "rlvr/Echo-v0", f"{__name__}:EchoEnv")
+    monkeypatch.setitem(envs.ENV_NAMES, "echo", ("rlvr/Echo-v0", "rlvr.envs.kk:score"))
+    monkeypatch.setitem(envs.ENV_TOOLS, "rlvr/Echo-v0", (
+        Tool("ask", "text", "<ask>{}</ask>", "Ask something.", "What to ask.", "The echo."),))
+    gym.register(id="rlvr/Echo-v0", entry_point=EchoEnv, disable_env_checker=True)
+    try:
+        assert "echo" in env_names()
+        env = environment_factory("echo")()
+        env.reset(index=0)
+        assert env.ask(text="hi") == "echo: hi" and env._episode.multi_turn
+        done = [{"role": "assistant", "content": "<done>"}]
+        assert episode_reward(["p"], [done], environments=[env]) == [1.0]
+    finally:
+        gym.registry.pop("rlvr/Echo-v0", None)
