@@ -10,9 +10,11 @@ one environment instance on the server.
 
 Every registered env is served by the same two types: ``TextAction(text)`` is one policy turn,
 ``TextObservation(text)`` the prompt after ``reset`` or the env's observation after a step
-(search results for search QA), with ``reward``, ``done`` and the env's ``info`` as
-``metadata`` (made JSON-safe). ``reset`` takes ``seed`` and ``index`` (task ``index`` of the
-split). Rewards are the Gymnasium env's, step for step.
+(search results for search QA), with ``reward``, ``done`` and ``metadata``. ``reset`` takes
+``seed`` and ``index`` (task ``index`` of the split). Rewards are the Gymnasium env's, step for
+step. Clients may show observations (metadata included) to the policy, and an env's ``info``
+holds the answer, so the metadata is only ``PUBLIC_RESET_KEYS`` / ``PUBLIC_STEP_KEYS`` of it
+unless the server is started with ``expose_info=True`` (the whole ``info``, JSON-safe).
 
     python -m rlvr.integrations.openenv_server --env searchqa --port 8011 dataset=synthetic
 
@@ -37,6 +39,11 @@ from pydantic import Field
 from rlvr.integrations.episodes import Episode, check_env_name, env_names, jsonable
 
 
+#: The ``info`` keys sent with observations by default: none of them reveals the answer.
+PUBLIC_RESET_KEYS = ("index", "id", "messages")
+PUBLIC_STEP_KEYS = ("reward_components", "correct", "terminated", "truncated")
+
+
 class TextAction(Action):
     """One policy turn: the response text the env steps on."""
 
@@ -54,9 +61,10 @@ class RlvrEnvironment(Environment[TextAction, TextObservation, State]):
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # each session owns its own gymnasium env
 
-    def __init__(self, env: str, **env_kwargs: Any):
+    def __init__(self, env: str, *, expose_info: bool = False, **env_kwargs: Any):
         super().__init__()
         self._episode = Episode(env, **env_kwargs)
+        self._expose_info = bool(expose_info)
         self._state = State(episode_id=None, step_count=0)
 
     def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None,
@@ -66,14 +74,19 @@ class RlvrEnvironment(Environment[TextAction, TextObservation, State]):
         prompt, info = self._episode.reset(seed=seed, index=index)
         self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0,
                             env=self._episode.name, index=info.get("index"))
-        return TextObservation(text=prompt, done=False, reward=None, metadata=jsonable(info))
+        return TextObservation(text=prompt, done=False, reward=None,
+                               metadata=self._metadata(info, PUBLIC_RESET_KEYS))
 
     def step(self, action: TextAction, timeout_s: Optional[float] = None,
              **kwargs: Any) -> TextObservation:
         t = self._episode.step(action.text)
         self._state.step_count += 1
-        metadata = jsonable({**t.info, "terminated": t.terminated, "truncated": t.truncated})
-        return TextObservation(text=t.observation, done=t.done, reward=t.reward, metadata=metadata)
+        info = {**t.info, "terminated": t.terminated, "truncated": t.truncated}
+        return TextObservation(text=t.observation, done=t.done, reward=t.reward,
+                               metadata=self._metadata(info, PUBLIC_STEP_KEYS))
+
+    def _metadata(self, info: dict, public: tuple[str, ...]) -> dict:
+        return jsonable(info if self._expose_info else {k: info[k] for k in public if k in info})
 
     @property
     def state(self) -> State:
@@ -95,15 +108,17 @@ def _rlvr_version() -> str:
     return rlvr.__version__
 
 
-def make_app(env: str, *, max_concurrent_envs: int = 8, **env_kwargs: Any):
-    """The FastAPI app serving ``env`` (``kk``, ``math``, ``searchqa``, ...) with its kwargs."""
+def make_app(env: str, *, max_concurrent_envs: int = 8, expose_info: bool = False,
+             **env_kwargs: Any):
+    """The FastAPI app serving ``env`` (``kk``, ``math``, ``searchqa``, ...) with its kwargs;
+    ``expose_info=True`` sends the env's whole ``info`` (answers included) as metadata."""
     check_env_name(env)
     if max_concurrent_envs < 1:
         raise ValueError(f"max_concurrent_envs: must be >= 1, got {max_concurrent_envs}")
     Episode(env, **env_kwargs).close()  # bad env arguments fail here, not in the first session
 
     def factory() -> RlvrEnvironment:
-        return RlvrEnvironment(env, **env_kwargs)
+        return RlvrEnvironment(env, expose_info=expose_info, **env_kwargs)
 
     return create_fastapi_app(factory, TextAction, TextObservation, env_name=f"rlvr-{env}",
                               max_concurrent_envs=max_concurrent_envs)
@@ -146,12 +161,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-concurrent-envs", type=int, default=8)
+    p.add_argument("--expose-info", action="store_true",
+                   help="send the env's whole info (answers included) as observation metadata")
     p.add_argument("env_args", nargs="*", help="env arguments as key=value (YAML values)")
     args = p.parse_args(argv)
     import uvicorn
 
     app = make_app(args.env, max_concurrent_envs=args.max_concurrent_envs,
-                   **_parse_kv(args.env_args))
+                   expose_info=args.expose_info, **_parse_kv(args.env_args))
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 

@@ -74,7 +74,8 @@ def test_client_episode_equals_gym_env(servers, name):
     with RlvrEnvClient(base_url=servers[name]).sync() as client:
         result = client.reset(seed=7, index=3)
         assert result.observation.text == prompt and not result.done
-        assert result.observation.metadata["ground_truth"] is not None
+        assert result.observation.metadata["index"] == 3
+        assert "ground_truth" not in result.observation.metadata  # answers stay on the server
         rewards = []
         for action in scripted_actions(name, info):
             obs, reward, terminated, truncated, step_info = ref.step(action)
@@ -102,6 +103,17 @@ def test_two_sessions_are_isolated_and_generic_client_works(servers):
         step = b.step({"text": "<answer> nobody </answer>"})
         assert step.done and step.reward == 0.0
         assert not a.step(TextAction(text="<search> x </search>")).done  # a's episode goes on
+
+
+def test_expose_info_sends_the_whole_info():
+    from rlvr.integrations.openenv_server import RlvrEnvironment
+
+    env = RlvrEnvironment("kk", expose_info=True, n_people=2)
+    obs = env.reset(seed=0, index=1)
+    assert obs.metadata["ground_truth"] and obs.metadata["names"]
+    step = env.step(TextAction(text="x"))
+    assert step.done and step.metadata["format_error"] is True
+    assert "ground_truth" not in RlvrEnvironment("kk", n_people=2).reset(index=1).metadata
 
 
 def test_bad_input_is_one_clear_error(servers):
