@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Test the verl and TRL integrations against the real libraries, each in its own virtual env
-# (DESIGN section 8: verl 0.9.1 pins transformers < 5.11 and pulls Ray; TRL 1.x must not share it).
+# Test the integrations against the real libraries, each in its own virtual env (verl 0.9.1 pins
+# transformers < 5.11 and pulls Ray; TRL 1.x, verifiers 0.4 and OpenEnv bring their own pins).
 #
-#   scripts/test_integrations.sh [verl|trl|all]      (default: all)
+#   scripts/test_integrations.sh [verl|trl|verifiers|openenv|all]      (default: all)
 #
-# Venvs live under ${RLVR_CI_CACHE:-$HOME/.cache/rlvr-ci}/venv-verl and venv-trl. A venv is reused
+# Venvs live under ${RLVR_CI_CACHE:-$HOME/.cache/rlvr-ci}/venv-<name>. A venv is reused
 # when its recorded requirements hash (pins below + Python version + pyproject dependencies)
 # matches; otherwise it is rebuilt: torch==2.13.0 first (the CPU wheel; an unpinned torch pulls a
 # CUDA build), then the library and this repo resolved together. This repo is re-installed
@@ -16,12 +16,17 @@ CACHE="${RLVR_CI_CACHE:-$HOME/.cache/rlvr-ci}"
 PYTHON="${PYTHON:-python3}"
 TORCH_PIN="torch==2.13.0"
 VERL_REQS="verl==0.9.1 pytest>=8"
-TRL_REQS="trl==1.16.0 pytest>=8"
+TRL_REQS="trl==1.16.0 datasets>=3 pytest>=8"
+# verifiers runs its chat harness as a PEP 723 script through uv (its runtime installs uv with
+# pip when missing; having it in the venv keeps that out of the user's site-packages).
+VERIFIERS_REQS="verifiers==0.4.0 uv==0.13.9 pytest>=8"
+OPENENV_REQS="openenv==0.10.0 pytest>=8"
+NAMES=(verl trl verifiers openenv)
 WHICH="${1:-all}"
 
 case "$WHICH" in
-  verl|trl|all) ;;
-  *) echo "usage: $0 [verl|trl|all]" >&2; exit 2 ;;
+  verl|trl|verifiers|openenv|all) ;;
+  *) echo "usage: $0 [verl|trl|verifiers|openenv|all]" >&2; exit 2 ;;
 esac
 
 req_hash() {  # $1 = requirement string
@@ -65,9 +70,14 @@ run_checks() {  # $1 = name
 
 status=0
 T0=$SECONDS
-for name in verl trl; do
+for name in "${NAMES[@]}"; do
   if [[ "$WHICH" == all || "$WHICH" == "$name" ]]; then
-    if [[ "$name" == verl ]]; then reqs="$VERL_REQS"; else reqs="$TRL_REQS"; fi
+    case "$name" in
+      verl) reqs="$VERL_REQS" ;;
+      trl) reqs="$TRL_REQS" ;;
+      verifiers) reqs="$VERIFIERS_REQS" ;;
+      openenv) reqs="$OPENENV_REQS" ;;
+    esac
     ensure_venv "$name" "$reqs"
     run_checks "$name" || status=1
   fi

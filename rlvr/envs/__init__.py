@@ -10,7 +10,7 @@ import inspect
 
 import gymnasium as gym
 
-from rlvr.envs.base import AnyText, Score, SingleTurnEnv, coerce_text
+from rlvr.envs.base import AnyText, Score, SingleTurnEnv, Tool, coerce_text
 
 ENV_IDS = {
     "rlvr/KnightsKnaves-v0": "rlvr.envs.kk.env:KnightsKnavesEnv",
@@ -24,6 +24,28 @@ ENV_NAMES = {
     "math": ("rlvr/Math-v0", "rlvr.envs.math:score"),
     "searchqa": ("rlvr/SearchQA-v0", "rlvr.envs.searchqa:score"),
 }
+
+#: The tools of each multi-turn env, for stacks that call tools by name (TRL's environment
+#: methods, verifiers' and OpenEnv's tool calls): a call ``name(argument)`` is the env step
+#: ``Tool.action``. A new multi-turn env lists its tools here and every adapter exposes them.
+ENV_TOOLS: dict[str, tuple[Tool, ...]] = {
+    "rlvr/SearchQA-v0": (
+        Tool(
+            name="search",
+            argument="query",
+            template="<search> {} </search>",
+            description="Search the knowledge base (titled passages) for a query.",
+            argument_doc="What to look up, as a short search-engine query.",
+            returns="The best matching passages inside <information>, one per line as "
+                    "\"Doc i(Title: title) text\".",
+        ),
+    ),
+}
+
+
+def env_tools(name: str) -> tuple[Tool, ...]:
+    """The tools of an env (short name or gymnasium id); () for single-turn envs."""
+    return ENV_TOOLS.get(env_id(name), ())
 
 
 def env_id(name: str) -> str:
@@ -73,5 +95,6 @@ def register_all() -> None:
             gym.register(id=env_id, entry_point=entry_point, disable_env_checker=True)
 
 
-__all__ = ["AnyText", "Score", "SingleTurnEnv", "coerce_text", "ENV_IDS", "ENV_NAMES", "env_id",
-           "env_accepts", "get_scorer", "make_env", "register_all"]
+__all__ = ["AnyText", "Score", "SingleTurnEnv", "Tool", "coerce_text", "ENV_IDS", "ENV_NAMES",
+           "ENV_TOOLS", "env_accepts", "env_id", "env_tools", "get_scorer", "make_env",
+           "register_all"]

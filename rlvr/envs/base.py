@@ -45,6 +45,26 @@ class Score:
         }
 
 
+@dataclass(frozen=True)
+class Tool:
+    """A tool a multi-turn env understands as text: the call ``name(argument=value)`` is the
+    env step ``template.format(value)`` (e.g. search QA's ``<search> {} </search>``), and the
+    tool's result is that step's observation. Adapters to stacks that call tools by name build
+    their tool schemas from ``description``, ``argument_doc`` and ``returns``.
+    """
+
+    name: str
+    argument: str
+    template: str
+    description: str
+    argument_doc: str
+    returns: str
+
+    def action(self, value: Any) -> str:
+        """The env action of one call (``value`` as text, cut like any response)."""
+        return self.template.format(coerce_text(value).strip())
+
+
 class AnyText(spaces.Text):
     """A ``Text`` space that contains any Python string within its length bounds.
 

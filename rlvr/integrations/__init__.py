@@ -11,6 +11,12 @@ where that library is installed:
 - ``verl_data``: our tasks as verl-ready parquet (``rlvr prepare-verl``); needs only pyarrow.
 - ``trl_rewards``: reward functions in TRL ``GRPOTrainer``'s signature, a dataset export in its
   prompt format, and the search environment for its ``environment_factory``.
+- ``episodes``: one text episode of any registered env, the layer the adapters below share.
+- ``trl_env``: every registered env as a TRL ``environment_factory`` class (tools from the env
+  registry) and ``episode_reward``.
+- ``verifiers_env``: every registered env as a verifiers 0.4 taskset and env (plugin id
+  ``rlvr_verifiers``), ``load_environment(env=...)``.
+- ``openenv_server``: every registered env served the OpenEnv way, and its typed client.
 
-See ``docs/integrations_verl.md`` and ``docs/integrations_trl.md``.
+See ``docs/integrations.md``, ``docs/integrations_verl.md`` and ``docs/integrations_trl.md``.
 """

@@ -5,6 +5,7 @@ Not collected by the main suite (the file name does not match ``test_*.py``): it
 from __future__ import annotations
 
 import inspect
+import json
 import os
 from importlib.metadata import version
 
@@ -87,3 +88,119 @@ def test_search_environment_shape_for_trl():
     assert factory() is not factory()
     with pytest.raises(ValueError, match="max_calls"):
         SearchToolEnvironment(None, max_calls=0)
+
+
+# -- rlvr.integrations.trl_env: the environments through environment_factory ------------------
+
+def micro_tool_model(path):
+    """The micro model with Qwen2.5's chat template (TRL recognises it, renders the tool schema
+    into the prompt and parses ``<tool_call>`` JSON), ending turns with ``<|im_end|>``."""
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    model, tokenizer = build_micro(seed=0, max_position_embeddings=4096)
+    tokenizer.chat_template = qwen2_5_chat_template
+    tokenizer.eos_token = "<|im_end|>"
+    model.config.eos_token_id = model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return tokenizer
+
+
+def test_environment_classes_come_from_the_registry():
+    from transformers.utils import get_json_schema
+
+    from rlvr.envs import env_tools
+    from rlvr.integrations.episodes import env_names
+    from rlvr.integrations.trl_env import environment_class
+
+    for name in env_names():
+        cls = environment_class(name)
+        public = sorted(n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+                        if not n.startswith("_"))
+        assert public == sorted(["reset", *[t.name for t in env_tools(name)]])
+    schema = get_json_schema(environment_class("searchqa").search)["function"]
+    assert schema["name"] == "search" and schema["parameters"]["required"] == ["query"]
+
+
+def test_grpo_trainer_runs_the_search_environment_and_logs_our_rewards(tmp_path):
+    from rlvr.envs import get_scorer
+    from rlvr.integrations.trl_env import (
+        environment_factory,
+        episode_reward,
+        final_assistant_text,
+        trl_env_dataset,
+    )
+
+    torch.set_num_threads(2)
+    tokenizer = micro_tool_model(tmp_path / "micro")
+    env_kwargs = {"dataset": "synthetic", "max_turns": 2}
+    dataset = trl_env_dataset("searchqa", 2, env_kwargs=env_kwargs)
+    calls = []
+
+    def searchqa(prompts, completions, environments, **kwargs):
+        rewards = episode_reward(prompts, completions, environments=environments, **kwargs)
+        gts = [list(e._episode.info["ground_truth"]) for e in environments]
+        actions = [[s.info["action"] for s in e._episode.steps] for e in environments]
+        calls.append((list(completions), gts, actions, rewards))
+        return rewards
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4,
+        num_generations=4, max_completion_length=48, learning_rate=1e-3, logging_steps=1,
+        save_strategy="no", report_to="none", use_cpu=True, bf16=False, fp16=False,
+        gradient_checkpointing=False, seed=0, dataloader_num_workers=0,
+        max_tool_calling_iterations=2,
+    )
+    trainer = GRPOTrainer(model=str(tmp_path / "micro"), reward_funcs=searchqa, args=args,
+                          train_dataset=dataset, processing_class=tokenizer,
+                          environment_factory=environment_factory("searchqa", **env_kwargs))
+    assert [t.__name__ for t in trainer.tools] == ["search"]  # the env's tool, schema in the prompt
+    trainer.train()
+
+    assert trainer.state.global_step == 2 and len(calls) == 2
+    score = get_scorer("searchqa")
+    logged = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logged) == 2
+    for (completions, gts, actions, rewards), log in zip(calls, logged):
+        assert len(completions) == 4
+        assert all(a and a[-1] in ("answer", "invalid", "search") for a in actions)
+        # each reward is the env's: our scorer on the policy's text of the episode
+        for completion, gt, acts, reward in zip(completions, gts, actions, rewards):
+            if "search" not in acts:
+                assert reward == score(final_assistant_text(completion), gt).reward
+        assert log["reward"] == pytest.approx(sum(rewards) / len(rewards))
+        assert "searchqa/em" in log and "searchqa/format" in log
+
+
+def test_a_tool_call_parsed_by_trl_steps_the_environment():
+    """The tool path with a scripted reply: TRL's response parser reads the tool call, the call
+    is dispatched as GRPOTrainer._tool_call_loop does (``tool(**arguments)``), and the final
+    answer ends the episode with the env's reward."""
+    from trl.chat_template_utils import add_response_schema, parse_response, qwen2_5_chat_template
+
+    from rlvr.integrations.trl_env import environment_factory, episode_reward, trl_env_dataset
+
+    _, tokenizer = build_micro(seed=0)
+    tokenizer.chat_template = qwen2_5_chat_template
+    tokenizer = add_response_schema(tokenizer)
+    row = trl_env_dataset("searchqa", 1, env_kwargs={"dataset": "synthetic"})[0]
+    env = environment_factory("searchqa", dataset="synthetic")()
+    env.reset(**row)
+    question, gold = env._episode.info["question"], env._episode.info["ground_truth"][0]
+    text = ('<tool_call>\n{"name": "search", "arguments": {"query": ' + json.dumps(question)
+            + '}}\n</tool_call><|im_end|>')
+    prompt = tokenizer.apply_chat_template(row["prompt"], tools=[env.search],
+                                           add_generation_prompt=True, tokenize=False)
+    assert '"name": "search"' in prompt  # the tool schema TRL renders for the model
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    prefix = tokenizer(prompt, add_special_tokens=False).input_ids
+    message = parse_response(tokenizer, ids, prefix=prefix, tools=[env.search])
+    (call,) = message["tool_calls"]
+    result = getattr(env, call["function"]["name"])(**call["function"]["arguments"])
+    assert result.startswith("\n\n<information>Doc 1(Title: ") and gold in result
+    completion = [message, {"role": "tool", "name": "search", "content": result},
+                  {"role": "assistant", "content": f"<answer> {gold} </answer>"}]
+    logged = {}
+    assert episode_reward([row["prompt"]], [completion], environments=[env],
+                          log_metric=logged.__setitem__) == [1.0]
+    assert logged == {"searchqa/em": 1.0, "searchqa/f1": 1.0, "searchqa/format": 1.0}
