@@ -5,7 +5,7 @@ backend vs plain ``model.generate``, side by side on this CPU.
 
 Both trainers get the same model (same seed), the same prompts (K&K puzzles, plain template), the
 same group size, completion length, sampling temperature, reward function, learning rate, KL
-coefficient and clip; fp32, no gradient checkpointing (DESIGN section 8: TRL's CPU defaults of
+coefficient and clip; fp32, no gradient checkpointing (docs/design.md §8: TRL's CPU defaults of
 bf16 and gradient checkpointing would make TRL ~10x slower, which is not a fair comparison).
 Each measurement runs in its own forked process so that its peak RSS (``ru_maxrss``) is its own;
 the first step is a warm-up and the median of the following steps is reported. Needs

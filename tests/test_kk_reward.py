@@ -1,4 +1,4 @@
-"""Logic-RL's K&K reward: every rule of DESIGN section 4, bad input, and a no-crash property."""
+"""Logic-RL's K&K reward: every rule of docs/design.md §4, bad input, and a no-crash property."""
 from __future__ import annotations
 
 import re

@@ -1,4 +1,4 @@
-"""Policy loss: gradient = weight x GRPO gradient, DESIGN section 5 bound, clip/dual clip, k3 KL,
+"""Policy loss: gradient = weight x GRPO gradient, docs/design.md §5 bound, clip/dual clip, k3 KL,
 verl aggregation modes (fully masked rows included), metrics and bad configuration."""
 from __future__ import annotations
 

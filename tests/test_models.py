@@ -1,4 +1,4 @@
-"""Tiny base models: tokenizer, SFT warm start, build cache, presets and profiles (issue 6).
+"""Tiny base models: tokenizer, SFT warm start, build cache, presets and profiles.
 
 Everything here uses a micro-sized ``BuildConfig`` (a few thousand parameters, a few SFT steps),
 so the whole file runs in seconds; the real presets are only hashed and validated, not built.

@@ -117,7 +117,7 @@ class WeightConfig:
 
 @dataclasses.dataclass
 class LossConfig:
-    """Arguments of ``rlvr.agents.losses.policy_loss`` (K&K recipe values in DESIGN section 6:
+    """Arguments of ``rlvr.agents.losses.policy_loss`` (K&K recipe values in docs/design.md §6:
     clip 0.2/0.24 is the recipe's asymmetric clip; defaults here are the symmetric 0.2)."""
 
     clip_low: float = 0.2

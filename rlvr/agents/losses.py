@@ -1,4 +1,4 @@
-"""Token-weighted clipped policy loss of the GRPO family (DESIGN section 5), as pure functions.
+"""Token-weighted clipped policy loss of the GRPO family (docs/design.md §5), as pure functions.
 
 Per response token t of sequence i, with advantage ``A`` (per sequence or per token) and detached
 weight ``w`` (``rlvr.agents.weights``):

@@ -1,6 +1,6 @@
 """Rendering chat prompts into the text a causal LM continues.
 
-Environments return the prompt as one string (DESIGN section 3) and also the chat ``messages``
+Environments return the prompt as one string (docs/design.md §3) and also the chat ``messages``
 in ``info`` for trainers that apply their own chat template (TRL, verl). Templates:
 
 - ``"qwen"``: the Qwen2.5 chat template (``<|im_start|>role\\n...<|im_end|>``), as in Logic-RL's

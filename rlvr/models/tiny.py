@@ -2,7 +2,7 @@
 
 Same architecture class as Qwen2.5 (``Qwen2ForCausalLM``), so the trainer's code path is the one
 that serves the paper-scale models. The default size comes from measurements on the project's
-2-core CPU (issue 6): a 1.05M-parameter model reached greedy K&K accuracy 0.63/0.34/0.28/0.11
+2-core CPU (docs/tiny_models.md): a 1.05M-parameter model reached greedy K&K accuracy 0.63/0.34/0.28/0.11
 on 2/3/4/5 people after 10 minutes of training at ~6.8k tokens/s, while a 5M model was ~3x slower
 per token and no better at equal wall time.
 """

@@ -19,7 +19,7 @@ from transformers import PreTrainedTokenizerFast
 
 from rlvr.models.micro import SPECIAL_TOKENS, wrap_tokenizer
 
-#: Tags of the three tasks' response formats (DESIGN sections 3-4), one token each.
+#: Tags of the three tasks' response formats (docs/design.md §3-4), one token each.
 TAG_TOKENS = (
     "<think>", "</think>", "<answer>", "</answer>",
     "<search>", "</search>", "<information>", "</information>",

@@ -1,6 +1,6 @@
 """Sweep (beyond the paper): GRPO-SG's sensitivity to tau, mu and alpha on K&K.
 
-The paper does not publish tau, mu, alpha, L, U (DESIGN section 5). Each parameter is varied on
+The paper does not publish tau, mu, alpha, L, U (docs/design.md §5). Each parameter is varied on
 its own around the defaults of ``rlvr.agents.config.GRPO_SG_DEFAULTS`` (the others held at
 their defaults); every point is a full training run per seed. Cells: greedy accuracy and avg@k
 over all K&K sizes, mean over seeds [95% bootstrap CI]; the last column is the paired per-item

@@ -1,7 +1,7 @@
 """Table: math accuracy, GRPO vs GRPO-SG (and the base model).
 
 Paper profile: MATH-500, Minerva, OlympiadBench (greedy accuracy), AIME24 and AMC23 (avg@16 and
-pass@16 at temperature 1.0, DESIGN section 6). Tiny profile: the synthetic math task by difficulty.
+pass@16 at temperature 1.0, docs/design.md §6). Tiny profile: the synthetic math task by difficulty.
 See ``rlvr.reproduce.tables`` for cells and the claim.
 """
 from __future__ import annotations

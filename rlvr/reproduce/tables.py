@@ -1,10 +1,10 @@
 """Shared body of table_math and table_qa: GRPO vs GRPO-SG (and the base model) per column.
 
 The paper's math and QA tables compare GRPO with GRPO-SG; the Reverse weighting (the opposite
-shaping, DESIGN section 5) is a row too, so each task reports the three methods issue 6 asks
-for. Where the profile has continued-SFT references (the tiny profile) and the task is one set
+shaping, docs/design.md §5) is a row too, so each task reports the three
+methods. Where the profile has continued-SFT references (the tiny profile) and the task is one set
 of groups, an "SFT" row gives the base after continued SFT at the compute of the matching-seed
-GRPO run (issue 6: RL against SFT at equal compute).
+GRPO run (RL against SFT at equal compute).
 
 Columns are the profile's evaluation sets (paper: one benchmark each) or, on the tiny profile,
 the groups of the synthetic task (difficulty, hops). Cells: mean over seeds [95% bootstrap CI

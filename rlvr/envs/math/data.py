@@ -1,4 +1,4 @@
-"""Math evaluation sets with per-dataset gold normalisation (DESIGN section 4, shared/data/SOURCES.md).
+"""Math evaluation sets with per-dataset gold normalisation (docs/design.md §4, shared/data/SOURCES.md).
 
 Every loader returns records ``{"problem", "ground_truth", "source", "id"}`` (plus ``solution``
 when the set has one). Gold answers, by set:

@@ -1,4 +1,4 @@
-"""math-verify, called the way rewards need it (DESIGN section 4).
+"""math-verify, called the way rewards need it (docs/design.md §4).
 
 - Gold first: ``verify(gold, pred)`` is asymmetric; the gold answer is wrapped in ``\\boxed{}``
   and parsed with the same configuration as the prediction.

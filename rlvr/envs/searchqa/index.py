@@ -6,7 +6,7 @@ corpus location), ``idf.npy`` for the lexical encoder and ``corpus.jsonl`` when 
 in memory. ``load_index`` memory-maps ``index.faiss`` (``faiss.IO_FLAG_MMAP``) so a large index is
 paged in from disk on demand instead of being read whole.
 
-Sizes (DESIGN section 4): flat stores 4*d bytes per passage (21M x 768 = 62 GB for e5 over
+Sizes (docs/design.md §4): flat stores 4*d bytes per passage (21M x 768 = 62 GB for e5 over
 Wikipedia); HNSW adds about 8*M bytes of graph links; IVF-PQ stores ``pq_m`` bytes per passage,
 plus the 4*d-byte full vectors when ``refine`` > 0 re-ranks its candidates exactly.
 """
