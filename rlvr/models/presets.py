@@ -3,7 +3,8 @@
 ``load_model("tiny-kk")`` (and ``rlvr build-model tiny-kk``) builds the preset once and reuses
 the cached directory afterwards; ``tiny-kk@1`` is the same recipe built from base seed 1
 (``preset_config``), so results can be averaged over base draws as well as RL seeds. Sizes
-follow measurements on the project's 2-core CPU (see ``rlvr.models.tiny`` and ``docs/tiny_models.md`` for the figures behind each number).
+follow measurements on the project's 2-core CPU (see ``rlvr.models.tiny`` and
+``docs/tiny_models.md`` for the figures behind each number).
 """
 from __future__ import annotations
 
