@@ -22,7 +22,9 @@ import os
 import sys
 import time
 
+from rlvr.data_paths import shared_data_dir
 from rlvr.envs.math import load_dataset, score_batch
+from rlvr.envs.math.data import DATASETS
 from rlvr.envs.math.pool import shared_pool
 from rlvr.envs.math.reward import final_answer
 from rlvr.envs.math.verify import verify_answer_in_process
@@ -45,11 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout-s", type=float, default=5.0)
     args = ap.parse_args(argv)
 
-    try:
-        recs = load_dataset("math500")[: args.n]
-    except FileNotFoundError as exc:
-        print(f"MATH-500 not available: {exc}", file=sys.stderr)
+    root = shared_data_dir()
+    if root is None or not (root / DATASETS["math500"].local_path).is_file():
+        # Checked here so that a fresh clone does not fall through to the hub (retries, traceback).
+        print("bench_math: needs MATH-500 in the shared data folder (../shared/data beside the "
+              "checkout, or RLVR_SHARED_DATA=<folder>)", file=sys.stderr)
         return 2
+    recs = load_dataset("math500")[: args.n]
     golds = [r["ground_truth"] for r in recs]
     preds = [r["solution"] for r in recs]
 
