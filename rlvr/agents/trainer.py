@@ -39,7 +39,9 @@ import numpy as np
 import torch
 
 from rlvr.agents.advantages import group_advantages
-from rlvr.agents.checkpoint import latest_valid_checkpoint, load_payload, save_checkpoint
+from rlvr.agents.checkpoint import (check_resume_config, check_writable, find_resume_checkpoint,
+                                    load_payload, preserve_metrics, rng_state, save_checkpoint,
+                                    set_rng_state)
 from rlvr.agents.losses import agg_loss, k3_kl, masked_mean, policy_loss
 from rlvr.agents.memory import check_fits, estimate_training_memory
 from rlvr.agents.policy import Policy, TokenStats
@@ -47,7 +49,7 @@ from rlvr.agents.rollout.base import RolloutBatch, SamplingParams, collate
 from rlvr.agents.rollout.multiturn import Episode, run_episodes
 from rlvr.agents.train_config import ENV_IDS, TrainConfig
 from rlvr.agents.weights import lopti_stages, token_weights
-from rlvr.config import dump_yaml
+from rlvr.config import ConfigError, dump_yaml
 
 #: Minimum reward per env (DESIGN section 4): K&K totals lie in [-3, 3]; math and search QA
 #: score 0/1. An episode whose env raised scores this.
@@ -262,7 +264,10 @@ class Trainer:
                 raise ValueError(f"env {self.cfg.env!r} has no 'split' argument; evaluation "
                                  "needs a held-out split (set eval.every=0)")
             kwargs["split"] = split if split != "train" else kwargs["split"]
-        return gym.make(env_id, **kwargs)
+        try:
+            return gym.make(env_id, **kwargs)
+        except (TypeError, ValueError) as e:  # a bad env_kwargs value: one line naming it
+            raise ConfigError(f"env_kwargs: {env_id} rejected {kwargs}: {e}") from None
 
     def _make_backend(self):
         if self.cfg.rollout.backend == "vllm":
@@ -531,12 +536,8 @@ class Trainer:
         return self.out / "checkpoints"
 
     def save(self) -> Path:
-        rng = {"python": random.getstate(), "numpy": np.random.get_state(),
-               "torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
         payload = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                   "scheduler": self.scheduler.state_dict(), "rng": rng}
+                   "scheduler": self.scheduler.state_dict(), "rng": rng_state()}
         if self.policy.reference is not None:
             payload["reference"] = self.policy.reference.state_dict()
         meta = {"step": self.step, "data_position": self.data_position,
@@ -545,23 +546,21 @@ class Trainer:
                                keep=self.cfg.keep_checkpoints)
 
     def restore(self) -> bool:
-        """Load the newest valid checkpoint; False when there is none."""
-        found = latest_valid_checkpoint(self.checkpoint_root)
+        """Load the newest valid checkpoint; False when there is none. Refuses (``CheckpointError``)
+        a changed configuration, checkpoints that are all corrupt, and unsafe file content."""
+        found = find_resume_checkpoint(self.checkpoint_root)
         if found is None:
             return False
         path, manifest = found
+        check_resume_config(manifest["meta"]["config"], dataclasses.asdict(self.cfg),
+                            allow=self.cfg.resume_allow_changes)
         state = load_payload(path, manifest, map_location=self.device)
         self.model.load_state_dict(state["model"])
         if "reference" in state and self.policy.reference is not None:
             self.policy.reference.load_state_dict(state["reference"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        rng = state["rng"]
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"].cpu())
-        if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        set_rng_state(state["rng"])
         self.step = int(manifest["meta"]["step"])
         self.data_position = int(manifest["meta"]["data_position"])
         self.backend.sync_weights(self.model)
@@ -571,21 +570,6 @@ class Trainer:
     @property
     def metrics_path(self) -> Path:
         return self.out / "metrics.jsonl"
-
-    def _truncate_metrics(self, last_step: int) -> None:
-        """Keep only metrics lines of steps <= ``last_step`` (the steps a resume will redo go)."""
-        if not self.metrics_path.exists():
-            return
-        keep = []
-        for line in self.metrics_path.read_text().splitlines():
-            try:
-                if json.loads(line)["step"] <= last_step:
-                    keep.append(line)
-            except (ValueError, KeyError, TypeError):
-                break  # a line cut by a kill: drop it and everything after
-        tmp = self.metrics_path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(line + "\n" for line in keep))
-        os.replace(tmp, self.metrics_path)
 
     def _log(self, record: dict[str, Any]) -> None:
         # Non-finite floats become null: NaN/Infinity are not JSON.
@@ -651,17 +635,17 @@ class Trainer:
 
     def train(self) -> list[dict[str, Any]]:
         cfg = self.cfg
-        self.out.mkdir(parents=True, exist_ok=True)
+        check_writable(self.out, self.checkpoint_root)
         resumed = False
         if cfg.resume:
             resumed = self.restore()
         elif any(self.checkpoint_root.glob("step_*")):
             raise FileExistsError(f"{self.out} already holds checkpoints: pass --resume "
                                   "(resume=true) to continue, or choose another out=DIR")
-        if resumed:
-            self._truncate_metrics(self.step)
-        else:
-            self.metrics_path.write_text("")
+        moved = preserve_metrics(self.metrics_path, self.step if resumed else None)
+        if moved is not None:
+            print(f"[rlvr train] metrics of steps this run redoes were moved to {moved}",
+                  file=sys.stderr)
         dump_yaml(cfg, self.out / "config.yaml")
         self._open_tensorboard()
         records = []
