@@ -267,7 +267,8 @@ class Trainer:
         try:
             return gym.make(env_id, **kwargs)
         except (TypeError, ValueError) as e:  # a bad env_kwargs value: one line naming it
-            raise ConfigError(f"env_kwargs: {env_id} rejected {kwargs}: {e}") from None
+            key = "env_kwargs" if split == "train" else "env_kwargs or eval.split"
+            raise ConfigError(f"{key}: {env_id} rejected {kwargs}: {e}") from None
 
     def _make_backend(self):
         if self.cfg.rollout.backend == "vllm":
