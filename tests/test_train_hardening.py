@@ -104,6 +104,11 @@ def test_check_resume_config_lists_every_changed_key():
     with pytest.raises(CheckpointError, match=r"env_kwargs .*optim\.lr"):
         check_resume_config(saved, now)
     assert check_resume_config(saved, now, allow=True) == ["env_kwargs", "optim.lr"]
+    # a field added after the checkpoint was saved compares as its default
+    assert check_resume_config({"algo": "grpo"}, {"algo": "grpo", "new": 1},
+                               defaults={"new": 1}) == []
+    with pytest.raises(CheckpointError, match="new"):
+        check_resume_config({"algo": "grpo"}, {"algo": "grpo", "new": 2}, defaults={"new": 1})
 
 
 def test_resume_with_every_checkpoint_corrupt_refuses_and_keeps_metrics(tmp_path, capsys):

@@ -191,8 +191,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
 #: Keys a resume may change: where and how long the run goes and how it reports, none of which
 #: changes a step's result. Everything else (algorithm, batch shape, model, seeds, env, device,
 #: threads) must match the checkpoint's configuration unless changes are explicitly allowed.
-RESUME_MAY_CHANGE = frozenset({"steps", "out", "resume", "resume_allow_changes", "save_every",
-                               "keep_checkpoints", "progress", "tensorboard", "memory_check"})
+RESUME_MAY_CHANGE = frozenset({"steps", "out", "resume", "save_every", "keep_checkpoints",
+                               "progress", "tensorboard", "memory_check"})
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -205,11 +205,16 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def check_resume_config(saved: dict[str, Any], current: dict[str, Any],
-                        allow: bool = False) -> list[str]:
+def check_resume_config(saved: dict[str, Any], current: dict[str, Any], allow: bool = False,
+                        defaults: dict[str, Any] | None = None) -> list[str]:
     """The keys whose value differs between a checkpoint's configuration and the current one
-    (``RESUME_MAY_CHANGE`` left out); ``CheckpointError`` naming them unless ``allow``."""
-    a, b = _flatten(saved), _flatten(current)
+    (``RESUME_MAY_CHANGE`` left out); ``CheckpointError`` naming them unless ``allow``.
+
+    A key the checkpoint's configuration lacks (saved before the field existed) compares as its
+    value in ``defaults``, so adding a configuration field does not orphan older checkpoints.
+    """
+    a = {**_flatten(defaults or {}), **_flatten(saved)}
+    b = _flatten(current)
     changed = sorted(k for k in set(a) | set(b)
                      if k not in RESUME_MAY_CHANGE and a.get(k, "<unset>") != b.get(k, "<unset>"))
     if changed and not allow:

@@ -40,8 +40,6 @@ def run_train(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.resume:
         overrides.append("resume=true")
-    if args.allow_config_change:
-        overrides.append("resume_allow_changes=true")
     try:
         if args.print_config:
             overrides = overrides if any(o.startswith("out=") for o in overrides) else [
@@ -60,6 +58,7 @@ def run_train(args: argparse.Namespace) -> int:
     try:  # configuration problems found while setting up: one line, exit 2
         check_writable(cfg.out, Path(cfg.out) / "checkpoints")
         trainer = Trainer(cfg)
+        trainer.allow_config_change = bool(args.allow_config_change)
     except (MemoryError, ConfigError, CheckpointError, OSError) as e:
         return _fail(e)
     try:

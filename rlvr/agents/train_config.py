@@ -112,9 +112,6 @@ class TrainConfig:
     save_every: int = 0
     keep_checkpoints: int = 2
     resume: bool = False
-    #: Let a resume continue under a configuration that differs from the checkpoint's
-    #: (``--allow-config-change``; keys in ``checkpoint.RESUME_MAY_CHANGE`` never need it).
-    resume_allow_changes: bool = False
     profile: str = "default"
     progress: bool = True
     tensorboard: bool = False

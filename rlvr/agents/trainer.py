@@ -195,6 +195,9 @@ class Trainer:
     may replace the registered env (tests use it to inject faults).
     """
 
+    #: Resume although the configuration differs from the checkpoint's (``--allow-config-change``).
+    allow_config_change = False
+
     def __init__(self, cfg: TrainConfig, *, model=None, tokenizer=None,
                  make_env: Callable[[str], Any] | None = None):
         cfg.validate()
@@ -554,7 +557,8 @@ class Trainer:
             return False
         path, manifest = found
         check_resume_config(manifest["meta"]["config"], dataclasses.asdict(self.cfg),
-                            allow=self.cfg.resume_allow_changes)
+                            allow=self.allow_config_change,
+                            defaults=dataclasses.asdict(type(self.cfg)()))
         state = load_payload(path, manifest, map_location=self.device)
         self.model.load_state_dict(state["model"])
         if "reference" in state and self.policy.reference is not None:
