@@ -162,6 +162,8 @@ def _one_line_exit_2(capsys, argv, *needles):
     ("optim.lr=nan", ["optim.lr", "(0, inf)"]),
     ("optim.lr=inf", ["optim.lr", "(0, inf)"]),
     ("optim.beta2=1", ["optim.beta2", "[0, 1)"]),
+    pytest.param("device=cuda", ["device", "no CUDA"], marks=pytest.mark.skipif(
+        torch.cuda.is_available(), reason="a GPU is present")),
 ])
 def test_bad_values_exit_2_with_one_line_naming_the_key(tmp_path, capsys, override, needles):
     _one_line_exit_2(capsys, ["train", "env=kk", "profile=micro", f"out={tmp_path / 'o'}",

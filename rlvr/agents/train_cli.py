@@ -53,9 +53,11 @@ def run_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rlvr.agents.checkpoint import CheckpointError, check_writable
+    from rlvr.agents.train_config import check_device_present
     from rlvr.agents.trainer import Trainer
 
     try:  # configuration problems found while setting up: one line, exit 2
+        check_device_present(cfg.device)
         check_writable(cfg.out, Path(cfg.out) / "checkpoints")
         trainer = Trainer(cfg)
         trainer.allow_config_change = bool(args.allow_config_change)

@@ -192,9 +192,14 @@ def in_interval(value: Any, interval: str) -> bool:
 
 
 def check_device(device: str) -> None:
-    """``auto``, ``cpu``, ``mps`` or ``cuda[:N]`` (CUDA only where torch sees a GPU)."""
+    """``auto``, ``cpu``, ``mps`` or ``cuda[:N]`` (a configuration may be validated on a machine
+    other than the one it runs on: ``check_device_present`` checks this one)."""
     if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", str(device)):
         raise ConfigError(f"device: must be auto, cpu, mps or cuda[:N], got {device!r}")
+
+
+def check_device_present(device: str) -> None:
+    """``ConfigError`` when ``device`` names CUDA and torch sees no GPU here."""
     if device.startswith("cuda"):
         import torch
 

@@ -144,7 +144,7 @@ _QA_RECIPE = {
     **{k: v for k, v in _KK_RECIPE.items() if not k.startswith(("env_kwargs.", "steps", "eval."))},
     "group_size": 16, "rollout.temperature": 1.0, "rollout.stop": ["</search>", "</answer>"],
     "rollout.max_response_tokens": 2048, "steps": 1000, "eval.every": 100, "eval.n_prompts": 100,
-    "env_kwargs.max_turns": 2, "env_kwargs.top_k": 3,
+    "env_kwargs.max_turns": 2, "env_kwargs.topk": 3,
 }
 
 #: Values of the paper profile that no public recipe fixes (our choices, stated in docs).
