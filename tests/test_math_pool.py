@@ -1,6 +1,8 @@
 """The verifier pool's failure modes: parent death, many open files, bad deadlines, chunks."""
 from __future__ import annotations
 
+import collections
+import json
 import math
 import os
 import resource
@@ -17,7 +19,7 @@ import pytest
 
 import rlvr  # noqa: F401 - registers the envs
 from rlvr.envs.math import VerifierPool, score_batch
-from rlvr.envs.math.pool import chunk_size, check_timeout
+from rlvr.envs.math.pool import CHUNK_BYTES, check_timeout, chunk_size, take_chunk
 
 TOWER = "2^{" * 5 + "2" + "}" * 5  # sympy never finishes it (measured: > 20 s)
 REPO = str(Path(__file__).resolve().parents[1])
@@ -102,6 +104,18 @@ def test_deadline_must_be_a_finite_positive_number(bad):
         score_batch([r"\boxed{1}"], ["1"], timeout_s=bad)
     with pytest.raises(ValueError, match="timeout_s"):
         gym.make("rlvr/Math-v0", timeout_s=bad)
+
+
+def test_chunk_lines_send_each_gold_once_and_stay_small():
+    pairs = [("1/2", "0.5")] * 3 + [("7", "7")] * 200 + [("x", "\\alpha" * 150)] * 64
+    queue = collections.deque(range(len(pairs)))
+    items, line = take_chunk(queue, pairs, workers=1)
+    assert items == list(range(16)) and line.endswith(b"\n")
+    decoded = json.loads(line)
+    assert [g for _, g, _ in decoded[:5]] == ["1/2", None, None, "7", None]
+    while queue:
+        items, line = take_chunk(queue, pairs, workers=1)
+        assert len(line) < CHUNK_BYTES + 13_000  # one item past the cap at most: the pipe holds it
 
 
 def test_chunks_keep_order_and_a_timeout_mid_chunk_requeues_the_rest():

@@ -48,6 +48,8 @@ PIPELINE_DEPTH = 2
 #: Most items in one chunk (one pipe write). Chunks shrink near the end of a batch so that the
 #: last items spread over every worker.
 MAX_CHUNK = 16
+#: Most bytes in one chunk line (see ``take_chunk``).
+CHUNK_BYTES = 16 * 1024
 #: Longest accepted deadline (one day): a finite bound that ``poll`` can wait for.
 MAX_TIMEOUT_S = 86400.0
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
@@ -133,18 +135,10 @@ class _Worker:
         self.timeout_s = float("inf")
         self.deadline = float("inf")  # of the item the worker is on now, inflight[0]
 
-    def send(self, items: list[int], pairs: list[tuple[str, str]], timeout_s: float) -> bool:
-        """Queue a chunk of items on the worker in one write; False when the worker is dead.
-
-        The line is ``[[tag, gold, answer], ...]`` with ``gold`` null when it repeats the previous
-        item's gold (the worker then reuses its parsed gold)."""
-        chunk, last_gold = [], None
-        for i in items:
-            gold, answer = pairs[i]
-            chunk.append([i, None if gold == last_gold else gold, answer])
-            last_gold = gold
+    def send(self, items: list[int], line: bytes, timeout_s: float) -> bool:
+        """Queue a chunk (``take_chunk``) on the worker in one write; False when it is dead."""
         try:
-            self.proc.stdin.write((json.dumps(chunk) + "\n").encode("utf-8"))
+            self.proc.stdin.write(line)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
             return False
@@ -276,9 +270,8 @@ class VerifierPool:
             def dispatch() -> None:
                 for w in list(self._workers):
                     if w.state == "ready" and len(w.inflight) < PIPELINE_DEPTH and queue:
-                        size = chunk_size(len(queue), len(self._workers))
-                        items = [queue.popleft() for _ in range(size)]
-                        if not w.send(items, pairs, timeout_s):
+                        items, line = take_chunk(queue, pairs, len(self._workers))
+                        if not w.send(items, line, timeout_s):
                             queue.extendleft(reversed(items))
                             self._replace(w, queue)
 
@@ -376,6 +369,27 @@ def chunk_size(queued: int, workers: int) -> int:
     """Items in the next chunk: a quarter of an even share of what is left, 1..``MAX_CHUNK``, so
     chunks are large mid-batch and single items at the end (no worker is left with a long tail)."""
     return max(1, min(MAX_CHUNK, queued // (4 * max(1, workers)), queued))
+
+
+def take_chunk(queue: collections.deque, pairs: list[tuple[str, str]],
+               workers: int) -> tuple[list[int], bytes]:
+    """Pop the next chunk off ``queue``: its items and the line that sends them,
+    ``[[tag, gold, answer], ...]`` with ``gold`` null when it repeats the previous item's.
+
+    A line stops growing at ``CHUNK_BYTES`` (one item at least: <= ~12 KB, answers and golds
+    being capped at 1,000 characters), so a chunk always fits the pipe's 64 KiB buffer and the
+    write never blocks the parent while a worker is stuck on an item.
+    """
+    size, items, parts, nbytes, last_gold = chunk_size(len(queue), workers), [], [], 0, None
+    while queue and len(items) < size and nbytes < CHUNK_BYTES:
+        i = queue.popleft()
+        gold, answer = pairs[i]
+        part = json.dumps([i, None if gold == last_gold else gold, answer])
+        items.append(i)
+        parts.append(part)
+        nbytes += len(part) + 2
+        last_gold = gold
+    return items, ("[" + ", ".join(parts) + "]\n").encode("utf-8")
 
 
 _POOLS: dict[int, VerifierPool] = {}
