@@ -12,10 +12,11 @@ Worker start-up is timed separately. Wall-clock figures depend on what else runs
 so CPU seconds are printed too (this process for serial; each worker, from /proc, for the pool):
 ``workers`` x serial CPU / total worker CPU is the speed-up that otherwise idle cores would give
 (items go out in chunks that shrink to single items at the end of a batch, so the work
-balances across workers). ``--group G`` scores every item G times in a row, as a training reward
-batch scores the G responses of a prompt against one gold (the pool then sends the gold once per
-chunk and its workers parse it once). A last line scores a few towers of exponents (which
-math-verify never finishes) through the pool to show the deadline holding.
+balances across workers). ``--group G`` scores G responses per gold, as a training reward batch
+does (the item's own solution, then those of the next G-1 items): the pool sends the gold once
+per chunk and its workers parse it once; serial math-verify parses it for every response. A
+last line scores a few towers of exponents (which math-verify never finishes) through the pool to
+show the deadline holding.
 Needs the shared data folder (``RLVR_SHARED_DATA`` or ``../shared/data``).
 """
 from __future__ import annotations
@@ -58,8 +59,11 @@ def main(argv: list[str] | None = None) -> int:
               "checkout, or RLVR_SHARED_DATA=<folder>)", file=sys.stderr)
         return 2
     recs = load_dataset("math500")[: args.n]
+    # A group: the item's own reference solution, then those of the next G-1 items (G distinct
+    # responses to one gold, mostly wrong, as early in training).
     golds = [r["ground_truth"] for r in recs for _ in range(args.group)]
-    preds = [r["solution"] for r in recs for _ in range(args.group)]
+    preds = [recs[(i + j) % len(recs)]["solution"]
+             for i in range(len(recs)) for j in range(args.group)]
 
     t0 = time.perf_counter()
     pool = shared_pool(args.workers)
