@@ -26,7 +26,6 @@ import importlib
 import inspect
 import json
 import math
-import os
 import random
 import sys
 import time
@@ -649,7 +648,7 @@ class Trainer:
                                   "(resume=true) to continue, or choose another out=DIR")
         moved = preserve_metrics(self.metrics_path, self.step if resumed else None)
         if moved is not None:
-            print(f"[rlvr train] metrics of steps this run redoes were moved to {moved}",
+            print(f"[rlvr train] metrics lines this run replaces were moved to {moved}",
                   file=sys.stderr)
         dump_yaml(cfg, self.out / "config.yaml")
         self._open_tensorboard()
