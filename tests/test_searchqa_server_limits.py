@@ -183,3 +183,19 @@ def test_bodies_in_flight_share_one_memory_budget(service):
         s.close()
     third.close()
     assert len(RemoteRetriever(url).search(["a"], 3)[0]) == 3  # the budget was given back
+
+
+def test_serve_cli_bad_port_or_topk_is_one_line(tmp_path, capsys):
+    from rlvr.cli import main
+
+    build_index(synthetic_task(seed=0)[0], encoder="lexical", kind="flat", progress=False,
+                out_dir=tmp_path / "idx")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for extra, needle in ((["--port", str(port)], "cannot listen"), (["--topk", "0"], "--topk")):
+            capsys.readouterr()
+            assert main(["retrieval-serve", "--index", str(tmp_path / "idx"), *extra]) == 2
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and needle in err, err
