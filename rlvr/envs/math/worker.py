@@ -10,6 +10,7 @@ EOF on stdin ends it, and so does the death of ``parent`` (its pid), even mid-it
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -85,6 +86,9 @@ def main(argv: list[str]) -> int:
     from rlvr.envs.math.verify import verify_answer  # heavy import before the memory cap
 
     _limit_memory(int(argv[0]) if argv else 0)
+    # The imported modules (sympy, math-verify, ...) are never garbage: freezing them keeps every
+    # later full collection from walking them again (measured: ~11 % less worker CPU on MATH-500).
+    gc.freeze()
     protocol.write("ready\n")
     for line in sys.stdin:
         try:
