@@ -162,12 +162,15 @@ def _one_line_exit_2(capsys, argv, *needles):
     ("optim.lr=nan", ["optim.lr", "(0, inf)"]),
     ("optim.lr=inf", ["optim.lr", "(0, inf)"]),
     ("optim.beta2=1", ["optim.beta2", "[0, 1)"]),
+    ("weights.eta=nan", ["weights.eta", "(0, 1)"]),
+    ("algo=grpo_sg weights.tau=0", ["weights.tau", "> 0"]),
+    ("algo=reverse weights.lower=3", ["weights.lower", "upper"]),
     pytest.param("device=cuda", ["device", "no CUDA"], marks=pytest.mark.skipif(
         torch.cuda.is_available(), reason="a GPU is present")),
 ])
 def test_bad_values_exit_2_with_one_line_naming_the_key(tmp_path, capsys, override, needles):
     _one_line_exit_2(capsys, ["train", "env=kk", "profile=micro", f"out={tmp_path / 'o'}",
-                              "steps=1", "progress=false", override], *needles)
+                              "steps=1", "progress=false", *override.split()], *needles)
 
 
 def test_unwritable_output_fails_at_start_with_one_line(tmp_path, capsys):

@@ -158,6 +158,9 @@ class TrainConfig:
             ("eval.every", self.eval.every, "[0, inf)"),
             ("eval.n_prompts", self.eval.n_prompts, "[1, inf)"),
             ("eval.samples", self.eval.samples, "[1, inf)"),
+            ("weights.ar_alpha", self.weights.ar_alpha, "[0, 1]"),
+            ("weights.fraction", self.weights.fraction, "(0, 1]"),
+            ("weights.eta", self.weights.eta, "(0, 1)"),
         ]
         for key, value, interval in ranges:
             if not in_interval(value, interval):
@@ -173,6 +176,15 @@ class TrainConfig:
         if self.weights.scheme != self.algo:
             raise ConfigError(f"weights.scheme: {self.weights.scheme!r} disagrees with algo="
                               f"{self.algo!r} (set algo only)")
+        if self.algo in ("grpo_sg", "reverse"):
+            from rlvr.agents.weights import check_shaping
+
+            shaping = {k: v for k, v in self.weights.params(self.algo).items()
+                       if k != "shaping_input"}
+            try:
+                check_shaping(**shaping)
+            except ValueError as e:
+                raise ConfigError(f"weights.{e}") from None
         if not self.out:
             raise ConfigError("out: an output directory is required (out=DIR)")
         check_device(self.device)
