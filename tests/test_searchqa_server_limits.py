@@ -87,7 +87,8 @@ def test_response_bytes_match_json_dumps(service):
     index, _, _ = service
     hits = index.search(["a", "b c"], 3)
     for scores in (True, False):
-        assert encode_result(hits, scores, 10**9) == json.dumps(format_result(hits, scores)).encode()
+        expected = json.dumps(format_result(hits, scores)).encode()
+        assert encode_result(hits, scores, 10**9) == expected
 
 
 def test_adversaries_cost_a_normal_client_nothing(service):
@@ -122,7 +123,7 @@ def test_adversaries_cost_a_normal_client_nothing(service):
     assert _status(slow) in (408, None) and _status(never) == 408
     big_thread.join(60)
     assert results["big"][0] == 4096
-    assert max(under_attack) < max(0.5, 5 * statistics.median(baseline)), (baseline, under_attack)
+    assert max(under_attack) < max(1.0, 5 * statistics.median(baseline)), (baseline, under_attack)
     assert server.evicted > 0  # idle sockets made room for the normal client's connections
     time.sleep(LIMITS.request_timeout_s + 0.5)
     closed = 0
@@ -194,7 +195,8 @@ def test_serve_cli_bad_port_or_topk_is_one_line(tmp_path, capsys):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        for extra, needle in ((["--port", str(port)], "cannot listen"), (["--topk", "0"], "--topk")):
+        for extra, needle in ((["--port", str(port)], "cannot listen"),
+                              (["--topk", "0"], "--topk")):
             capsys.readouterr()
             assert main(["retrieval-serve", "--index", str(tmp_path / "idx"), *extra]) == 2
             err = capsys.readouterr().err.strip()
