@@ -1,6 +1,6 @@
 """Math verifications per second: the worker pool against serial math-verify, on MATH-500.
 
-    python bench/bench_math.py [--workers 2] [--n 500] [--timeout-s 5]
+    python bench/bench_math.py [--workers 2] [--n 500] [--timeout-s 5] [--group 1]
 
 Each item compares MATH-500's gold ``answer`` with the last ``\\boxed{}`` of its reference
 ``solution`` (a gold-like prediction). Both paths extract the answer in this process with the
@@ -11,8 +11,12 @@ pass over the same items would measure the cache). Both warm up on a few unrelat
 Worker start-up is timed separately. Wall-clock figures depend on what else runs on the machine,
 so CPU seconds are printed too (this process for serial; each worker, from /proc, for the pool):
 ``workers`` x serial CPU / total worker CPU is the speed-up that otherwise idle cores would give
-(items are handed out one at a time, so the work balances across workers). A last line scores a few towers of exponents (which
-math-verify never finishes) through the pool to show the deadline holding.
+(items go out in chunks that shrink to single items at the end of a batch, so the work
+balances across workers). ``--group G`` scores G responses per gold, as a training reward batch
+does (the item's own solution, then those of the next G-1 items): the pool sends the gold once
+per chunk and its workers parse it once; serial math-verify parses it for every response. A
+last line scores a few towers of exponents (which math-verify never finishes) through the pool to
+show the deadline holding.
 Needs the shared data folder (``RLVR_SHARED_DATA`` or ``../shared/data``).
 """
 from __future__ import annotations
@@ -22,7 +26,9 @@ import os
 import sys
 import time
 
+from rlvr.data_paths import shared_data_dir
 from rlvr.envs.math import load_dataset, score_batch
+from rlvr.envs.math.data import DATASETS
 from rlvr.envs.math.pool import shared_pool
 from rlvr.envs.math.reward import final_answer
 from rlvr.envs.math.verify import verify_answer_in_process
@@ -43,15 +49,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--n", type=int, default=500, help="number of MATH-500 items")
     ap.add_argument("--timeout-s", type=float, default=5.0)
+    ap.add_argument("--group", type=int, default=1, help="responses per gold (a GRPO group)")
     args = ap.parse_args(argv)
 
-    try:
-        recs = load_dataset("math500")[: args.n]
-    except FileNotFoundError as exc:
-        print(f"MATH-500 not available: {exc}", file=sys.stderr)
+    root = shared_data_dir()
+    if root is None or not (root / DATASETS["math500"].local_path).is_file():
+        # Checked here so that a fresh clone does not fall through to the hub (retries, traceback).
+        print("bench_math: needs MATH-500 in the shared data folder (../shared/data beside the "
+              "checkout, or RLVR_SHARED_DATA=<folder>)", file=sys.stderr)
         return 2
-    golds = [r["ground_truth"] for r in recs]
-    preds = [r["solution"] for r in recs]
+    recs = load_dataset("math500")[: args.n]
+    # A group: the item's own reference solution, then those of the next G-1 items (G distinct
+    # responses to one gold, mostly wrong, as early in training).
+    golds = [r["ground_truth"] for r in recs for _ in range(args.group)]
+    preds = [recs[(i + j) % len(recs)]["solution"]
+             for i in range(len(recs)) for j in range(args.group)]
 
     t0 = time.perf_counter()
     pool = shared_pool(args.workers)
@@ -85,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     serial_ok = [bool(v and v.correct) for v in serial]
     serial_missed = sum(bool(v and v.reason == "timeout") for v in serial)
 
-    n = len(recs)
-    print(f"MATH-500 gold vs reference-solution last box, n={n}, timeout {args.timeout_s:g} s/item")
+    n = len(preds)
+    print(f"MATH-500 gold vs reference-solution last box, n={n} ({len(recs)} golds x "
+          f"{args.group}), timeout {args.timeout_s:g} s/item")
     print(f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"{'':24}{'wall s':>8}{'verif/s':>9}{'CPU s':>22}{'correct':>9}{'past deadline':>15}")
     print(f"{'serial math-verify':24}{t_serial:>8.2f}{n / t_serial:>9.1f}{serial_cpu:>22.2f}"
@@ -96,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{sum(s.correct for s in pooled):>9}{pool_missed:>15}")
     total = sum(worker_cpu)
     idle = f"{args.workers * serial_cpu / total:.2f}x" if total > 0 else "n/a"
-    print(f"speed-up: wall {t_serial / t_pool:.2f}x; on {args.workers} idle cores (workers x serial CPU / "
-          f"pool CPU, the load balances as items are handed out one by one) {idle}; goal >= 1.7x on 2 cores")
+    print(f"speed-up: wall {t_serial / t_pool:.2f}x; on {args.workers} idle cores (workers x "
+          f"serial CPU / pool CPU, the load balances across workers) {idle}; "
+          "goal >= 1.7x on 2 cores")
     print(f"pool start-up {startup:.2f} s (not included); verdicts agree on "
           f"{sum(a == b.correct for a, b in zip(serial_ok, pooled))}/{n}")
 

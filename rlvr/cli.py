@@ -98,7 +98,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     mod = importlib.import_module(COMMANDS[args.command][0])
-    return int(_runner(mod, args.command)(args) or 0)
+    from rlvr.config import ConfigError
+
+    try:
+        return int(_runner(mod, args.command)(args) or 0)
+    except ConfigError as e:  # a bad value any sub-command reports late: one line, exit 2
+        print(f"rlvr {args.command}: {str(e).strip().splitlines()[0]}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -50,6 +50,9 @@ def requested_mode() -> str:
     return mode
 
 
+_warned_late = False
+
+
 def apply_kernel_mode(mode: str | None = None) -> str:
     """Set the kernel environment of ``mode`` (default ``$RLVR_KERNELS``, else reproducible).
 
@@ -68,10 +71,13 @@ def apply_kernel_mode(mode: str | None = None) -> str:
 
         if "torch" in sys.modules and any(os.environ.get(k) != v
                                           for k, v in REPRODUCIBLE_ENV.items()):
-            # Too late for this process (the libraries have read their variables): say so; the
-            # record (``effective_mode``) then shows what the kernels really were.
-            print(f"[rlvr] torch was imported before the {mode} kernel mode could be set: "
-                  "this process runs the processor's native kernels", file=sys.stderr)
+            # Too late for this process (the libraries have read their variables): say so, once;
+            # the record (``effective_mode``) then shows what the kernels really were.
+            global _warned_late
+            if not _warned_late:
+                _warned_late = True
+                print(f"[rlvr] torch was imported before the {mode} kernel mode could be set: "
+                      "this process runs the processor's native kernels", file=sys.stderr)
             return "native"
         os.environ.update(REPRODUCIBLE_ENV)
     os.environ[MODE_VAR] = mode

@@ -43,3 +43,16 @@ def test_sample_is_deterministic(tmp_path):
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip()
+
+
+def test_bad_env_arguments_are_one_line_exit_2(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"response": "x", "ground_truth": "1"}\n')
+    for argv, needle in ((["sample", "--env", "kk", "n_people=0"], "n_people"),
+                         (["sample", "--env", "math", "bogus=1"], "bogus"),
+                         (["score", "--env", "math", str(src), "timeout_s=.nan"], "timeout_s"),
+                         (["score", "--env", "kk", str(src), "bogus=1"], "bogus")):
+        capsys.readouterr()
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and needle in err, err

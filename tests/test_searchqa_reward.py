@@ -70,6 +70,19 @@ def test_tool_text_is_not_an_answer():
     assert score(transcript + "<answer>Lyon</answer>", ["Lyon"]).reward == 1.0
 
 
+def test_unclosed_information_tag_is_policy_text_and_drops_nothing():
+    tool = "\n\n<information>Doc 1(Title: \"X\") <answer>Paris</answer></information>\n\n"
+    # a stray opening tag the policy wrote: the answer after it still counts ...
+    assert score("<information> notes <answer>Lyon</answer>", ["Lyon"]).reward == 1.0
+    # ... and it cannot hide answer-tag spam from the count
+    spam = "<information>" + "<answer>a</answer>" * 3 + "<answer>Lyon</answer>"
+    assert "spam" in score(spam, ["Lyon"]).reason
+    # a stray tag before a real tool block: only the real block goes
+    s = score("<information> my answer: <answer>Lyon</answer>" + tool, ["Lyon"])
+    assert s.reward == 1.0 and s.parsed == "Lyon"
+    assert score("<answer>Lyon</answer>" + tool, ["Paris"]).reward == 0.0
+
+
 @pytest.mark.parametrize(
     "response, parsed, reason_part",
     [

@@ -7,19 +7,26 @@ new checkpoint or a complete one. On load, checkpoints are tried newest first an
 manifest is missing or whose files do not match it is skipped with a warning, so a corrupt or
 partial checkpoint falls back to the previous one.
 
-Files hold our own trainer state (optimizer, RNG states with numpy arrays), loaded with
-``weights_only=False`` only after the checksum matched what this code wrote.
+Files hold tensors and plain data only (weights, optimizer and scheduler state, RNG states as
+tensors and numbers: ``rng_state``) and load with ``torch.load(weights_only=True)``, which
+refuses any other pickled object. The manifest sits in the same directory as the files, so it
+detects corruption, not tampering: loading never executes what a file holds.
+
+A resume also refuses a changed configuration (``check_resume_config``) and never deletes
+metrics lines (``preserve_metrics``).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import random
 import shutil
 import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 MANIFEST = "MANIFEST.json"
@@ -121,9 +128,115 @@ def latest_valid_checkpoint(root: str | Path) -> tuple[Path, dict[str, Any]] | N
     return None
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be resumed from (unsafe content, changed configuration, none
+    valid); the message is one line."""
+
+
+def find_resume_checkpoint(root: str | Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest valid checkpoint; None when there is no checkpoint at all (nothing to resume);
+    ``CheckpointError`` when there are checkpoints but none verifies (starting over would
+    silently throw the run away)."""
+    found = latest_valid_checkpoint(root)
+    if found is None and list_checkpoints(root):
+        raise CheckpointError(f"resume: every checkpoint under {root} is corrupt or incomplete; "
+                              "nothing was changed (move them away to start over)")
+    return found
+
+
 def load_payload(path: Path, manifest: dict[str, Any], map_location="cpu") -> dict[str, Any]:
-    return {Path(name).stem: torch.load(path / name, map_location=map_location, weights_only=False)
-            for name in manifest["files"]}
+    """The checkpoint's files, each loaded with ``weights_only=True``: a file holding anything
+    but tensors and plain containers (a crafted pickle) raises ``CheckpointError``."""
+    out = {}
+    for name in manifest["files"]:
+        try:
+            out[Path(name).stem] = torch.load(path / name, map_location=map_location,
+                                              weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - torch raises UnpicklingError, RuntimeError...
+            raise CheckpointError(f"checkpoint file {path / name} holds more than tensors and "
+                                  f"plain data; refused ({type(exc).__name__})") from None
+    return out
+
+
+# -- RNG state as tensors and numbers (loadable with weights_only=True) ------------------------
+def rng_state() -> dict[str, Any]:
+    """Python, numpy and torch (and CUDA) RNG states as tensors, ints and floats."""
+    version, words, gauss = random.getstate()
+    kind, key, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": {"version": version, "words": torch.tensor(words, dtype=torch.int64),
+                   "gauss": gauss},
+        "numpy": {"kind": kind, "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what ``rng_state`` returned."""
+    py, npy = state["python"], state["numpy"]
+    random.setstate((py["version"], tuple(int(w) for w in py["words"].tolist()), py["gauss"]))
+    np.random.set_state((npy["kind"], npy["key"].numpy().astype(np.uint32), npy["pos"],
+                         npy["has_gauss"], npy["cached_gaussian"]))
+    torch.set_rng_state(state["torch"].cpu())
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# -- resume checks -----------------------------------------------------------------------------
+#: Keys a resume may change: where and how long the run goes and how it reports, none of which
+#: changes a step's result. Everything else (algorithm, batch shape, model, seeds, env, device,
+#: threads) must match the checkpoint's configuration unless changes are explicitly allowed.
+RESUME_MAY_CHANGE = frozenset({"steps", "out", "resume", "save_every", "keep_checkpoints",
+                               "progress", "tensorboard", "memory_check"})
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v and k != "env_kwargs":
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def check_resume_config(saved: dict[str, Any], current: dict[str, Any], allow: bool = False,
+                        defaults: dict[str, Any] | None = None) -> list[str]:
+    """The keys whose value differs between a checkpoint's configuration and the current one
+    (``RESUME_MAY_CHANGE`` left out); ``CheckpointError`` naming them unless ``allow``.
+
+    A key the checkpoint's configuration lacks (saved before the field existed) compares as its
+    value in ``defaults``, so adding a configuration field does not orphan older checkpoints.
+    """
+    a = {**_flatten(defaults or {}), **_flatten(saved)}
+    b = _flatten(current)
+    changed = sorted(k for k in set(a) | set(b)
+                     if k not in RESUME_MAY_CHANGE and a.get(k, "<unset>") != b.get(k, "<unset>"))
+    if changed and not allow:
+        shown = ", ".join(f"{k} ({a.get(k, '<unset>')!r} -> {b.get(k, '<unset>')!r})"
+                          for k in changed[:6])
+        more = f" and {len(changed) - 6} more" if len(changed) > 6 else ""
+        raise CheckpointError(f"resume: the configuration differs from the checkpoint's in "
+                              f"{shown}{more}; pass --allow-config-change to resume anyway")
+    return changed
+
+
+def check_writable(*dirs: str | Path) -> None:
+    """Create each directory and a probe file in it; ``CheckpointError`` naming the first one
+    that cannot be written (so a run fails at start, not at its first save)."""
+    for d in dirs:
+        d = Path(d)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            probe = d / f".write-probe-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise CheckpointError(f"out: cannot write to {d} ({exc.strerror or exc})") from None
 
 
 def prune_checkpoints(root: Path, keep: int) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +113,39 @@ def token_prob_metrics(logprobs: torch.Tensor, entropy: torch.Tensor,
     return {k: float(v) for k, v in token_prob_summary(logprobs, entropy, valid).items()}
 
 
+def preserve_metrics(path: str | Path, keep_through_step: int | None) -> Path | None:
+    """Prepare ``metrics.jsonl`` for a run that continues after step ``keep_through_step`` (None:
+    a run that starts from step 0). Lines of later steps, and any line after a torn one, are
+    moved (never deleted) to ``metrics.replaced-<time>.jsonl`` beside it; returns that file, or
+    None when nothing was moved. Written through a temporary file and an atomic rename."""
+    path = Path(path)
+    if not path.exists():
+        path.write_text("")
+        return None
+    keep, moved, torn = [], [], False
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            step = json.loads(line)["step"]
+        except (ValueError, KeyError, TypeError):
+            torn = True  # a line cut by a kill: it and everything after it are moved aside
+            step = None
+        if not torn and keep_through_step is not None and step <= keep_through_step:
+            keep.append(line)
+        else:
+            moved.append(line)
+    side = None
+    if moved:
+        side = path.with_name(f"metrics.replaced-{time.strftime('%Y%m%dT%H%M%S')}"
+                              f"-{os.getpid()}.jsonl")
+        side.write_text("".join(line + "\n" for line in moved))
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(line + "\n" for line in keep))
+    os.replace(tmp, path)
+    return side
+
+
 class MetricsLog:
     """``metrics.jsonl`` of a run (and optionally TensorBoard): append, truncate on resume."""
 
@@ -125,24 +160,10 @@ class MetricsLog:
                                   "(pip install tensorboard)") from e
             self._tb = SummaryWriter(str(tensorboard_dir))
 
-    def start(self) -> None:
-        """A fresh run: an empty log."""
-        self.path.write_text("")
-
-    def truncate(self, last_step: int) -> None:
-        """Keep only lines of steps <= ``last_step`` (the steps a resume will redo go)."""
-        if not self.path.exists():
-            return
-        keep = []
-        for line in self.path.read_text().splitlines():
-            try:
-                if json.loads(line)["step"] <= last_step:
-                    keep.append(line)
-            except (ValueError, KeyError, TypeError):
-                break  # a line cut by a kill: drop it and everything after
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(line + "\n" for line in keep))
-        tmp.replace(self.path)
+    def prepare(self, keep_through_step: int | None) -> Path | None:
+        """Ready the log for a run continuing after ``keep_through_step`` (None: from step 0);
+        lines it will replace are moved aside, never deleted (``preserve_metrics``)."""
+        return preserve_metrics(self.path, keep_through_step)
 
     def append(self, record: dict[str, Any]) -> None:
         # Non-finite floats become null: NaN/Infinity are not JSON.

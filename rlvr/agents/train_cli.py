@@ -18,8 +18,18 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                              "profile=NAME ... (see docs/training.md)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the newest valid checkpoint under out=DIR")
+    parser.add_argument("--allow-config-change", action="store_true",
+                        help="with --resume: continue although the configuration differs from "
+                             "the checkpoint's (the keys are printed)")
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved configuration as YAML and exit")
+
+
+def _fail(exc: BaseException) -> int:
+    """Print the first line of an error as ``rlvr train: ...``; exit status 2."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    print(f"rlvr train: {lines[0]}", file=sys.stderr)
+    return 2
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -36,19 +46,27 @@ def run_train(args: argparse.Namespace) -> int:
                 *overrides, "out=unset"]  # only shown, never written
         cfg = load_train_config(overrides)
     except ConfigError as e:
-        print(f"rlvr train: {e}", file=sys.stderr)
-        return 2
+        return _fail(e)
     if args.print_config:
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
         return 0
+    from pathlib import Path
+
+    from rlvr.agents.checkpoint import CheckpointError, check_writable
+    from rlvr.agents.train_config import check_device_present
     from rlvr.agents.trainer import Trainer
 
-    try:
+    try:  # configuration problems found while setting up: one line, exit 2
+        check_device_present(cfg.device)
+        check_writable(cfg.out, Path(cfg.out) / "checkpoints")
         trainer = Trainer(cfg)
+        trainer.allow_config_change = bool(args.allow_config_change)
+    except (MemoryError, ConfigError, CheckpointError, OSError) as e:
+        return _fail(e)
+    try:
         records = trainer.train()
-    except (MemoryError, FileExistsError, ConfigError) as e:
-        print(f"rlvr train: {e}", file=sys.stderr)
-        return 2
+    except (MemoryError, FileExistsError, ConfigError, CheckpointError) as e:
+        return _fail(e)
     if records:
         last = records[-1]
         print(f"rlvr train: step {last['step']} reward/mean {last['reward/mean']:.4f} "

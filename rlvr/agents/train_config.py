@@ -8,6 +8,9 @@ A run's configuration is ``TrainConfig`` defaults <- ``rlvr/profiles/{profile}.y
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import math
+import re
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -132,42 +135,136 @@ class TrainConfig:
     num_threads: int = 0
 
     def validate(self) -> None:
-        """Errors naming the bad key for combinations the type system cannot express."""
-        positive = {"steps": self.steps, "prompts_per_step": self.prompts_per_step,
-                    "group_size": self.group_size, "ppo_epochs": self.ppo_epochs,
-                    "logprob_chunk_size": self.logprob_chunk_size,
-                    "rollout.max_response_tokens": self.rollout.max_response_tokens,
-                    "rollout.max_prompt_tokens": self.rollout.max_prompt_tokens}
-        for key, value in positive.items():
-            if value < 1:
-                raise ConfigError(f"{key}: must be >= 1, got {value}")
+        """One ``ConfigError`` naming the first bad key and its accepted range."""
+        r, o, lo = self.rollout, self.optim, self.loss
+        ranges = [  # key, value, accepted interval (NaN and infinities fall outside every one)
+            ("steps", self.steps, "[1, inf)"),
+            ("prompts_per_step", self.prompts_per_step, "[1, inf)"),
+            ("group_size", self.group_size, "[1, inf)"),
+            ("ppo_epochs", self.ppo_epochs, "[1, inf)"),
+            ("mini_batch_size", self.mini_batch_size, "[0, inf)"),
+            ("micro_batch_size", self.micro_batch_size, "[0, inf)"),
+            ("logprob_chunk_size", self.logprob_chunk_size, "[1, inf)"),
+            ("num_threads", self.num_threads, "[0, inf)"),
+            ("save_every", self.save_every, "[0, inf)"),
+            ("keep_checkpoints", self.keep_checkpoints, "[1, inf)"),
+            ("error_reward", 0.0 if self.error_reward is None else self.error_reward,
+             "(-inf, inf)"),
+            ("rollout.temperature", r.temperature, "[0, inf)"),
+            ("rollout.top_p", r.top_p, "(0, 1]"),
+            ("rollout.top_k", r.top_k, "[0, inf)"),
+            ("rollout.max_prompt_tokens", r.max_prompt_tokens, "[1, inf)"),
+            ("rollout.max_response_tokens", r.max_response_tokens, "[1, inf)"),
+            ("rollout.max_turn_tokens", r.max_turn_tokens, "[0, inf)"),
+            ("rollout.vllm_gpu_memory_utilization", r.vllm_gpu_memory_utilization, "(0, 1]"),
+            ("optim.lr", o.lr, "(0, inf)"), ("optim.weight_decay", o.weight_decay, "[0, inf)"),
+            ("optim.beta1", o.beta1, "[0, 1)"), ("optim.beta2", o.beta2, "[0, 1)"),
+            ("optim.eps", o.eps, "(0, inf)"), ("optim.grad_clip", o.grad_clip, "(-inf, inf)"),
+            ("optim.warmup_steps", o.warmup_steps, "[0, inf)"),
+            ("optim.min_lr_ratio", o.min_lr_ratio, "[0, 1]"),
+            ("loss.clip_low", lo.clip_low, "[0, 1)"),
+            ("loss.clip_high", lo.clip_high, "[0, inf)"),
+            ("loss.dual_clip", 2.0 if lo.dual_clip is None else lo.dual_clip, "(1, inf)"),
+            ("loss.kl_coef", lo.kl_coef, "[0, inf)"),
+            ("loss.adv_eps", lo.adv_eps, "[0, inf)"),
+            ("loss.loss_scale_factor",
+             1.0 if lo.loss_scale_factor is None else lo.loss_scale_factor, "(0, inf)"),
+            ("eval.every", self.eval.every, "[0, inf)"),
+            ("eval.n_prompts", self.eval.n_prompts, "[1, inf)"),
+            ("eval.samples", self.eval.samples, "[1, inf)"),
+            ("weights.ar_alpha", self.weights.ar_alpha, "[0, 1]"),
+            ("weights.fraction", self.weights.fraction, "(0, 1]"),
+            ("weights.eta", self.weights.eta, "(0, 1)"),
+        ]
+        for key, value, interval in ranges:
+            if not in_interval(value, interval):
+                raise ConfigError(f"{key}: must be in {interval}, got {value!r}")
         batch = self.prompts_per_step * self.group_size
-        if self.mini_batch_size < 0 or (self.mini_batch_size and batch % self.mini_batch_size):
+        if self.mini_batch_size and batch % self.mini_batch_size:
             raise ConfigError(f"mini_batch_size: {self.mini_batch_size} must divide the batch of "
                               f"prompts_per_step * group_size = {batch} episodes (or be 0)")
         mini = self.mini_batch_size or batch
-        if self.micro_batch_size < 0 or (self.micro_batch_size and mini % self.micro_batch_size):
+        if self.micro_batch_size and mini % self.micro_batch_size:
             raise ConfigError(f"micro_batch_size: {self.micro_batch_size} must divide the "
                               f"mini-batch of {mini} episodes (or be 0)")
         from rlvr.agents.algorithms import get_algorithm, load_plugins
 
         try:
             load_plugins(self.plugins)
-            get_algorithm(self.algo).params(self.weights)
+            params = get_algorithm(self.algo).params(self.weights)
         except ValueError as e:
             raise ConfigError(str(e)) from e
-        if self.optim.lr <= 0:
-            raise ConfigError(f"optim.lr: must be > 0, got {self.optim.lr}")
-        if self.optim.warmup_steps < 0:
-            raise ConfigError(f"optim.warmup_steps: must be >= 0, got {self.optim.warmup_steps}")
-        if not 0 <= self.optim.min_lr_ratio <= 1:
-            raise ConfigError(f"optim.min_lr_ratio: must be in [0, 1], got {self.optim.min_lr_ratio}")
-        if self.save_every < 0 or self.keep_checkpoints < 1:
-            raise ConfigError("save_every must be >= 0 and keep_checkpoints >= 1")
-        if self.eval.every < 0 or self.eval.n_prompts < 1 or self.eval.samples < 1:
-            raise ConfigError("eval.every must be >= 0, eval.n_prompts and eval.samples >= 1")
+        if self.algo in ("grpo_sg", "reverse"):
+            from rlvr.agents.weights import check_shaping
+
+            try:
+                check_shaping(**{k: v for k, v in params.items() if k != "shaping_input"})
+            except ValueError as e:
+                raise ConfigError(f"weights.{e}") from None
         if not self.out:
             raise ConfigError("out: an output directory is required (out=DIR)")
+        check_device(self.device)
+        check_model(self.model)
+        check_env_kwargs(self.env, self.env_kwargs)
+
+
+def in_interval(value: Any, interval: str) -> bool:
+    """Whether a real number (not bool, not NaN) lies in ``interval`` written ``[a, b)``, with
+    ``inf`` for an unbounded end."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return False
+    lo, hi = (float(x) for x in interval[1:-1].split(","))
+    above = value >= lo if interval[0] == "[" else value > lo
+    below = value <= hi if interval[-1] == "]" else value < hi
+    return above and below
+
+
+def check_device(device: str) -> None:
+    """``auto``, ``cpu``, ``mps`` or ``cuda[:N]`` (a configuration may be validated on a machine
+    other than the one it runs on: ``check_device_present`` checks this one)."""
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", str(device)):
+        raise ConfigError(f"device: must be auto, cpu, mps or cuda[:N], got {device!r}")
+
+
+def check_device_present(device: str) -> None:
+    """``ConfigError`` when ``device`` names CUDA and torch sees no GPU here."""
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device: {device!r} but torch sees no CUDA GPU (use cpu or auto)")
+
+
+def check_model(model: str) -> None:
+    """A path-like ``model`` (``/x``, ``./x``, ``~/x``, ``../x``) must be an existing folder;
+    names (``micro``, presets, hub names) are resolved when the model loads."""
+    if str(model).startswith(("/", "./", "../", "~")) and not Path(model).expanduser().is_dir():
+        raise ConfigError(f"model: {model!r} is not a directory (model is micro, a tiny preset, "
+                          "a local model folder or a Hugging Face hub name)")
+
+
+def check_env_kwargs(env: str, kwargs: dict[str, Any]) -> None:
+    """Every ``env_kwargs`` key must be a keyword of the env's constructor."""
+    if not kwargs:
+        return
+    import inspect
+
+    import gymnasium as gym
+
+    import rlvr  # noqa: F401 - registers the envs
+
+    entry = gym.spec(ENV_IDS[env]).entry_point
+    if isinstance(entry, str):
+        module, name = entry.split(":")
+        entry = getattr(importlib.import_module(module), name)
+    params = inspect.signature(entry).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = sorted(n for n, p in params.items() if p.kind is not p.VAR_POSITIONAL)
+    for key in kwargs:
+        if key not in params:
+            raise ConfigError(f"env_kwargs.{key}: not an argument of {ENV_IDS[env]} "
+                              f"(accepted: {', '.join(accepted)})")
 
 
 def upgrade_legacy(values: dict[str, Any]) -> dict[str, Any]:

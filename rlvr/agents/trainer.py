@@ -31,7 +31,15 @@ import torch
 
 from rlvr.agents.advantages import compute_advantages
 from rlvr.agents.algorithms import get_algorithm
-from rlvr.agents.checkpoint import latest_valid_checkpoint, load_payload, save_checkpoint
+from rlvr.agents.checkpoint import (
+    check_resume_config,
+    check_writable,
+    find_resume_checkpoint,
+    load_payload,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from rlvr.agents.memory import check_fits, estimate_for_config
 from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: public API here too)
     MetricsLog,
@@ -45,7 +53,7 @@ from rlvr.agents.rollout.base import RolloutBatch, SamplingParams, collate
 from rlvr.agents.rollout.multiturn import Episode, run_episodes
 from rlvr.agents.train_config import TrainConfig
 from rlvr.agents.update import Precision, Updater, optimizer_steps_per_batch
-from rlvr.config import dump_yaml
+from rlvr.config import ConfigError, dump_yaml
 from rlvr.envs import env_accepts, make_env
 from rlvr.eval.loop import plan, play, task_runs
 
@@ -100,6 +108,9 @@ class Trainer:
     ``model``/``tokenizer`` may be passed in (else loaded from ``cfg.model``); ``make_env(split)``
     may replace the registered env (tests use it to inject faults).
     """
+
+    #: Resume although the configuration differs from the checkpoint's (``--allow-config-change``).
+    allow_config_change = False
 
     def __init__(self, cfg: TrainConfig, *, model=None, tokenizer=None,
                  make_env: Callable[[str], Any] | None = None):
@@ -175,7 +186,11 @@ class Trainer:
                 raise ValueError(f"env {self.cfg.env!r} has no 'split' argument; evaluation "
                                  "needs a held-out split (set eval.every=0)")
             kwargs["split"] = split if split != "train" else kwargs["split"]
-        return make_env(self.cfg.env, **kwargs)
+        try:
+            return make_env(self.cfg.env, **kwargs)
+        except (TypeError, ValueError) as e:  # a bad env_kwargs value: one line naming it
+            key = "env_kwargs" if split == "train" else "env_kwargs or eval.split"
+            raise ConfigError(f"{key}: env {self.cfg.env!r} rejected {kwargs}: {e}") from None
 
     def _make_backend(self):
         if self.cfg.rollout.backend == "vllm":
@@ -276,12 +291,8 @@ class Trainer:
         return self.out / "checkpoints"
 
     def save(self) -> Path:
-        rng = {"python": random.getstate(), "numpy": np.random.get_state(),
-               "torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
         payload = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                   "scheduler": self.scheduler.state_dict(), "rng": rng}
+                   "scheduler": self.scheduler.state_dict(), "rng": rng_state()}
         if self.policy.reference is not None:
             payload["reference"] = self.policy.reference.state_dict()
         meta = {"step": self.step, "data_position": self.data_position,
@@ -290,23 +301,22 @@ class Trainer:
                                keep=self.cfg.keep_checkpoints)
 
     def restore(self) -> bool:
-        """Load the newest valid checkpoint; False when there is none."""
-        found = latest_valid_checkpoint(self.checkpoint_root)
+        """Load the newest valid checkpoint; False when there is none. Refuses (``CheckpointError``)
+        a changed configuration, checkpoints that are all corrupt, and unsafe file content."""
+        found = find_resume_checkpoint(self.checkpoint_root)
         if found is None:
             return False
         path, manifest = found
+        check_resume_config(manifest["meta"]["config"], dataclasses.asdict(self.cfg),
+                            allow=self.allow_config_change,
+                            defaults=dataclasses.asdict(type(self.cfg)()))
         state = load_payload(path, manifest, map_location=self.device)
         self.model.load_state_dict(state["model"])
         if "reference" in state and self.policy.reference is not None:
             self.policy.reference.load_state_dict(state["reference"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        rng = state["rng"]
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"].cpu())
-        if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        set_rng_state(state["rng"])
         self.step = int(manifest["meta"]["step"])
         self.data_position = int(manifest["meta"]["data_position"])
         self.backend.sync_weights(self.model)
@@ -358,7 +368,7 @@ class Trainer:
 
     def train(self) -> list[dict[str, Any]]:
         cfg = self.cfg
-        self.out.mkdir(parents=True, exist_ok=True)
+        check_writable(self.out, self.checkpoint_root)
         resumed = False
         if cfg.resume:
             resumed = self.restore()
@@ -367,10 +377,10 @@ class Trainer:
                                   "(resume=true) to continue, or choose another out=DIR")
         if cfg.tensorboard:
             self.metrics_log = MetricsLog(self.metrics_path, self.out / "tensorboard")
-        if resumed:
-            self.metrics_log.truncate(self.step)
-        else:
-            self.metrics_log.start()
+        moved = self.metrics_log.prepare(self.step if resumed else None)
+        if moved is not None:
+            print(f"[rlvr train] metrics lines this run replaces were moved to {moved}",
+                  file=sys.stderr)
         dump_yaml(cfg, self.out / "config.yaml")
         records = []
         from tqdm.auto import tqdm

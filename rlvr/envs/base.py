@@ -83,7 +83,8 @@ class AnyText(spaces.Text):
 def coerce_text(response: Any) -> str:
     """Turn whatever a policy handed us into a bounded ``str`` without raising.
 
-    Bytes are decoded with replacement, ``None`` becomes "", anything else goes through ``str``;
+    Bytes are decoded with replacement, ``None`` becomes "", anything else goes through ``str``
+    (an object whose ``__str__`` raises, or returns something other than a string, reads as "");
     the result is cut to ``MAX_RESPONSE_CHARS``.
     """
     if response is None:
@@ -91,9 +92,12 @@ def coerce_text(response: Any) -> str:
     elif isinstance(response, (bytes, bytearray)):
         text = bytes(response).decode("utf-8", errors="replace")
     elif isinstance(response, str):
-        text = response
+        text = str.__str__(response)  # the characters themselves, whatever a subclass overrides
     else:
-        text = str(response)
+        try:
+            text = str.__str__(str(response))  # a str subclass's own __str__ is not trusted either
+        except Exception:  # noqa: BLE001 - "never raises" is the contract of every score()
+            text = ""
     return text[:MAX_RESPONSE_CHARS]
 
 

@@ -19,7 +19,7 @@ from collections import Counter
 import gymnasium as gym
 from tqdm import tqdm
 
-from rlvr.config import parse_overrides
+from rlvr.config import ConfigError, parse_overrides
 from rlvr.envs import ENV_NAMES, env_id, get_scorer
 
 
@@ -45,7 +45,10 @@ def add_sample_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_sample(args) -> int:
     kwargs = parse_overrides(args.kwargs)
-    env = gym.make(env_id(args.env), **kwargs)
+    try:
+        env = gym.make(env_id(args.env), **kwargs)
+    except (TypeError, ValueError) as e:  # a bad key=value: one line (``rlvr.cli`` prints it)
+        raise ConfigError(f"{env_id(args.env)}: {e}") from None
     out = sys.stdout if args.out == "-" else open(args.out, "w")
     try:
         for i in range(args.n):
@@ -70,6 +73,10 @@ def add_score_arguments(p: argparse.ArgumentParser) -> None:
 def run_score(args) -> int:
     score = get_scorer(args.env)
     kwargs = parse_overrides(args.kwargs)
+    try:  # bad key=value arguments fail once, here, not on every line
+        score("", "", **kwargs)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{args.env} scorer: {e}") from None
     src = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8", errors="replace")
     out = open(args.out, "w") if args.out else None
     n, total, n_correct, bad, reasons = 0, 0.0, 0, 0, Counter()

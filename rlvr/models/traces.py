@@ -283,7 +283,7 @@ def _math_eval_items(settings: dict[str, Any], n: int, split: str) -> list[EvalI
 def _bridge(first_obs: str, gold: str, passages: dict[str, Any]) -> str | None:
     """The title of a passage named in ``first_obs`` (not a retrieved title) whose text holds ``gold``."""
     for title, passage in passages.items():
-        if f"(Title: {title})" not in first_obs and title in first_obs and gold in passage.text:
+        if f'(Title: "{title}")' not in first_obs and title in first_obs and gold in passage.text:
             return title
     return None
 

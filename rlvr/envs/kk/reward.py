@@ -110,9 +110,10 @@ def score(response: Any, ground_truth: Any, *, prefilled_think: bool = False) ->
     format_score = FORMAT_REWARD if format_ok else -FORMAT_REWARD
     try:
         gt = normalize_ground_truth(ground_truth)
-    except (TypeError, ValueError) as exc:
-        return Score(format_score + ANSWER_UNPARSEABLE, False, {"format": format_score, "answer": ANSWER_UNPARSEABLE},
-                     f"invalid ground truth: {exc}")
+    except Exception as exc:  # noqa: BLE001 - a ground truth whose __str__ raises included
+        return Score(format_score + ANSWER_UNPARSEABLE, False,
+                     {"format": format_score, "answer": ANSWER_UNPARSEABLE},
+                     f"invalid ground truth: {coerce_text(exc) or type(exc).__name__}")
     answer_text = last_answer(processed)
     pred, parse_reason = parse_answer(answer_text, list(gt)) if answer_text else (None, "empty or missing <answer>")
     if not format_ok:

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from rlvr.envs.base import Score, SingleTurnEnv
 from rlvr.envs.math.data import load_dataset
+from rlvr.envs.math.pool import check_timeout
 from rlvr.envs.math.reward import DEFAULT_TIMEOUT_S, score
 from rlvr.envs.math.synthetic import generate_problem, parse_difficulty
 from rlvr.envs.prompts import TEMPLATES, chat_messages, render_prompt
@@ -47,8 +48,7 @@ class MathEnv(SingleTurnEnv):
         super().__init__(render_mode=render_mode)
         if template not in TEMPLATES:
             raise ValueError(f"template must be one of {TEMPLATES}, got {template!r}")
-        if not timeout_s or timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        timeout_s = check_timeout(timeout_s)
         self.dataset = str(dataset)
         self.synthetic = self.dataset == "synthetic"
         self.split = split or ("train" if self.synthetic else "test")

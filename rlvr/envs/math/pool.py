@@ -3,22 +3,30 @@
 math-verify can run for minutes on adversarial LaTeX (towers of exponents, deep fractions) and
 its own timeouts only work in the main thread (``signal.alarm``) and raise a ``BaseException``.
 So the deadline lives here, outside it: each worker (``python -m rlvr.envs.math.worker``) checks
-one item at a time (with the next one already queued in its pipe); an item still running
-``timeout_s`` after the worker started it gets its worker SIGKILLed and reaped (no zombies), is
-reported ``reason="timeout"``, the items queued behind it go back to the queue, and a fresh worker
-takes the slot. The other workers keep going meanwhile.
+one item at a time. Items go out in chunks (one pipe write for up to ``MAX_CHUNK`` items, the
+gold sent once for a run of items that share it, as the G responses of a prompt do), and the next
+chunk is already in the pipe when a worker runs low, so it never idles waiting for the parent.
+Every item still has its own deadline: the clock of an item starts when the worker answers the
+previous one, and an item still running ``timeout_s`` later gets its worker SIGKILLed and reaped
+(no zombies), is reported ``reason="timeout"``, the items queued behind it go back to the queue,
+and a fresh worker takes the slot. The other workers keep going meanwhile.
 
 Workers are plain subprocesses, not ``multiprocessing`` children: they work from daemonic
 processes (Gymnasium's ``AsyncVectorEnv`` workers), need no ``if __name__ == "__main__"`` guard in
-the caller's script, and never fork a parent that holds threads (torch). POSIX only (``select``
-on pipes).
+the caller's script, and never fork a parent that holds threads (torch). A worker dies with its
+parent: on Linux the kernel sends it SIGKILL when the parent dies (``PR_SET_PDEATHSIG``, which
+fires when the *thread* that started the child ends, so every worker is started from one
+long-lived spawner thread); elsewhere a watchdog thread in the worker polls its parent id. The
+event loop waits with ``poll`` (no ``FD_SETSIZE`` limit, unlike ``select``). POSIX only.
 """
 from __future__ import annotations
 
 import atexit
 import collections
 import json
+import math
 import os
+import queue as queue_mod
 import select
 import subprocess
 import sys
@@ -34,9 +42,16 @@ DEFAULT_MEMORY_LIMIT_MB = 4096
 #: How long a fresh worker may take to import math-verify before the pool gives up on it.
 START_TIMEOUT_S = 60.0
 _MAX_START_FAILURES = 3
-#: Items queued on one worker at a time: the next one is already in its pipe when it finishes,
-#: so a busy parent (or a loaded machine) does not leave it idle between items.
+#: A worker gets its next chunk when fewer than this many of its items are unanswered, so the
+#: next chunk is already in its pipe when it finishes (a busy parent does not leave it idle).
 PIPELINE_DEPTH = 2
+#: Most items in one chunk (one pipe write). Chunks shrink near the end of a batch so that the
+#: last items spread over every worker.
+MAX_CHUNK = 16
+#: Most bytes in one chunk line (see ``take_chunk``).
+CHUNK_BYTES = 16 * 1024
+#: Longest accepted deadline (one day): a finite bound that ``poll`` can wait for.
+MAX_TIMEOUT_S = 86400.0
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 
 
@@ -44,16 +59,68 @@ class WorkerStartError(RuntimeError):
     """A verifier worker process exited or hung before it was ready."""
 
 
+def check_timeout(timeout_s) -> float:
+    """``timeout_s`` as a float, or ``ValueError`` unless it is a number in (0, ``MAX_TIMEOUT_S``]
+    (NaN would disable every deadline comparison; infinity cannot be waited for)."""
+    ok = isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool)
+    if not ok or not math.isfinite(timeout_s) or not 0 < timeout_s <= MAX_TIMEOUT_S:
+        raise ValueError(f"timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], "
+                         f"got {timeout_s!r}")
+    return float(timeout_s)
+
+
+class _Spawner:
+    """Starts every worker from one daemon thread that lives as long as the process.
+
+    ``PR_SET_PDEATHSIG`` is tied to the thread that forked the child: a worker started from a
+    short-lived thread (a thread pool scoring rewards) would be killed when that thread ends.
+    """
+
+    def __init__(self):
+        self._jobs: queue_mod.Queue = queue_mod.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def popen(self, *args, **kwargs) -> subprocess.Popen:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
+                self._jobs, self._pid = queue_mod.Queue(), os.getpid()
+                self._thread = threading.Thread(target=self._run, args=(self._jobs,),
+                                                name="rlvr-math-spawner", daemon=True)
+                self._thread.start()
+        done = threading.Event()
+        box: list = []
+        self._jobs.put((args, kwargs, box, done))
+        done.wait()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+    @staticmethod
+    def _run(jobs: queue_mod.Queue) -> None:
+        while True:
+            args, kwargs, box, done = jobs.get()
+            try:
+                box.append(subprocess.Popen(*args, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller's thread
+                box.append(exc)
+            done.set()
+
+
+_SPAWNER = _Spawner()
+
+
 class _Worker:
-    """One worker process and its pipe state: ``starting`` -> ``ready``, with up to
-    ``PIPELINE_DEPTH`` items in flight (the deadline runs for the first one only)."""
+    """One worker process and its pipe state: ``starting`` -> ``ready``, with the items sent to
+    it and not yet answered in ``inflight`` (the deadline runs for the first one only)."""
 
     def __init__(self, memory_limit_mb: int):
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rlvr.envs.math.worker", str(memory_limit_mb)],
+        self.proc = _SPAWNER.popen(
+            [sys.executable, "-m", "rlvr.envs.math.worker", str(memory_limit_mb), str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.stderr,
@@ -68,16 +135,17 @@ class _Worker:
         self.timeout_s = float("inf")
         self.deadline = float("inf")  # of the item the worker is on now, inflight[0]
 
-    def send(self, item: int, gold: str, answer: str, timeout_s: float) -> bool:
-        """Queue one item on the worker; False when the worker is already dead."""
+    def send(self, items: list[int], line: bytes, timeout_s: float) -> bool:
+        """Queue a chunk (``take_chunk``) on the worker in one write; False when it is dead."""
         try:
-            self.proc.stdin.write((json.dumps([item, gold, answer]) + "\n").encode("utf-8"))
+            self.proc.stdin.write(line)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
             return False
-        self.inflight.append(item)
+        was_idle = not self.inflight
+        self.inflight.extend(items)
         self.timeout_s = timeout_s
-        if len(self.inflight) == 1:
+        if was_idle:
             self.deadline = time.monotonic() + timeout_s
         return True
 
@@ -191,8 +259,7 @@ class VerifierPool:
         """Verdicts for ``(gold, answer)`` pairs, in order; each item gets ``timeout_s`` seconds
         from the moment a worker takes it. Raises ``WorkerStartError`` only when workers cannot
         start at all (the callers fall back to in-process verification)."""
-        if not timeout_s or timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        timeout_s = check_timeout(timeout_s)
         with self._lock:
             if self.closed or os.getpid() != self._pid:
                 raise RuntimeError("this VerifierPool is closed or belongs to another process")
@@ -201,11 +268,11 @@ class VerifierPool:
             queue = collections.deque(range(len(pairs)))
 
             def dispatch() -> None:
-                for w in self._workers:
-                    while w.state == "ready" and len(w.inflight) < PIPELINE_DEPTH and queue:
-                        i = queue.popleft()
-                        if not w.send(i, pairs[i][0], pairs[i][1], timeout_s):
-                            queue.appendleft(i)
+                for w in list(self._workers):
+                    if w.state == "ready" and len(w.inflight) < PIPELINE_DEPTH and queue:
+                        items, line = take_chunk(queue, pairs, len(self._workers))
+                        if not w.send(items, line, timeout_s):
+                            queue.extendleft(reversed(items))
                             self._replace(w, queue)
 
             def on_result(i: int, verdict: Verdict) -> None:
@@ -238,9 +305,12 @@ class VerifierPool:
             next_deadline = min(
                 w.started + START_TIMEOUT_S if w.state == "starting" else w.deadline for w in waiting
             )
-            ready, _, _ = select.select([w.fd for w in waiting], [], [], max(0.0, next_deadline - now))
+            poller = select.poll()
+            for w in waiting:
+                poller.register(w.fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+            wait_ms = math.ceil(max(0.0, next_deadline - now) * 1000)
             by_fd = {w.fd: w for w in waiting}
-            for fd in ready:
+            for fd, _ in poller.poll(wait_ms):
                 self._handle_output(by_fd[fd], queue)
             now = time.monotonic()
             for w in list(self._workers):
@@ -293,6 +363,33 @@ class VerifierPool:
             self._workers.remove(w)
             raise WorkerStartError(f"math verifier worker {why}; its stderr ends with:\n{tail}")
         self._workers[self._workers.index(w)] = _Worker(self.memory_limit_mb)
+
+
+def chunk_size(queued: int, workers: int) -> int:
+    """Items in the next chunk: a quarter of an even share of what is left, 1..``MAX_CHUNK``, so
+    chunks are large mid-batch and single items at the end (no worker is left with a long tail)."""
+    return max(1, min(MAX_CHUNK, queued // (4 * max(1, workers)), queued))
+
+
+def take_chunk(queue: collections.deque, pairs: list[tuple[str, str]],
+               workers: int) -> tuple[list[int], bytes]:
+    """Pop the next chunk off ``queue``: its items and the line that sends them,
+    ``[[tag, gold, answer], ...]`` with ``gold`` null when it repeats the previous item's.
+
+    A line stops growing at ``CHUNK_BYTES`` (one item at least: <= ~12 KB, answers and golds
+    being capped at 1,000 characters), so a chunk always fits the pipe's 64 KiB buffer and the
+    write never blocks the parent while a worker is stuck on an item.
+    """
+    size, items, parts, nbytes, last_gold = chunk_size(len(queue), workers), [], [], 0, None
+    while queue and len(items) < size and nbytes < CHUNK_BYTES:
+        i = queue.popleft()
+        gold, answer = pairs[i]
+        part = json.dumps([i, None if gold == last_gold else gold, answer])
+        items.append(i)
+        parts.append(part)
+        nbytes += len(part) + 2
+        last_gold = gold
+    return items, ("[" + ", ".join(parts) + "]\n").encode("utf-8")
 
 
 _POOLS: dict[int, VerifierPool] = {}

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from rlvr.envs.base import MAX_RESPONSE_CHARS, Score, coerce_text
 from rlvr.envs.math.extract import answer_problem, last_boxed
-from rlvr.envs.math.pool import WorkerStartError, shared_pool
+from rlvr.envs.math.pool import WorkerStartError, check_timeout, shared_pool
 from rlvr.envs.math.verify import Verdict, verify_answer_in_process
 
 #: Seconds one verification may take (math-verify's own default per parse/compare is 5 s).
@@ -85,8 +85,7 @@ def score_batch(
         raise ValueError(
             f"responses and ground_truths differ in length: {len(responses)} != {len(ground_truths)}"
         )
-    if not timeout_s or timeout_s <= 0:
-        raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+    timeout_s = check_timeout(timeout_s)
     scores: list[Score | None] = [None] * len(responses)
     jobs: list[tuple[int, str, str]] = []
     for i, (response, gold) in enumerate(zip(responses, ground_truths)):

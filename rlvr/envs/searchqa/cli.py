@@ -66,14 +66,23 @@ def add_retrieval_serve_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_retrieval_serve(args) -> int:
     from rlvr.envs.searchqa.index import load_index
-    from rlvr.envs.searchqa.server import make_server
+    from rlvr.envs.searchqa.server import LIMITS, make_server
 
+    if not 1 <= args.topk <= LIMITS.max_topk:
+        print(f"rlvr retrieval-serve: --topk must be in [1, {LIMITS.max_topk}], got {args.topk}",
+              file=sys.stderr)
+        return 2
     try:
         index = load_index(args.index, corpus=args.corpus, mmap=not args.no_mmap)
     except (FileNotFoundError, ValueError, ImportError, OSError) as e:
         print(f"rlvr retrieval-serve: {e}", file=sys.stderr)
         return 2
-    server = make_server(index, args.host, args.port, args.topk)
+    try:
+        server = make_server(index, args.host, args.port, args.topk)
+    except OSError as e:  # port taken, address not local, no permission
+        print(f"rlvr retrieval-serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}",
+              file=sys.stderr)
+        return 2
     host, port = server.server_address[:2]
     print(f"serving {len(index)} passages ({index.kind}) at http://{host}:{port}/retrieve", flush=True)
     try:

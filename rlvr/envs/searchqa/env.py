@@ -5,7 +5,7 @@ One episode = one question. Each ``step(response)`` takes one assistant turn:
 - a closed ``<answer>...</answer>`` (closing after any ``</search>``) ends the episode
   (``terminated``) with the EM reward of ``reward.score`` over every response of the episode;
 - otherwise a closed ``<search> q </search>`` runs the last such query and returns
-  ``"\\n\\n<information>Doc 1(Title: t) text\\nDoc 2(...) ...</information>\\n\\n"`` (Search-R1's
+  ``"\\n\\n<information>Doc 1(Title: "t") text\\nDoc 2(...) ...</information>\\n\\n"`` (Search-R1's
   ``_passages2string`` layout), the document text cut to ``max_obs_chars``; reward 0;
 - anything else (no tags, unterminated tags) gets Search-R1's corrective observation;
 - the ``max_turns``-th turn without an answer truncates the episode (``truncated``); its search,
@@ -46,8 +46,19 @@ SEARCH_R1_PROMPT = (
 
 
 def format_passages(hits) -> str:
-    """Search-R1's layout: ``Doc i(Title: t) text`` per hit, one per line."""
-    return "\n".join(f"Doc {i}(Title: {h.passage.title}) {h.passage.text}" for i, h in enumerate(hits, 1))
+    """Search-R1's layout, ``Doc i(Title: "t") text`` per hit, one per line.
+
+    As ``LLMGenerationManager._passages2string`` in Search-R1's ``search_r1/llm_agent/
+    generation.py`` (commit a14dc3a4ffc6fe88c1e95038d9738e21ba3f7a06): the title is the first
+    line of the corpus ``contents`` field, which keeps its double quotes (``'"Title"\\ntext'``),
+    the text is the rest; the observation is the joined lines, stripped.
+    """
+    lines = []
+    for i, h in enumerate(hits, 1):
+        title, *rest = h.passage.contents.split("\n")
+        text = "\n".join(rest)
+        lines.append(f"Doc {i}(Title: {title}) {text}")
+    return "\n".join(lines)
 
 
 def information_block(body: str, max_chars: int | None = None) -> str:

@@ -11,6 +11,8 @@ import string
 from collections import Counter
 from collections.abc import Iterable
 
+from rlvr.envs.base import coerce_text
+
 _PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
@@ -27,14 +29,14 @@ def as_gold_list(golds) -> list[str]:
     Search-R1/verl ground-truth dict ``{"target": [...]}``; other items go through ``str``."""
     if golds is None:
         return []
-    if isinstance(golds, dict):
-        golds = golds.get("target", golds.get("golden_answers", golds.get("answer", [])))
-    if isinstance(golds, (str, bytes)):
-        golds = [golds]
-    out = []
-    for g in golds if isinstance(golds, Iterable) else [golds]:
-        out.append(g.decode("utf-8", "replace") if isinstance(g, bytes) else str(g))
-    return out
+    try:
+        if isinstance(golds, dict):
+            golds = golds.get("target", golds.get("golden_answers", golds.get("answer", [])))
+        if isinstance(golds, (str, bytes)):
+            golds = [golds]
+        return [coerce_text(g) for g in (golds if isinstance(golds, Iterable) else [golds])]
+    except Exception:  # noqa: BLE001 - an iterable that raises midway: no usable gold answers
+        return []
 
 
 def exact_match(prediction: str, golds) -> bool:

@@ -5,9 +5,13 @@
 - pass the response (or the transcript of all turns); the prompt is never scored, so the
   prompt's example ``<answer> Beijing </answer>`` cannot count (Search-R1's ``qa_em.py`` scores
   prompt + response and works around this by ignoring the first match; we do not need to);
-- ``<information>...</information>`` blocks and the env's corrective message are removed before
-  parsing, because retrieved passages and the corrective text (which itself mentions
-  ``<answer> and </answer>``) are tool output, not answers;
+- closed ``<information>...</information>`` blocks (the innermost ones: a block holds no other
+  ``<information>``) and the env's corrective message are removed before parsing, because
+  retrieved passages and the corrective text (which itself mentions ``<answer> and
+  </answer>``) are tool output, not answers. The env always closes its blocks, so an
+  ``<information>`` without a closing tag was written by the policy and stays as text: nothing
+  after it is dropped (Search-R1's ``verl/utils/reward_score/qa_em.py`` at commit a14dc3a4 strips
+  nothing and scores the last ``<answer>`` of the whole text; we strip only what the tool wrote);
 - the answer is the content of the last closed ``<answer>...</answer>``; with nested or repeated
   opening tags it is the text after the last ``<answer>`` that precedes the last ``</answer>``;
 - answer-tag spam: more than ``max_answer_tags`` opening ``<answer>`` tags (default 2) scores 0,
@@ -34,7 +38,9 @@ INVALID_ACTION_MESSAGE = (
     "between <answer> and </answer>. Let me try again.\n"
 )
 
-_INFORMATION_BLOCK = re.compile(r"<information>.*?(?:</information>|\Z)", re.DOTALL)
+#: A closed tool block holding no other opening tag (so a stray ``<information>`` the policy wrote
+#: before a real block does not swallow the text between them).
+_INFORMATION_BLOCK = re.compile(r"<information>(?:(?!<information>).)*?</information>", re.DOTALL)
 
 
 def strip_tool_text(text: str) -> str:
