@@ -33,7 +33,8 @@ req_hash() {  # $1 = requirement string
   {
     echo "$TORCH_PIN $1"
     "$PYTHON" -c 'import sys; print(sys.version)'
-    sed -n '/^dependencies = \[/,/^\]/p' "$ROOT/pyproject.toml"
+    # the dependency list, comments left out (they change nothing a venv holds)
+    sed -n '/^dependencies = \[/,/^\]/p' "$ROOT/pyproject.toml" | grep -v '^[[:space:]]*#'
   } | sha256sum | cut -d' ' -f1
 }
 
