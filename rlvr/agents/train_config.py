@@ -23,7 +23,7 @@ PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
 #: The built-in algorithms (a plugin may register more: ``algorithm_names()``).
 ALGOS = tuple(algorithm_names())
 
-#: The trainer's env names -> gymnasium ids (DESIGN section 3).
+#: The trainer's env names -> gymnasium ids (docs/design.md §3).
 ENV_IDS = {
     "kk": "rlvr/KnightsKnaves-v0",
     "math": "rlvr/Math-v0",

@@ -57,7 +57,7 @@ from rlvr.config import ConfigError, dump_yaml
 from rlvr.envs import env_accepts, make_env
 from rlvr.eval.loop import plan, play, task_runs
 
-#: Minimum reward per env (DESIGN section 4): K&K totals lie in [-3, 3]; math and search QA
+#: Minimum reward per env (docs/design.md §4): K&K totals lie in [-3, 3]; math and search QA
 #: score 0/1. An episode whose env raised scores this.
 ENV_MIN_REWARD = {"kk": -3.0, "math": 0.0, "searchqa": 0.0}
 #: Tasks in a row whose ``env.reset`` may fail before the run stops (``Trainer._reset_group``).

@@ -1,4 +1,4 @@
-"""The environment contract shared by every rlvr environment (DESIGN section 3).
+"""The environment contract shared by every rlvr environment (docs/design.md §3).
 
 Every reward is a pure function ``score(response, ground_truth) -> Score`` first; an environment
 is a thin Gymnasium wrapper around a task source and that function. Environments know nothing

@@ -6,7 +6,7 @@ environment's keyword arguments plus the trace options below. Targets:
 
 - ``kk``: after the prefilled ``<think>``, ``think`` decides the thought: ``"names"`` (default)
   restates the inhabitants (``The inhabitants are A, B, and C.``), ``"none"`` leaves it empty,
-  ``"solver"`` is the env's solver chain of thought (40-80+ tokens; issue 6 measured it gives a
+  ``"solver"`` is the env's solver chain of thought (40-80+ tokens; measured, it gives a
   weaker base at equal wall time); then ``</think><answer>(1) A is a knight\\n...</answer>``.
   Why ``names``: measured here, a 1M model trained from scratch copies a short numbered list
   almost perfectly but fails to pick the i-th name out of the full quiz, where every name recurs

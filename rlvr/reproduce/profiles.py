@@ -6,7 +6,7 @@ protocol). Every training run is ``rlvr train`` with the profile's overrides plu
 
 The paper profile: the paper's exact training settings are not published in any copy we could
 find; its configs are the public recipes the paper builds on (the Logic-RL / AR-Lopti scripts for
-K&K and math, verl-tool's search recipe for QA; DESIGN section 6), which reviewers say the
+K&K and math, verl-tool's search recipe for QA; docs/design.md §6), which reviewers say the
 paper's code followed. Values that no recipe fixes are marked ``chosen`` in ``PAPER_CHOICES``.
 On a machine without GPUs ``rlvr reproduce ... --profile paper`` validates every config and
 prints the plan (engine, GPUs, memory, steps) instead of training. The engine follows the plan:
@@ -22,7 +22,7 @@ from typing import Any
 
 from rlvr.config import ConfigError
 
-#: The six methods of the K&K table (DESIGN section 5), in the paper's order.
+#: The six methods of the K&K table (docs/design.md §5), in the paper's order.
 KK_METHODS = ("grpo", "entropy_top", "ar", "lopti", "reverse", "grpo_sg")
 
 
@@ -98,8 +98,8 @@ def tiny_profile(smoke: bool = False) -> Profile:
         return Profile("tiny", settings, seeds=1,
                        sweep={"tau": [0.25], "mu": [0.4], "alpha": [2.0]}, close_margin=0.05)
     settings = {
-        # The size the tiny profile trains on (issue 6: train on every size you evaluate): 3
-        # people, the one held-out size where the tiny-kk base is within issue 6's 0.1-0.8 greedy
+        # The size the tiny profile trains on (train on every size you evaluate): 3 people,
+        # the one held-out size where the tiny-kk base is within a 0.1-0.8 greedy
         # band (2-person puzzles are not held out, ~588 exist; 4 people: 0.06; see tiny_kk.yaml).
         # k=4 samples per item keep the 3-seed reproduction within its CPU budget.
         "kk": Setting("kk", "tiny-kk", {"profile": "tiny"}, group_by="n_people",
@@ -131,7 +131,7 @@ QWEN_ARCH = {
     "Qwen/Qwen2.5-3B": dict(hidden=2048, layers=36, heads=16, kv_heads=2, inter=11008, vocab=151936, tied=1),
 }
 
-#: K&K recipe (Logic-RL / AR-Lopti scripts, DESIGN section 6).
+#: K&K recipe (Logic-RL / AR-Lopti scripts, docs/design.md §6).
 _KK_RECIPE = {
     "profile": "default", "dtype": "bfloat16", "device": "cuda", "gradient_checkpointing": True,
     "prompts_per_step": 64, "group_size": 8, "mini_batch_size": 256, "ppo_epochs": 1,

@@ -1,6 +1,6 @@
 """The Knights & Knaves reward of Logic-RL (Xie et al. 2025, arXiv 2502.14768, ``kk.compute_score``).
 
-Rules (DESIGN section 4)::
+Rules (docs/design.md §4)::
 
     format  +1  exactly one each of <think>, </think>, <answer>, </answer>, in that order
                 (a prefilled <think> in the prompt counts), else -1

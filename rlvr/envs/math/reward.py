@@ -1,5 +1,5 @@
 """The math reward: 1 when the last ``\\boxed{}`` of the response verifies against the gold answer,
-else 0 (DeepScaleR / verl convention, DESIGN section 4).
+else 0 (DeepScaleR / verl convention, docs/design.md §4).
 
 ``score`` and ``score_batch`` are pure in their result: the same (response, gold) always gives the
 same Score, except that a verification past its deadline scores 0 with ``reason="timeout"``.

@@ -1,4 +1,4 @@
-"""``rlvr/SearchQA-v0``: multi-turn question answering with a search tool (DESIGN section 3).
+"""``rlvr/SearchQA-v0``: multi-turn question answering with a search tool (docs/design.md §3).
 
 One episode = one question. Each ``step(response)`` takes one assistant turn:
 

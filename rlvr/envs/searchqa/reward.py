@@ -1,4 +1,4 @@
-"""Search QA reward: exact match of the last ``<answer>`` against any gold answer (DESIGN section 4).
+"""Search QA reward: exact match of the last ``<answer>`` against any gold answer (docs/design.md §4).
 
 ``score(response, golds)`` is pure and never raises. It reads only text the policy wrote:
 
