@@ -13,6 +13,7 @@ disturbs less than wall time).
     python bench/bench_kernels.py [--model micro|tiny-arch] [--steps 20] [--batch 8] [--length 256]
     python bench/bench_kernels.py --model tiny-arch --cost 5
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,22 +66,36 @@ print(json.dumps({"sha": state_dict_sha256(model.state_dict())[:16],
 
 
 def run_case(mode: str, requested: str | None, threads: int, args) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")
+    }
     env["RLVR_KERNELS"] = mode
     if requested:
         env["ATEN_CPU_CAPABILITY"] = requested
-    payload = json.dumps({"model": args.model, "steps": args.steps, "batch": args.batch,
-                          "length": args.length, "threads": threads})
-    out = subprocess.run([sys.executable, "-c", CHILD, payload], env=env, capture_output=True,
-                         text=True, check=True)
+    payload = json.dumps(
+        {
+            "model": args.model,
+            "steps": args.steps,
+            "batch": args.batch,
+            "length": args.length,
+            "threads": threads,
+        }
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, payload], env=env, capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="micro",
-                   help="micro, tiny-arch (the tiny bases' shape, random weights) or a model name")
+    p.add_argument(
+        "--model",
+        default="micro",
+        help="micro, tiny-arch (the tiny bases' shape, random weights) or a model name",
+    )
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--length", type=int, default=256)
@@ -90,18 +105,26 @@ def main() -> None:
     args = p.parse_args()
     if args.cost:
         return cost(args)
-    threads = ([int(t) for t in args.threads.split(",")] if args.threads
-               else sorted({1, os.cpu_count() or 1}))
+    threads = (
+        [int(t) for t in args.threads.split(",")]
+        if args.threads
+        else sorted({1, os.cpu_count() or 1})
+    )
     print(f"{args.steps} AdamW steps of {args.model}, batch {args.batch} x {args.length} tokens")
-    print("| RLVR_KERNELS | requested ATEN_CPU_CAPABILITY | threads | dispatched | weights "
-          "SHA-256 | median step ms |")
+    print(
+        "| RLVR_KERNELS | requested ATEN_CPU_CAPABILITY | threads | dispatched | weights "
+        "SHA-256 | median step ms |"
+    )
     print("|---|---|---|---|---|---|")
     for mode in ("native", "reproducible"):
         for requested in args.requested.split(","):
             for t in threads:
                 r = run_case(mode, None if requested == "unset" else requested, t, args)
-                print(f"| {mode} | {requested} | {t} | {r['aten']} | {r['sha']} | "
-                      f"{r['step_ms']:.1f} |", flush=True)
+                print(
+                    f"| {mode} | {requested} | {t} | {r['aten']} | {r['sha']} | "
+                    f"{r['step_ms']:.1f} |",
+                    flush=True,
+                )
 
 
 def cost(args) -> None:
@@ -111,16 +134,20 @@ def cost(args) -> None:
     for _ in range(args.cost):
         for mode in got:
             got[mode].append(run_case(mode, None, 1, args))
-    print(f"{args.steps} AdamW steps of {args.model}, batch {args.batch} x {args.length} tokens, "
-          f"1 thread, {args.cost} alternating runs per mode (median over runs of each run's "
-          "median step)")
+    print(
+        f"{args.steps} AdamW steps of {args.model}, batch {args.batch} x {args.length} tokens, "
+        f"1 thread, {args.cost} alternating runs per mode (median over runs of each run's "
+        "median step)"
+    )
     print("| RLVR_KERNELS | dispatched | CPU ms / step | wall ms / step |")
     print("|---|---|---|---|")
     med = {}
     for mode, rs in got.items():
         med[mode] = statistics.median(r["cpu_ms"] for r in rs)
-        print(f"| {mode} | {rs[0]['aten']} | {med[mode]:.1f} | "
-              f"{statistics.median(r['step_ms'] for r in rs):.1f} |")
+        print(
+            f"| {mode} | {rs[0]['aten']} | {med[mode]:.1f} | "
+            f"{statistics.median(r['step_ms'] for r in rs):.1f} |"
+        )
     print(f"reproducible / native CPU time: {med['reproducible'] / med['native']:.3f}")
 
 

@@ -8,6 +8,7 @@ assignments until exactly one solution, pick names and render the question text.
 column also builds the chat prompt and the solver chain of thought (what ``env.reset`` does).
 reasoning-gym is an optional bench dependency: ``pip install reasoning-gym``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,19 +45,23 @@ def ours_with_cot(n: int):
 def peer(n: int):
     import reasoning_gym
 
-    ds = reasoning_gym.create_dataset("knights_knaves", n_people=n, depth_constraint=2, width_constraint=2,
-                                      size=10**9, seed=0)
+    ds = reasoning_gym.create_dataset(
+        "knights_knaves", n_people=n, depth_constraint=2, width_constraint=2, size=10**9, seed=0
+    )
     return lambda i: ds[i]
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--sizes", type=int, nargs="+", default=[3, 5, 7])
     ap.add_argument("--seconds", type=float, default=3.0, help="time per (generator, size) cell")
     args = ap.parse_args(argv)
     try:
         rg_version = importlib.metadata.version("reasoning-gym")
         import reasoning_gym  # noqa: F401
+
         rg_error = None
     except Exception as exc:  # report exactly why the peer is missing, keep benchmarking ours
         rg_version, rg_error = None, f"{type(exc).__name__}: {exc}"

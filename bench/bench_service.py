@@ -11,6 +11,7 @@ request deadline); ``--bodies`` clients announcing 30 MB bodies (RSS after); a b
 ``[``; a body promised and never sent.
 Needs nothing beyond the core install; takes about 30 s.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,14 +37,31 @@ def main() -> int:
     from rlvr.envs.searchqa import build_index, synthetic_task
 
     tmp = tempfile.mkdtemp(prefix="rlvr-bench-service-")
-    build_index(synthetic_task(seed=0)[0], encoder="lexical", kind="flat", progress=False,
-                out_dir=os.path.join(tmp, "idx"))
+    build_index(
+        synthetic_task(seed=0)[0],
+        encoder="lexical",
+        kind="flat",
+        progress=False,
+        out_dir=os.path.join(tmp, "idx"),
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "rlvr.cli", "retrieval-serve", "--index",
-                             os.path.join(tmp, "idx"), "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlvr.cli",
+            "retrieval-serve",
+            "--index",
+            os.path.join(tmp, "idx"),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     print(proc.stdout.readline().strip())
     url = f"http://127.0.0.1:{port}/retrieve"
 
@@ -76,11 +94,15 @@ def main() -> int:
         print(f"{label}: HTTP {status}, {size} bytes in {time.perf_counter() - t0:.3f} s")
 
     try:
-        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; server RSS "
-              f"{rss_mb()} MB, {threads()} threads")
+        print(
+            f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; server RSS "
+            f"{rss_mb()} MB, {threads()} threads"
+        )
         print(f"normal client alone: {latencies()}")
-        timed("4,096 queries x topk 1,000",
-              json.dumps({"queries": ["q"] * 4096, "topk": 1000}).encode())
+        timed(
+            "4,096 queries x topk 1,000",
+            json.dumps({"queries": ["q"] * 4096, "topk": 1000}).encode(),
+        )
         large = json.dumps({"queries": [f"q{i}" for i in range(4096)], "topk": 4}).encode()
         runner = threading.Thread(target=timed, args=("4,096 queries x topk 4", large))
         runner.start()
@@ -89,8 +111,10 @@ def main() -> int:
         runner.join()
         idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(args.idle)]
         time.sleep(0.5)
-        print(f"{args.idle} idle connections: server {threads()} threads, RSS {rss_mb()} MB; "
-              f"normal client meanwhile: {latencies()}")
+        print(
+            f"{args.idle} idle connections: server {threads()} threads, RSS {rss_mb()} MB; "
+            f"normal client meanwhile: {latencies()}"
+        )
         big = b"x" * (30 * 1024 * 1024)
         answers: list[bytes] = []
 

@@ -11,6 +11,7 @@ Each measurement runs in its own forked process so that its peak RSS (``ru_maxrs
 the first step is a warm-up and the median of the following steps is reported. Needs
 ``pip install trl==1.16.0`` for the TRL column.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,7 @@ import time
 
 def rss_now_mib() -> float:
     with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def peak_rss_mib() -> float:
@@ -99,14 +100,26 @@ def ours_step(args) -> dict:
             r = letter_reward(action)
             return "", r, True, False, {"correct": r > 0.5}
 
-    cfg = load_train_config({
-        "env": "kk", "algo": "grpo", "out": tempfile.mkdtemp(), "prompts_per_step": args.prompts,
-        "group_size": args.group, "steps": args.steps + 1, "progress": False,
-        "rollout": {"max_response_tokens": args.max_new, "max_prompt_tokens": 1024,
-                    "temperature": 1.0},
-        "optim": {"lr": args.lr, "grad_clip": 1.0},
-        "loss": {"kl_coef": args.beta, "clip_low": 0.2, "clip_high": 0.2, "dual_clip": None},
-        "track_kl": args.beta > 0, "eval": {"every": 0}})
+    cfg = load_train_config(
+        {
+            "env": "kk",
+            "algo": "grpo",
+            "out": tempfile.mkdtemp(),
+            "prompts_per_step": args.prompts,
+            "group_size": args.group,
+            "steps": args.steps + 1,
+            "progress": False,
+            "rollout": {
+                "max_response_tokens": args.max_new,
+                "max_prompt_tokens": 1024,
+                "temperature": 1.0,
+            },
+            "optim": {"lr": args.lr, "grad_clip": 1.0},
+            "loss": {"kl_coef": args.beta, "clip_low": 0.2, "clip_high": 0.2, "dual_clip": None},
+            "track_kl": args.beta > 0,
+            "eval": {"every": 0},
+        }
+    )
     model, tok = load_model(args.model, seed=0)
     trainer = Trainer(cfg, model=model, tokenizer=tok, make_env=lambda split: PromptEnv())
     times, lengths = [], []
@@ -116,8 +129,12 @@ def ours_step(args) -> dict:
         trainer.step = rec["step"]
         times.append(time.perf_counter() - t0)
         lengths.append(rec["response_length"])
-    return {"step_s": statistics.median(times[1:]), "completion_len": statistics.mean(lengths[1:]),
-            "rollout_s": rec["time/rollout_s"], "update_s": rec["time/update_s"]}
+    return {
+        "step_s": statistics.median(times[1:]),
+        "completion_len": statistics.mean(lengths[1:]),
+        "rollout_s": rec["time/rollout_s"],
+        "update_s": rec["time/update_s"],
+    }
 
 
 def trl_step(args) -> dict:
@@ -154,20 +171,44 @@ def trl_step(args) -> dict:
         return [letter_reward(c) for c in completions]
 
     config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, fp16=False,
-        gradient_checkpointing=False, per_device_train_batch_size=args.prompts * args.group,
-        num_generations=args.group, max_completion_length=args.max_new, temperature=1.0,
-        learning_rate=args.lr, beta=args.beta, epsilon=0.2, num_iterations=1,
-        max_steps=args.steps + 1, logging_steps=1, save_strategy="no", report_to="none",
-        disable_dropout=True, shuffle_dataset=False, dataloader_num_workers=0, seed=0,
-        loss_type="dapo", max_grad_norm=1.0)
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config,
-                          train_dataset=Dataset.from_dict({"prompt": prompts}),
-                          processing_class=tok, callbacks=[Timer()])
+        output_dir=tempfile.mkdtemp(),
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        per_device_train_batch_size=args.prompts * args.group,
+        num_generations=args.group,
+        max_completion_length=args.max_new,
+        temperature=1.0,
+        learning_rate=args.lr,
+        beta=args.beta,
+        epsilon=0.2,
+        num_iterations=1,
+        max_steps=args.steps + 1,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_dropout=True,
+        shuffle_dataset=False,
+        dataloader_num_workers=0,
+        seed=0,
+        loss_type="dapo",
+        max_grad_norm=1.0,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=config,
+        train_dataset=Dataset.from_dict({"prompt": prompts}),
+        processing_class=tok,
+        callbacks=[Timer()],
+    )
     torch.manual_seed(0)
     trainer.train()
-    return {"step_s": statistics.median(times[1:]),
-            "completion_len": statistics.mean(lengths[1:]) if len(lengths) > 1 else float("nan")}
+    return {
+        "step_s": statistics.median(times[1:]),
+        "completion_len": statistics.mean(lengths[1:]) if len(lengths) > 1 else float("nan"),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,10 +250,16 @@ def generate_rollout(args) -> dict:
     ids = torch.full((len(ctx), width), tok.pad_token_id)
     mask = torch.zeros_like(ids)
     for i, c in enumerate(ctx):
-        ids[i, width - len(c):] = torch.tensor(c)
-        mask[i, width - len(c):] = 1
-    kw = dict(max_new_tokens=args.max_new, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-              pad_token_id=tok.pad_token_id)
+        ids[i, width - len(c) :] = torch.tensor(c)
+        mask[i, width - len(c) :] = 1
+    kw = dict(
+        max_new_tokens=args.max_new,
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        pad_token_id=tok.pad_token_id,
+    )
     model.generate(input_ids=ids, attention_mask=mask, **kw)
     tokens, elapsed = 0, 0.0
     for r in range(args.repeats):
@@ -240,17 +287,27 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--skip-trl", action="store_true")
     args = ap.parse_args()
-    print(f"model={args.model} prompts={args.prompts} group={args.group} max_new={args.max_new} "
-          f"threads={args.threads} beta={args.beta} (fp32, no gradient checkpointing)")
+    print(
+        f"model={args.model} prompts={args.prompts} group={args.group} max_new={args.max_new} "
+        f"threads={args.threads} beta={args.beta} (fp32, no gradient checkpointing)"
+    )
 
     ours = run_isolated(ours_step, args)
     trl = {"error": "skipped"} if args.skip_trl else run_isolated(trl_step, args)
     print("\none training step (rollout + update), median of", args.steps, "after a warm-up")
     print(f"{'':>22}{'rlvr':>14}{'TRL GRPOTrainer':>18}")
-    for key, fmt in (("step_s", "{:.3f}"), ("completion_len", "{:.1f}"), ("peak_rss_mib", "{:.0f}")):
+    for key, fmt in (
+        ("step_s", "{:.3f}"),
+        ("completion_len", "{:.1f}"),
+        ("peak_rss_mib", "{:.0f}"),
+    ):
         row = [ours.get(key), trl.get(key)]
-        print(f"{key:>22}" + "".join(f"{(fmt.format(v) if v is not None else '-'):>{w}}"
-                                     for v, w in zip(row, (14, 18))))
+        print(
+            f"{key:>22}"
+            + "".join(
+                f"{(fmt.format(v) if v is not None else '-'):>{w}}" for v, w in zip(row, (14, 18))
+            )
+        )
     if "error" in trl:
         print(f"TRL: {trl['error']}")
     elif "step_s" in ours:
@@ -261,12 +318,16 @@ def main() -> None:
 
     a = run_isolated(ours_rollout, args)
     b = run_isolated(generate_rollout, args)
-    print(f"\nrollout of {args.prompts * args.group} sequences x {args.max_new} new tokens, "
-          f"{args.repeats} repeats")
+    print(
+        f"\nrollout of {args.prompts * args.group} sequences x {args.max_new} new tokens, "
+        f"{args.repeats} repeats"
+    )
     print(f"{'':>22}{'rlvr HFBackend':>16}{'model.generate':>16}")
     for key, fmt in (("tokens_s", "{:.0f}"), ("tokens", "{:.0f}"), ("peak_rss_mib", "{:.0f}")):
-        print(f"{key:>22}{fmt.format(a.get(key, float('nan'))):>16}"
-              f"{fmt.format(b.get(key, float('nan'))):>16}")
+        print(
+            f"{key:>22}{fmt.format(a.get(key, float('nan'))):>16}"
+            f"{fmt.format(b.get(key, float('nan'))):>16}"
+        )
     if "tokens_s" in a and "tokens_s" in b:
         print(f"rlvr / generate tokens/s: {a['tokens_s'] / b['tokens_s']:.2f}x (goal >= 1.5x)")
 

@@ -5,6 +5,7 @@ and ``run_<name>(args) -> int`` (hyphens in the name read as underscores) (or pl
 ``key=value`` overrides add a positional ``overrides`` argument with ``nargs="*"``; this table maps the sub-command's name to that module, imported only when
 the sub-command is used (so ``rlvr --help`` stays fast and one broken extra never blocks another).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,19 +14,48 @@ import sys
 
 #: name -> (module, one-line help). A new sub-command is one line here.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "sample": ("rlvr.envs.cli", "sample tasks (prompts + ground truth) from an environment as JSONL"),
+    "sample": (
+        "rlvr.envs.cli",
+        "sample tasks (prompts + ground truth) from an environment as JSONL",
+    ),
     "score": ("rlvr.envs.cli", "score responses from a JSONL file with an environment's reward"),
-    "index": ("rlvr.envs.searchqa.cli", "build a FAISS search index (flat/hnsw/ivfpq) from a passage JSONL"),
-    "retrieval-serve": ("rlvr.envs.searchqa.cli", "serve a search index over Search-R1's POST /retrieve on loopback"),
-    "eval": ("rlvr.eval.cli", "evaluate a checkpoint on an environment: greedy, avg@k, pass@k, EM/F1 as JSONL"),
-    "reproduce": ("rlvr.reproduce.cli", "reproduce a figure or table of the paper (fig1..fig4, table_*, sweep, all)"),
-    "train": ("rlvr.agents.train_cli", "train a policy with GRPO / GRPO-SG / baselines on an environment"),
-    "algorithms": ("rlvr.agents.train_cli", "list the registered algorithms (rlvr train algo=NAME)"),
-    "build-model": ("rlvr.models.cli", "build (or find cached) a tiny base model: tokenizer + Qwen2 + SFT warm start"),
-    "fetch-data": ("rlvr.fetch_data",
-                   "copy hub datasets (paper, K&K, DeepScaleR, FlashRAG) to JSONL for offline runs"),
+    "index": (
+        "rlvr.envs.searchqa.cli",
+        "build a FAISS search index (flat/hnsw/ivfpq) from a passage JSONL",
+    ),
+    "retrieval-serve": (
+        "rlvr.envs.searchqa.cli",
+        "serve a search index over Search-R1's POST /retrieve on loopback",
+    ),
+    "eval": (
+        "rlvr.eval.cli",
+        "evaluate a checkpoint on an environment: greedy, avg@k, pass@k, EM/F1 as JSONL",
+    ),
+    "reproduce": (
+        "rlvr.reproduce.cli",
+        "reproduce a figure or table of the paper (fig1..fig4, table_*, sweep, all)",
+    ),
+    "train": (
+        "rlvr.agents.train_cli",
+        "train a policy with GRPO / GRPO-SG / baselines on an environment",
+    ),
+    "algorithms": (
+        "rlvr.agents.train_cli",
+        "list the registered algorithms (rlvr train algo=NAME)",
+    ),
+    "build-model": (
+        "rlvr.models.cli",
+        "build (or find cached) a tiny base model: tokenizer + Qwen2 + SFT warm start",
+    ),
+    "fetch-data": (
+        "rlvr.fetch_data",
+        "copy hub datasets (paper, K&K, DeepScaleR, FlashRAG) to JSONL for offline runs",
+    ),
     "machine": ("rlvr.repro", "print this machine as results record it (CPU, ISA, kernel mode)"),
-    "prepare-verl": ("rlvr.integrations.verl_data", "write environment tasks as verl-ready parquet (chat prompt, ground truth)"),
+    "prepare-verl": (
+        "rlvr.integrations.verl_data",
+        "write environment tasks as verl-ready parquet (chat prompt, ground truth)",
+    ),
 }
 
 
@@ -48,8 +78,10 @@ def kernel_mode_for(argv: list[str]) -> str:
         return argv[argv.index("--kernels") + 1]
     if os.environ.get("RLVR_KERNELS"):
         return os.environ["RLVR_KERNELS"]
-    paper = any(a == "--profile=paper" or (a == "--profile" and b == "paper")
-                for a, b in zip(argv, argv[1:] + [""]))
+    paper = any(
+        a == "--profile=paper" or (a == "--profile" and b == "paper")
+        for a, b in zip(argv, argv[1:] + [""])
+    )
     return "native" if paper else "reproducible"
 
 
@@ -70,10 +102,14 @@ def main(argv: list[str] | None = None) -> int:
         "and the reproduction of GRPO-SG (arXiv 2511.00066).",
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    parser.add_argument("--kernels", choices=("reproducible", "native"), default=None,
-                        help="CPU kernels: reproducible (held to AVX2, the same bits on any x86-64 "
-                             "machine; default except --profile paper) or native (the processor's "
-                             "own choice); also $RLVR_KERNELS")
+    parser.add_argument(
+        "--kernels",
+        choices=("reproducible", "native"),
+        default=None,
+        help="CPU kernels: reproducible (held to AVX2, the same bits on any x86-64 "
+        "machine; default except --profile paper) or native (the processor's "
+        "own choice); also $RLVR_KERNELS",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     ci = _command_index(argv)
     chosen = argv[ci] if ci < len(argv) else None
@@ -84,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     # argparse cannot take key=value positionals after options (``score in.jsonl --out x k=v``):
     # hand such leftovers to the sub-command's key=value list when it has one.
-    kv_dest = next((d for d in ("overrides", "kwargs") if isinstance(getattr(args, d, None), list)), None)
+    kv_dest = next(
+        (d for d in ("overrides", "kwargs") if isinstance(getattr(args, d, None), list)), None
+    )
     if rest:
         if kv_dest is None or any(r.startswith("-") or "=" not in r for r in rest):
             parser.error(f"unrecognized arguments: {' '.join(rest)}")

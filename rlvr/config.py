@@ -6,6 +6,7 @@ beside the dataclass's module), then ``key=value`` strings from the command line
 fields use dots (``optim.lr=1e-6``). Values are parsed as YAML scalars and checked against the
 field's type, so a typo or a wrong type is an error naming the key, not a silent default.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -180,9 +181,12 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_config(cls: type[T], profile: str | Path | None = None,
-                overrides: list[str] | dict[str, Any] | None = None,
-                profile_dir: str | Path | None = None) -> T:
+def load_config(
+    cls: type[T],
+    profile: str | Path | None = None,
+    overrides: list[str] | dict[str, Any] | None = None,
+    profile_dir: str | Path | None = None,
+) -> T:
     """Defaults of ``cls`` <- YAML ``profile`` <- ``overrides``; see the module docstring."""
     cfg = cls()
     if profile:

@@ -4,6 +4,7 @@
 ``RLVR_SHARED_DATA`` points at a folder of evaluation sets laid out as the project's
 ``../shared/data`` (see its SOURCES.md); by default the ``shared/data`` folder beside the checkout.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,7 @@ def shared_data_dir() -> Path | None:
     checkout; ``None`` when there is none."""
     env = os.environ.get("RLVR_SHARED_DATA")
     repo = Path(__file__).resolve().parents[1]
-    candidates = ([Path(env)] if env else
-                  [repo.parent / "shared" / "data", repo / "shared" / "data"])
+    candidates = [Path(env)] if env else [repo.parent / "shared" / "data", repo / "shared" / "data"]
     for c in candidates:
         if c.is_dir():
             return c
@@ -48,16 +48,21 @@ def hub_rows(hub_name: str, config: str | None, split: str, *, fetch: str) -> li
         with local.open(encoding="utf-8") as f:
             return [json.loads(line) for line in f if line.strip()]
     label = f"{hub_name}{' (' + config + ')' if config else ''} split {split!r}"
-    how = (f"run `rlvr fetch-data {fetch}` on a machine with a network (it writes {local}; "
-           "set RLVR_HOME to share it), or pass a local .jsonl/.parquet path")
+    how = (
+        f"run `rlvr fetch-data {fetch}` on a machine with a network (it writes {local}; "
+        "set RLVR_HOME to share it), or pass a local .jsonl/.parquet path"
+    )
     try:
         import datasets
     except ImportError:
-        raise ImportError(f"dataset {label} is not fetched and the hub needs the `datasets` "
-                          f"package (pip install 'rlvr[hub]'): {how}") from None
+        raise ImportError(
+            f"dataset {label} is not fetched and the hub needs the `datasets` "
+            f"package (pip install 'rlvr[hub]'): {how}"
+        ) from None
     try:
         return [dict(r) for r in datasets.load_dataset(hub_name, config, split=split)]
     except Exception as e:  # offline, missing split, auth: the hub's errors come in many types
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        raise FileNotFoundError(f"dataset {label}: not fetched and the hub failed ({first}): "
-                                f"{how}") from None
+        raise FileNotFoundError(
+            f"dataset {label}: not fetched and the hub failed ({first}): {how}"
+        ) from None

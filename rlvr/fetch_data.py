@@ -13,6 +13,7 @@ node) trains and evaluates from them. Names are those the env keyword ``dataset`
 
 Needs the hub extra: ``pip install 'rlvr[hub]'``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,10 +38,15 @@ def targets(name: str) -> list[Target]:
         return [(DATASETS.get(key) or TRAIN_SETS[key]).hub]
     if name.startswith("flashrag:") or name in FLASHRAG_SUBSETS:
         subsets = (name.split(":", 1)[1] if ":" in name else FLASHRAG_SUBSETS[name]).split("+")
-        return [(FLASHRAG_REPO, s, split) for s in subsets
-                for split in ("train", flashrag_split(s, "test"))]
-    raise ValueError(f"fetch-data: unknown dataset {name!r}: use paper, {HF_NAME}, deepscaler, "
-                     f"{', '.join(DATASETS)} or flashrag:<subset>")
+        return [
+            (FLASHRAG_REPO, s, split)
+            for s in subsets
+            for split in ("train", flashrag_split(s, "test"))
+        ]
+    raise ValueError(
+        f"fetch-data: unknown dataset {name!r}: use paper, {HF_NAME}, deepscaler, "
+        f"{', '.join(DATASETS)} or flashrag:<subset>"
+    )
 
 
 def paper_targets() -> list[Target]:
@@ -91,8 +97,12 @@ def fetch(target: Target, *, force: bool = False, say=print) -> bool:
 
 
 def add_fetch_data_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("names", nargs="+", help="paper, K-and-K/knights-and-knaves, deepscaler, "
-                        "math500..., flashrag:<subset>[+<subset>]")
+    parser.add_argument(
+        "names",
+        nargs="+",
+        help="paper, K-and-K/knights-and-knaves, deepscaler, "
+        "math500..., flashrag:<subset>[+<subset>]",
+    )
     parser.add_argument("--force", action="store_true", help="fetch again even when present")
 
 
@@ -106,4 +116,3 @@ def run_fetch_data(args: argparse.Namespace) -> int:
     for t in todo:
         fetch(t, force=args.force)
     return 0
-

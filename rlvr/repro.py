@@ -21,6 +21,7 @@ Variables (documented by each library):
   the number of threads for the functions that support it.
 - ``ONEDNN_MAX_CPU_ISA``: oneDNN developer guide, "CPU Dispatcher Control"; value ``AVX2``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,8 +40,20 @@ REPRODUCIBLE_ENV = {
 MODE_VAR = "RLVR_KERNELS"
 MODES = ("reproducible", "native")
 #: CPU flags worth recording: the ISA extensions the kernels above choose between.
-FLAGS_OF_INTEREST = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
-                     "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
+FLAGS_OF_INTEREST = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_bf16",
+)
 
 
 def requested_mode() -> str:
@@ -69,15 +82,19 @@ def apply_kernel_mode(mode: str | None = None) -> str:
     if mode == "reproducible":
         import sys
 
-        if "torch" in sys.modules and any(os.environ.get(k) != v
-                                          for k, v in REPRODUCIBLE_ENV.items()):
+        if "torch" in sys.modules and any(
+            os.environ.get(k) != v for k, v in REPRODUCIBLE_ENV.items()
+        ):
             # Too late for this process (the libraries have read their variables): say so, once;
             # the record (``effective_mode``) then shows what the kernels really were.
             global _warned_late
             if not _warned_late:
                 _warned_late = True
-                print(f"[rlvr] torch was imported before the {mode} kernel mode could be set: "
-                      "this process runs the processor's native kernels", file=sys.stderr)
+                print(
+                    f"[rlvr] torch was imported before the {mode} kernel mode could be set: "
+                    "this process runs the processor's native kernels",
+                    file=sys.stderr,
+                )
             return "native"
         os.environ.update(REPRODUCIBLE_ENV)
     os.environ[MODE_VAR] = mode
@@ -90,8 +107,9 @@ def effective_mode() -> str:
     import torch
 
     held = all(os.environ.get(k) == v for k, v in REPRODUCIBLE_ENV.items())
-    return ("reproducible" if held and torch.backends.cpu.get_cpu_capability() == "AVX2"
-            else "native")
+    return (
+        "reproducible" if held and torch.backends.cpu.get_cpu_capability() == "AVX2" else "native"
+    )
 
 
 def is_x86() -> bool:
@@ -138,9 +156,11 @@ def machine_info() -> dict[str, Any]:
 
 def machine_line(info: dict[str, Any]) -> str:
     """One line for a report: ``AMD EPYC (x86_64, 2 cores; avx2 fma ...), kernels ...``."""
-    return (f"{info['cpu']} ({info['arch']}, {info['cores']} cores; {' '.join(info['flags'])}), "
-            f"kernel mode {info['kernel_mode']} (ATen {info['aten_cpu_capability']}), "
-            f"{info['torch_threads']} torch thread(s)")
+    return (
+        f"{info['cpu']} ({info['arch']}, {info['cores']} cores; {' '.join(info['flags'])}), "
+        f"kernel mode {info['kernel_mode']} (ATen {info['aten_cpu_capability']}), "
+        f"{info['torch_threads']} torch thread(s)"
+    )
 
 
 def state_dict_sha256(state_dict) -> str:
@@ -178,9 +198,12 @@ def _worker_info() -> dict[str, Any]:
 
 
 def add_machine_arguments(parser) -> None:
-    parser.add_argument("--worker", action="store_true",
-                        help="also report what a worker process (spawned as rlvr reproduce "
-                             "--jobs spawns them) sees")
+    parser.add_argument(
+        "--worker",
+        action="store_true",
+        help="also report what a worker process (spawned as rlvr reproduce "
+        "--jobs spawns them) sees",
+    )
 
 
 def run_machine(args) -> int:
@@ -198,6 +221,18 @@ def run_machine(args) -> int:
     return 0
 
 
-__all__ = ["FLAGS_OF_INTEREST", "MODES", "MODE_VAR", "REPRODUCIBLE_ENV", "add_machine_arguments",
-           "apply_kernel_mode", "effective_mode", "is_x86", "machine_info", "machine_line",
-           "run_machine", "state_dict_sha256", "weights_sha256"]
+__all__ = [
+    "FLAGS_OF_INTEREST",
+    "MODES",
+    "MODE_VAR",
+    "REPRODUCIBLE_ENV",
+    "add_machine_arguments",
+    "apply_kernel_mode",
+    "effective_mode",
+    "is_x86",
+    "machine_info",
+    "machine_line",
+    "run_machine",
+    "state_dict_sha256",
+    "weights_sha256",
+]

@@ -18,6 +18,7 @@
 Without CUDA (or with ``GPU_CHECK_DEVICE=cpu``) a reduced variant runs everything on the CPU in
 fp32 (short SFT and runs, no memory comparison), so that this file is known to run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,15 @@ def reward_spread(model, tok, n: int = 64) -> float:
 
     envs = [traces.make_env("kk", KK, "train") for _ in range(n)]
     prompts = [e.reset(seed=i // 8)[0] for i, e in enumerate(envs)]
-    eps = run_episodes(HFBackend(model, tok), tok, envs, prompts, SamplingParams(max_new_tokens=96),
-                       max_response_tokens=96, seed=0)
+    eps = run_episodes(
+        HFBackend(model, tok),
+        tok,
+        envs,
+        prompts,
+        SamplingParams(max_new_tokens=96),
+        max_response_tokens=96,
+        seed=0,
+    )
     return float(torch.tensor([e.reward for e in eps]).std())
 
 
@@ -69,13 +77,21 @@ def build_base(out: Path, steps: int, device: torch.device, rounds: int) -> Path
     model.to(device)
     stream = traces.example_stream("kk", {**KK, "think": "none"}, seed=0)
     for r in range(rounds):
-        stats = sft(model, tok, stream, SFTConfig(steps=steps, batch_size=32, lr=3e-3,
-                                                  warmup_steps=10, seed=r, max_length=1024),
-                    progress=False)
+        stats = sft(
+            model,
+            tok,
+            stream,
+            SFTConfig(
+                steps=steps, batch_size=32, lr=3e-3, warmup_steps=10, seed=r, max_length=1024
+            ),
+            progress=False,
+        )
         spread = reward_spread(model, tok)
-        log(f"base: micro + {(r + 1) * steps} SFT steps on {device.type} "
+        log(
+            f"base: micro + {(r + 1) * steps} SFT steps on {device.type} "
             f"({time.perf_counter() - t0:.1f} s, loss {stats['loss_ema']}); sampled reward std "
-            f"{spread:.3f}")
+            f"{spread:.3f}"
+        )
         if spread > 0:
             break
     model.to("cpu").save_pretrained(out)
@@ -102,8 +118,11 @@ def teacher_forced(model, batch, device: torch.device, autocast: bool, grad: boo
 
     model.zero_grad(set_to_none=True)
     lps = []
-    ctx = (torch.autocast(device.type, dtype=torch.bfloat16) if autocast
-           else torch.autocast(device.type, enabled=False))
+    ctx = (
+        torch.autocast(device.type, dtype=torch.bfloat16)
+        if autocast
+        else torch.autocast(device.type, enabled=False)
+    )
     with torch.set_grad_enabled(grad), ctx:
         for prompt, resp in batch:
             ids = torch.tensor([prompt + resp], device=device)
@@ -111,8 +130,17 @@ def teacher_forced(model, batch, device: torch.device, autocast: bool, grad: boo
             if grad:
                 stats.logprobs.float().sum().backward()
             lps.append(stats.logprobs.detach().float().cpu()[0])
-    g = (torch.cat([p.grad.detach().float().cpu().flatten() for p in model.parameters()
-                    if p.grad is not None]) if grad else None)
+    g = (
+        torch.cat(
+            [
+                p.grad.detach().float().cpu().flatten()
+                for p in model.parameters()
+                if p.grad is not None
+            ]
+        )
+        if grad
+        else None
+    )
     return torch.cat(lps), g
 
 
@@ -131,31 +159,61 @@ def numerics(base: Path, device: torch.device) -> None:
     lp_dev, g_dev = teacher_forced(dev, batch, device, mixed, True)
     diff = (lp_dev - lp_ref).abs()
     cos = float(torch.nn.functional.cosine_similarity(g_dev, g_ref, dim=0))
-    log(f"teacher-forced log-probs ({'bf16 autocast' if mixed else 'fp32'} vs CPU fp32, "
+    log(
+        f"teacher-forced log-probs ({'bf16 autocast' if mixed else 'fp32'} vs CPU fp32, "
         f"{lp_ref.numel()} tokens): mean |diff| {diff.mean():.4f}, max {diff.max():.4f}; "
-        f"gradient cosine with checkpointing {cos:.5f}")
+        f"gradient cosine with checkpointing {cos:.5f}"
+    )
     check(float(diff.mean()) < (0.05 if mixed else 1e-4), "log-probs agree with CPU fp32")
     check(cos > (0.99 if mixed else 0.99999), "gradient (checkpointed) agrees with CPU fp32")
 
 
-def train(base: Path, out: Path, *, device: str, dtype: str, steps: int, ckpt: bool,
-          prompts: int, group: int, **extra):
+def train(
+    base: Path,
+    out: Path,
+    *,
+    device: str,
+    dtype: str,
+    steps: int,
+    ckpt: bool,
+    prompts: int,
+    group: int,
+    **extra,
+):
     from rlvr.agents.train_config import load_train_config
     from rlvr.agents.trainer import Trainer
 
-    cfg = load_train_config({
-        "profile": "micro", "env": "kk", "algo": "grpo_sg", "model": str(base), "seed": 0,
-        "out": str(out), "device": device, "dtype": dtype, "gradient_checkpointing": ckpt,
-        "steps": steps, "prompts_per_step": prompts, "group_size": group, "num_threads": 0,
-        "progress": False, "save_every": 0, "env_kwargs": dict(KK),
-        "rollout": {"max_prompt_tokens": 384, "max_response_tokens": 96}, **extra})
+    cfg = load_train_config(
+        {
+            "profile": "micro",
+            "env": "kk",
+            "algo": "grpo_sg",
+            "model": str(base),
+            "seed": 0,
+            "out": str(out),
+            "device": device,
+            "dtype": dtype,
+            "gradient_checkpointing": ckpt,
+            "steps": steps,
+            "prompts_per_step": prompts,
+            "group_size": group,
+            "num_threads": 0,
+            "progress": False,
+            "save_every": 0,
+            "env_kwargs": dict(KK),
+            "rollout": {"max_prompt_tokens": 384, "max_response_tokens": 96},
+            **extra,
+        }
+    )
     trainer = Trainer(cfg)
     start = {n: p.detach().float().cpu().clone() for n, p in trainer.model.named_parameters()}
     t0 = time.perf_counter()
     records = trainer.train()
     wall = time.perf_counter() - t0
-    moved = sum(int((p.detach().float().cpu() != start[n]).sum())
-                for n, p in trainer.model.named_parameters())
+    moved = sum(
+        int((p.detach().float().cpu() != start[n]).sum())
+        for n, p in trainer.model.named_parameters()
+    )
     total = sum(v.numel() for v in start.values())
     dtypes = {str(p.dtype) for p in trainer.model.parameters()}
     return records, moved / total, dtypes, wall
@@ -163,8 +221,10 @@ def train(base: Path, out: Path, *, device: str, dtype: str, steps: int, ckpt: b
 
 def summary(records) -> str:
     r = records[0]
-    return (f"reward {r['reward/mean']:.3f} (std {r['reward/std']:.3f}), logprob/mean "
-            f"{r['logprob/mean']:.3f}, response_length {r['response_length']:.1f}")
+    return (
+        f"reward {r['reward/mean']:.3f} (std {r['reward/std']:.3f}), logprob/mean "
+        f"{r['logprob/mean']:.3f}, response_length {r['response_length']:.1f}"
+    )
 
 
 def main() -> int:
@@ -175,8 +235,10 @@ def main() -> int:
     cuda = torch.cuda.is_available() and args.device != "cpu"
     device = torch.device("cuda" if cuda else "cpu")
     full = cuda
-    log(f"device {torch.cuda.get_device_name(0) if cuda else 'cpu'}; torch {torch.__version__}; "
-        f"{'full check' if full else 'reduced CPU variant'}")
+    log(
+        f"device {torch.cuda.get_device_name(0) if cuda else 'cpu'}; torch {torch.__version__}; "
+        f"{'full check' if full else 'reduced CPU variant'}"
+    )
     work = Path(args.work or tempfile.mkdtemp(prefix="rlvr-gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
     base = build_base(work / "base", 300 if full else 20, device, rounds=4 if full else 1)
@@ -186,41 +248,78 @@ def main() -> int:
     dtype = "bfloat16" if cuda else "float32"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    recs, moved, dtypes, wall = train(base, work / "dev", device=device.type, dtype=dtype,
-                                      steps=steps, ckpt=True, prompts=prompts, group=group)
-    peak = torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else float("nan")
+    recs, moved, dtypes, wall = train(
+        base,
+        work / "dev",
+        device=device.type,
+        dtype=dtype,
+        steps=steps,
+        ckpt=True,
+        prompts=prompts,
+        group=group,
+    )
+    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else float("nan")
     step_s = [r["time/step_s"] for r in recs]
-    log(f"{device.type} {dtype} + checkpointing: {steps} steps in {wall:.1f} s; step time "
+    log(
+        f"{device.type} {dtype} + checkpointing: {steps} steps in {wall:.1f} s; step time "
         f"median {sorted(step_s)[len(step_s) // 2]:.3f} s; tokens/s "
-        f"{sum(r['tokens/s'] for r in recs) / len(recs):.0f}; peak memory {peak:.0f} MiB")
+        f"{sum(r['tokens/s'] for r in recs) / len(recs):.0f}; peak memory {peak:.0f} MiB"
+    )
     log(f"step 1 on {device.type}: {summary(recs)}; last step reward {recs[-1]['reward/mean']:.3f}")
     finite = all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in recs)
     check(finite, "every loss and gradient norm is finite")
     check(dtypes == {"torch.float32"}, f"parameters stay fp32 under dtype={dtype} ({dtypes})")
     if any(r["grad_norm"] > 0 for r in recs) or full:
         zero = recs[0]["groups/zero_std"]
-        check(moved > 0.5, f"training moved the weights ({moved:.1%} of parameters changed; "
-                           f"share of groups with equal rewards at step 1: {zero:.2f})")
+        check(
+            moved > 0.5,
+            f"training moved the weights ({moved:.1%} of parameters changed; "
+            f"share of groups with equal rewards at step 1: {zero:.2f})",
+        )
     else:
         log("SKIP weights-moved check: the short CPU base gives equal rewards in every group")
 
-    cpu_recs, _, _, _ = train(base, work / "cpu", device="cpu", dtype="float32", steps=2,
-                              ckpt=False, prompts=prompts, group=group)
+    cpu_recs, _, _, _ = train(
+        base,
+        work / "cpu",
+        device="cpu",
+        dtype="float32",
+        steps=2,
+        ckpt=False,
+        prompts=prompts,
+        group=group,
+    )
     log(f"step 1 on cpu fp32: {summary(cpu_recs)}")
     a, b = recs[0], cpu_recs[0]
-    check(abs(a["reward/mean"] - b["reward/mean"]) <= (1.0 if cuda else 1e-6),
-          "step-1 reward agrees with the CPU fp32 run (same seed; sampling noise on GPU)")
-    check(abs(a["logprob/mean"] - b["logprob/mean"]) <= (0.3 if cuda else 1e-4),
-          "step-1 mean token log-prob agrees with the CPU fp32 run")
+    check(
+        abs(a["reward/mean"] - b["reward/mean"]) <= (1.0 if cuda else 1e-6),
+        "step-1 reward agrees with the CPU fp32 run (same seed; sampling noise on GPU)",
+    )
+    check(
+        abs(a["logprob/mean"] - b["logprob/mean"]) <= (0.3 if cuda else 1e-4),
+        "step-1 mean token log-prob agrees with the CPU fp32 run",
+    )
 
-    small, small_moved, _, _ = train(base, work / "small-lr", device=device.type, dtype=dtype,
-                                     steps=3, ckpt=True, prompts=prompts, group=group,
-                                     optim={"lr": 1e-5})
+    small, small_moved, _, _ = train(
+        base,
+        work / "small-lr",
+        device=device.type,
+        dtype=dtype,
+        steps=3,
+        ckpt=True,
+        prompts=prompts,
+        group=group,
+        optim={"lr": 1e-5},
+    )
     stepped = sum(r["update/optimizer_steps"] for r in small) and any(
-        r["grad_norm"] > 0 for r in small)
+        r["grad_norm"] > 0 for r in small
+    )
     if stepped:
-        check(small_moved > 0.5, f"lr 1e-5 updates are kept ({small_moved:.1%} of parameters "
-                                 "changed; bf16 weights would round them away)")
+        check(
+            small_moved > 0.5,
+            f"lr 1e-5 updates are kept ({small_moved:.1%} of parameters "
+            "changed; bf16 weights would round them away)",
+        )
     else:
         log("SKIP lr 1e-5 check: no gradient in its 3 steps (equal rewards in every group)")
 
@@ -229,15 +328,34 @@ def main() -> int:
         for ckpt in (False, True):
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-            train(base, work / f"mem-{ckpt}", device="cuda", dtype=dtype, steps=1, ckpt=ckpt,
-                  prompts=32, group=8, rollout={"max_prompt_tokens": 384,
-                                                "max_response_tokens": 256})
-            peaks[ckpt] = torch.cuda.max_memory_allocated() / 2 ** 20
-        log(f"one step, 256 episodes: peak {peaks[False]:.0f} MiB without checkpointing, "
-            f"{peaks[True]:.0f} MiB with")
+            train(
+                base,
+                work / f"mem-{ckpt}",
+                device="cuda",
+                dtype=dtype,
+                steps=1,
+                ckpt=ckpt,
+                prompts=32,
+                group=8,
+                rollout={"max_prompt_tokens": 384, "max_response_tokens": 256},
+            )
+            peaks[ckpt] = torch.cuda.max_memory_allocated() / 2**20
+        log(
+            f"one step, 256 episodes: peak {peaks[False]:.0f} MiB without checkpointing, "
+            f"{peaks[True]:.0f} MiB with"
+        )
         check(peaks[True] < 0.9 * peaks[False], "gradient checkpointing lowers peak memory")
-    print(json.dumps({"device": device.type, "failures": FAILURES, "steps": steps,
-                      "peak_MiB": None if not cuda else round(peak)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "device": device.type,
+                "failures": FAILURES,
+                "steps": steps,
+                "peak_MiB": None if not cuda else round(peak),
+            }
+        ),
+        flush=True,
+    )
     return 1 if FAILURES else 0
 
 

@@ -1,6 +1,7 @@
 """Small stand-ins shared by the policy/rollout/trainer tests: toy envs whose rewards vary under a
 random model (so advantages are non-zero), a multi-turn env with a fixed observation, and a
 scripted backend that replays given turn texts."""
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -30,8 +31,13 @@ class LetterEnv(gym.Env):
             raise RuntimeError("verifier crashed")
         text = coerce_text(action)
         share = sum(c.isascii() and c.isalpha() for c in text) / max(1, len(text))
-        return "", float(share), True, False, {"correct": share > 0.1,
-                                               "reward_components": {"letters": share}}
+        return (
+            "",
+            float(share),
+            True,
+            False,
+            {"correct": share > 0.1, "reward_components": {"letters": share}},
+        )
 
 
 class ToolEnv(gym.Env):

@@ -1,5 +1,6 @@
 """Shared test fixtures. Evaluation data is read from ``../shared/data`` (never copied into the
 repository); tests that need it skip cleanly when it is absent."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Group-relative advantages: hand values, Dr.GRPO, groups of one, registry, bad input."""
+
 from __future__ import annotations
 
 import pytest

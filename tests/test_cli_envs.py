@@ -1,4 +1,5 @@
 """``rlvr sample`` / ``rlvr score``: the environments from the command line."""
+
 from __future__ import annotations
 
 import json
@@ -13,13 +14,17 @@ def _answer(gt: dict) -> str:
 
 def test_sample_then_score_kk(tmp_path, capsys):
     tasks = tmp_path / "tasks.jsonl"
-    assert main(["sample", "--env", "kk", "-n", "3", "--seed", "5", "--out", str(tasks),
-                 "n_people=3"]) == 0
+    assert (
+        main(["sample", "--env", "kk", "-n", "3", "--seed", "5", "--out", str(tasks), "n_people=3"])
+        == 0
+    )
     recs = [json.loads(l) for l in tasks.read_text().splitlines()]
     assert [r["seed"] for r in recs] == [5, 6, 7] and all(r["n_people"] == 3 for r in recs)
     # Right, wrong, and a malformed line.
-    lines = [dict(recs[0], response=_answer(recs[0]["ground_truth"])),
-             dict(recs[1], response="<answer>nonsense</answer>")]
+    lines = [
+        dict(recs[0], response=_answer(recs[0]["ground_truth"])),
+        dict(recs[1], response="<answer>nonsense</answer>"),
+    ]
     inp = tmp_path / "resp.jsonl"
     inp.write_text("\n".join(json.dumps(l) for l in lines) + "\n{not json\n")
     out = tmp_path / "scored.jsonl"
@@ -35,8 +40,23 @@ def test_sample_then_score_kk(tmp_path, capsys):
 def test_sample_is_deterministic(tmp_path):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     for p in (a, b):
-        assert main(["sample", "--env", "math", "-n", "4", "--seed", "1", "--out", str(p),
-                     "dataset=synthetic"]) == 0
+        assert (
+            main(
+                [
+                    "sample",
+                    "--env",
+                    "math",
+                    "-n",
+                    "4",
+                    "--seed",
+                    "1",
+                    "--out",
+                    str(p),
+                    "dataset=synthetic",
+                ]
+            )
+            == 0
+        )
     assert a.read_text() == b.read_text()
 
 
@@ -48,10 +68,12 @@ def test_version(capsys):
 def test_bad_env_arguments_are_one_line_exit_2(tmp_path, capsys):
     src = tmp_path / "in.jsonl"
     src.write_text('{"response": "x", "ground_truth": "1"}\n')
-    for argv, needle in ((["sample", "--env", "kk", "n_people=0"], "n_people"),
-                         (["sample", "--env", "math", "bogus=1"], "bogus"),
-                         (["score", "--env", "math", str(src), "timeout_s=.nan"], "timeout_s"),
-                         (["score", "--env", "kk", str(src), "bogus=1"], "bogus")):
+    for argv, needle in (
+        (["sample", "--env", "kk", "n_people=0"], "n_people"),
+        (["sample", "--env", "math", "bogus=1"], "bogus"),
+        (["score", "--env", "math", str(src), "timeout_s=.nan"], "timeout_s"),
+        (["score", "--env", "kk", str(src), "bogus=1"], "bogus"),
+    ):
         capsys.readouterr()
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()

@@ -1,4 +1,5 @@
 """rlvr.config: typed dataclass configs with YAML profiles and key=value overrides."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,8 +27,17 @@ class Cfg:
 
 
 def test_overrides_nested_and_typed():
-    cfg = load_config(Cfg, overrides=["optim.lr=1e-6", "optim.steps=3", "mode=b", "flag=true",
-                                      "sizes=[3,4]", "note=hi"])
+    cfg = load_config(
+        Cfg,
+        overrides=[
+            "optim.lr=1e-6",
+            "optim.steps=3",
+            "mode=b",
+            "flag=true",
+            "sizes=[3,4]",
+            "note=hi",
+        ],
+    )
     assert cfg.optim.lr == 1e-6 and cfg.optim.steps == 3
     assert cfg.mode == "b" and cfg.flag is True and cfg.sizes == [3, 4] and cfg.note == "hi"
 
@@ -37,10 +47,16 @@ def test_comma_list_and_none():
     assert cfg.sizes == [5, 6] and cfg.note is None
 
 
-@pytest.mark.parametrize("item, key", [
-    ("optim.lrr=1", "optim.lrr"), ("mode=c", "mode"), ("optim.steps=1.5", "optim.steps"),
-    ("flag=maybe", "flag"), ("optim.lr=fast", "optim.lr"),
-])
+@pytest.mark.parametrize(
+    "item, key",
+    [
+        ("optim.lrr=1", "optim.lrr"),
+        ("mode=c", "mode"),
+        ("optim.steps=1.5", "optim.steps"),
+        ("flag=maybe", "flag"),
+        ("optim.lr=fast", "optim.lr"),
+    ],
+)
 def test_bad_overrides_name_the_key(item, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(Cfg, overrides=[item])

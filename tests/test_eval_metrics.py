@@ -1,4 +1,5 @@
 """Hand-checked tests of rlvr.eval.metrics."""
+
 from __future__ import annotations
 
 import itertools
@@ -59,10 +60,23 @@ def test_em_f1_squad_conventions():
 def _records():
     rec = []
     # item a (3 people): greedy right, 2/4 samples right; item b (4 people): greedy wrong, 0/4.
-    for item, group, greedy, samples in (("a", 3, True, [1, 1, 0, 0]), ("b", 4, False, [0, 0, 0, 0])):
-        rec.append({"item": item, "group": group, "mode": "greedy", "correct": greedy, "reward": 3.0 if greedy else -1.0})
+    for item, group, greedy, samples in (
+        ("a", 3, True, [1, 1, 0, 0]),
+        ("b", 4, False, [0, 0, 0, 0]),
+    ):
+        rec.append(
+            {
+                "item": item,
+                "group": group,
+                "mode": "greedy",
+                "correct": greedy,
+                "reward": 3.0 if greedy else -1.0,
+            }
+        )
         for j, s in enumerate(samples):
-            rec.append({"item": item, "group": group, "mode": "sample", "sample": j, "correct": bool(s)})
+            rec.append(
+                {"item": item, "group": group, "mode": "sample", "sample": j, "correct": bool(s)}
+            )
     return rec
 
 

@@ -1,4 +1,5 @@
 """The evaluation runner on the micro model and the K&K env (seconds)."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,15 @@ from rlvr.eval import runner as R
 from rlvr.eval.cli import format_summary
 from rlvr.models import build_micro
 
-KK = dict(env="kk", group_by="n_people", group_values=[3, 4], n_items=2,
-          env_kwargs={"template": "plain"}, max_new_tokens=6, batch_size=4)
+KK = dict(
+    env="kk",
+    group_by="n_people",
+    group_values=[3, 4],
+    n_items=2,
+    env_kwargs={"template": "plain"},
+    max_new_tokens=6,
+    batch_size=4,
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +34,16 @@ def test_records_summary_and_jsonl(micro, tmp_path):
     res = R.evaluate(cfg, model, tok, progress=False)
     assert len(res.records) == 2 * 2 * (1 + 3)
     r0 = res.records[0]
-    assert {"item", "group", "mode", "response", "reward", "correct", "ground_truth", "n_people"} <= set(r0)
+    assert {
+        "item",
+        "group",
+        "mode",
+        "response",
+        "reward",
+        "correct",
+        "ground_truth",
+        "n_people",
+    } <= set(r0)
     assert set(res.summary) == {"3", "4", "all"}
     assert {"greedy", "avg@3", "pass@1", "pass@2", "pass@3"} <= set(res.summary["all"])
     R.save_result(res, tmp_path)
@@ -57,13 +74,22 @@ def test_accuracy_counts_with_an_oracle(micro, monkeypatch):
         answers[tuple(tok.encode(prompt, add_special_tokens=False))] = good if i % 2 == 0 else "no"
 
     def fake(model, tokenizer, cfg):
-        return (lambda ctxs, temp, seed: [R.Completion(answers[tuple(c)], [1], "eos") for c in ctxs]), "oracle"
+        return (
+            lambda ctxs, temp, seed: [R.Completion(answers[tuple(c)], [1], "eos") for c in ctxs]
+        ), "oracle"
 
     monkeypatch.setattr(R, "make_generate_fn", fake)
     cfg = R.EvalConfig(env="kk", env_kwargs={"template": "plain", "n_people": 3}, n_items=4, k=2)
     res = R.evaluate(cfg, model, tok, progress=False)
-    assert res.metric("greedy") == 0.5 and res.metric("avg@2") == 0.5 and res.metric("pass@2") == 0.5
-    assert [r["correct"] for r in res.records if r["mode"] == "greedy"] == [True, False, True, False]
+    assert (
+        res.metric("greedy") == 0.5 and res.metric("avg@2") == 0.5 and res.metric("pass@2") == 0.5
+    )
+    assert [r["correct"] for r in res.records if r["mode"] == "greedy"] == [
+        True,
+        False,
+        True,
+        False,
+    ]
 
 
 def test_config_errors():
@@ -79,7 +105,21 @@ def test_rlvr_eval_command(tmp_path, capsys):
     from rlvr.cli import main
 
     out = tmp_path / "ev"
-    assert main(["eval", "model=micro", "env=kk", "n_items=2", "max_new_tokens=4", "k=2",
-                 "env_kwargs={template: plain, n_people: 3}", f"out={out}", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "model=micro",
+                "env=kk",
+                "n_items=2",
+                "max_new_tokens=4",
+                "k=2",
+                "env_kwargs={template: plain, n_people: 3}",
+                f"out={out}",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert len(R.read_jsonl(out / "responses.jsonl")) == 2 * 3
     assert "| all | 2 |" in capsys.readouterr().out

@@ -1,4 +1,5 @@
 """Hand-checked tests of rlvr.eval.stats."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +16,9 @@ def test_bootstrap_contains_mean_and_narrows_with_n():
     for ci, x in ((a, small), (b, large)):
         assert ci.low <= ci.mean <= ci.high
         assert ci.mean == pytest.approx(x.mean())
-    assert (b.high - b.low) < (a.high - a.low) / 5  # width ~ 1/sqrt(n): 100x the data, ~10x narrower
+    assert (b.high - b.low) < (
+        a.high - a.low
+    ) / 5  # width ~ 1/sqrt(n): 100x the data, ~10x narrower
     # Normal theory: the 95% half-width is about 1.96 * sd / sqrt(n).
     assert (b.high - b.low) / 2 == pytest.approx(1.96 * large.std() / np.sqrt(1000), rel=0.1)
 

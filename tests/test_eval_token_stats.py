@@ -1,4 +1,5 @@
 """Tests of rlvr.eval.token_stats: per-token probabilities and the merge into words."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,7 +39,9 @@ def test_token_probabilities_match_full_softmax():
     probs = T.token_probabilities(model, prompt, response, chunk=4)
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([prompt + response])).logits[0]
-    ref = torch.softmax(logits[len(prompt) - 1:-1], -1)[torch.arange(len(response)), torch.tensor(response)]
+    ref = torch.softmax(logits[len(prompt) - 1 : -1], -1)[
+        torch.arange(len(response)), torch.tensor(response)
+    ]
     assert probs.shape == (len(response),)
     assert np.allclose(probs, ref.numpy(), atol=1e-5)
     stats = T.collect_word_stats(model, tok, [(prompt, response)])

@@ -1,4 +1,5 @@
 """The text-episode layer the TRL, verifiers and OpenEnv adapters share (no third-party stack)."""
+
 from __future__ import annotations
 
 import math
@@ -63,7 +64,10 @@ def test_rows_errors_and_jsonable():
     with pytest.raises(ValueError, match="index"):
         Episode("kk").reset(index="3")
     assert jsonable({"a": (1, 2.5), 3: {math.nan}, "o": object}) == {
-        "a": [1, 2.5], "3": [None], "o": str(object)}
+        "a": [1, 2.5],
+        "3": [None],
+        "o": str(object),
+    }
 
 
 class EchoEnv(gym.Env):
@@ -91,8 +95,11 @@ def test_a_newly_registered_env_appears_in_the_adapters_without_code(monkeypatch
 
     monkeypatch.setitem(envs.ENV_IDS, "rlvr/Echo-v0", f"{__name__}:EchoEnv")
     monkeypatch.setitem(envs.ENV_NAMES, "echo", ("rlvr/Echo-v0", "rlvr.envs.kk:score"))
-    monkeypatch.setitem(envs.ENV_TOOLS, "rlvr/Echo-v0", (
-        Tool("ask", "text", "<ask>{}</ask>", "Ask something.", "What to ask.", "The echo."),))
+    monkeypatch.setitem(
+        envs.ENV_TOOLS,
+        "rlvr/Echo-v0",
+        (Tool("ask", "text", "<ask>{}</ask>", "Ask something.", "What to ask.", "The echo."),),
+    )
     gym.register(id="rlvr/Echo-v0", entry_point=EchoEnv, disable_env_checker=True)
     try:
         assert "echo" in env_names()

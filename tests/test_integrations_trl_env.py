@@ -1,5 +1,6 @@
 """TRL environment classes built from the env registry, without TRL (the real GRPOTrainer run is
 in tests/integrations/trl_check.py)."""
+
 from __future__ import annotations
 
 import inspect
@@ -18,8 +19,9 @@ from rlvr.integrations.trl_env import (
 
 def public_methods(cls) -> list[str]:
     # what GRPOTrainer lists: functions on the class, minus private ones
-    return sorted(n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
-                  if not n.startswith("_"))
+    return sorted(
+        n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction) if not n.startswith("_")
+    )
 
 
 def test_one_class_per_registered_env_with_its_tools():
@@ -46,12 +48,15 @@ def test_search_tool_and_episode_reward():
     with pytest.raises(ValueError, match="query"):
         a.search(q="x")
     gold = info["ground_truth"][0]
-    done = [{"role": "assistant", "content": "", "tool_calls": []},
-            {"role": "tool", "name": "search", "content": "..."},
-            {"role": "assistant", "content": f"<answer> {gold} </answer>"}]
+    done = [
+        {"role": "assistant", "content": "", "tool_calls": []},
+        {"role": "tool", "name": "search", "content": "..."},
+        {"role": "assistant", "content": f"<answer> {gold} </answer>"},
+    ]
     metrics = {}
-    assert episode_reward(["p", "p"], [done, done], environments=[a, b],
-                          log_metric=metrics.__setitem__) == [1.0, 0.0]  # b was truncated
+    assert episode_reward(
+        ["p", "p"], [done, done], environments=[a, b], log_metric=metrics.__setitem__
+    ) == [1.0, 0.0]  # b was truncated
     assert metrics == {"searchqa/em": 0.5, "searchqa/f1": 0.5, "searchqa/format": 0.5}
     with pytest.raises(ValueError, match="environment_factory"):
         episode_reward(["p"], ["x"])

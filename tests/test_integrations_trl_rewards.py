@@ -1,4 +1,5 @@
 """TRL reward functions on plain strings and message lists (no TRL needed)."""
+
 from __future__ import annotations
 
 import pytest
@@ -48,11 +49,18 @@ def test_kk_reward_strings_and_messages(kk_rows):
 
 
 def test_math_and_searchqa_rewards():
-    out = math_reward(["p"] * 3, ["\\boxed{1/2}", "\\boxed{0.5}", "\\boxed{3}"], ground_truth=["\\frac{1}{2}"] * 3,
-                      require_think=[False, False, True])
+    out = math_reward(
+        ["p"] * 3,
+        ["\\boxed{1/2}", "\\boxed{0.5}", "\\boxed{3}"],
+        ground_truth=["\\frac{1}{2}"] * 3,
+        require_think=[False, False, True],
+    )
     assert out == [1.0, 1.0, 0.0]
-    assert searchqa_reward(["p", "p"], ["<answer>The Paris</answer>", "<answer>Rome</answer>"],
-                           ground_truth=[["Paris"], {"target": ["Paris"]}]) == [1.0, 0.0]
+    assert searchqa_reward(
+        ["p", "p"],
+        ["<answer>The Paris</answer>", "<answer>Rome</answer>"],
+        ground_truth=[["Paris"], {"target": ["Paris"]}],
+    ) == [1.0, 0.0]
     assert reward_func("math") is math_reward
     with pytest.raises(ValueError, match="env"):
         reward_func("chess")
@@ -60,7 +68,11 @@ def test_math_and_searchqa_rewards():
 
 def test_completion_text_skips_tool_turns():
     completion = [
-        {"role": "assistant", "content": "<think>look it up</think>", "tool_calls": [{"name": "search"}]},
+        {
+            "role": "assistant",
+            "content": "<think>look it up</think>",
+            "tool_calls": [{"name": "search"}],
+        },
         {"role": "tool", "name": "search", "content": "Doc 1(Title: x) <answer>Berlin</answer>"},
         {"role": "assistant", "content": "<answer>Paris</answer>"},
     ]
@@ -75,7 +87,10 @@ class FakeRetriever:
 
     def search(self, queries, k=3):
         self.queries += list(queries)
-        return [[Hit(Passage(str(i), f"T{i}", f"text {q}"), 1.0 - i / 10, i) for i in range(k)] for q in queries]
+        return [
+            [Hit(Passage(str(i), f"T{i}", f"text {q}"), 1.0 - i / 10, i) for i in range(k)]
+            for q in queries
+        ]
 
 
 def test_search_tool_environment():
@@ -83,7 +98,10 @@ def test_search_tool_environment():
     env = search_environment_factory(retriever, top_k=2, max_calls=2)()
     assert isinstance(env, SearchToolEnvironment)
     assert env.reset(prompt="q", ground_truth=["a"]) is None
-    assert env.search("capital of France") == "Doc 1(Title: T0) text capital of France\nDoc 2(Title: T1) text capital of France"
+    assert (
+        env.search("capital of France")
+        == "Doc 1(Title: T0) text capital of France\nDoc 2(Title: T1) text capital of France"
+    )
     assert env.search("  ") == "Empty query: write what to search for."
     assert env.search("third").startswith("Search limit reached")
     env.reset()

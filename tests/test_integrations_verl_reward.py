@@ -1,11 +1,17 @@
 """verl reward dispatch and parquet export (no verl needed: these are plain functions)."""
+
 from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
 
 from rlvr.cli import main as cli_main
-from rlvr.integrations.verl_data import encode_ground_truth, parse_env_args, verl_rows, write_parquet
+from rlvr.integrations.verl_data import (
+    encode_ground_truth,
+    parse_env_args,
+    verl_rows,
+    write_parquet,
+)
 from rlvr.integrations.verl_reward import compute_score, compute_score_batch, env_for
 
 
@@ -47,7 +53,13 @@ def test_parquet_schema_round_trip(tmp_path, kk_rows, math_rows):
     for name, rows in (("kk", kk_rows), ("math", math_rows)):
         path = write_parquet(rows, tmp_path / f"{name}.parquet")
         table = pq.read_table(path)
-        assert table.column_names == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+        assert table.column_names == [
+            "data_source",
+            "prompt",
+            "ability",
+            "reward_model",
+            "extra_info",
+        ]
         back = table.to_pylist()
         assert back == rows
         for row in back:
@@ -59,7 +71,9 @@ def test_parquet_schema_round_trip(tmp_path, kk_rows, math_rows):
     assert all(r["extra_info"]["prefilled_think"] is False for r in kk_rows)
     # same seed -> same rows; different index -> different tasks
     assert list(verl_rows("kk", 3, split="test", seed=0, env_kwargs={"n_people": 3})) == kk_rows
-    assert len({r["reward_model"]["ground_truth"] + r["prompt"][1]["content"] for r in kk_rows}) == 3
+    assert (
+        len({r["reward_model"]["ground_truth"] + r["prompt"][1]["content"] for r in kk_rows}) == 3
+    )
 
 
 def test_kk_gold_answers_score_full_marks(kk_rows):
@@ -74,7 +88,12 @@ def test_kk_gold_answers_score_full_marks(kk_rows):
     # Logic-RL data (prefilled "<think>" in the prompt, not in the response) is the alias default
     gt = kk_rows[0]["reward_model"]["ground_truth"]
     assert compute_score("kk_logic", kk_answer(gt, think=False), gt, None)["score"] == 3.0
-    assert compute_score("rlvr/kk", kk_answer(gt, think=False), gt, {"prefilled_think": False})["score"] == -3.0
+    assert (
+        compute_score("rlvr/kk", kk_answer(gt, think=False), gt, {"prefilled_think": False})[
+            "score"
+        ]
+        == -3.0
+    )
 
 
 def test_math_gold_answers_and_batch(math_rows):
@@ -93,7 +112,10 @@ def test_math_gold_answers_and_batch(math_rows):
 
 def test_searchqa_and_mixed_batch(kk_rows):
     gt = {"target": ["Paris", "City of Paris"]}
-    assert compute_score("rlvr/searchqa", "<think>x</think><answer> paris </answer>", gt, {})["score"] == 1.0
+    assert (
+        compute_score("rlvr/searchqa", "<think>x</think><answer> paris </answer>", gt, {})["score"]
+        == 1.0
+    )
     assert compute_score("nq", "<answer>Lyon</answer>", ["Paris"], None)["score"] == 0.0
     kk_gt = kk_rows[0]["reward_model"]["ground_truth"]
     batch = compute_score_batch(
@@ -126,8 +148,23 @@ def test_encode_ground_truth_searchqa_and_bad_env():
 
 def test_prepare_verl_cli(tmp_path, capsys):
     out = tmp_path / "d" / "kk.parquet"
-    assert cli_main(["prepare-verl", "kk", "--n", "2", "--split", "test", "--out", str(out),
-                     "--env-arg", "n_people=4"]) == 0
+    assert (
+        cli_main(
+            [
+                "prepare-verl",
+                "kk",
+                "--n",
+                "2",
+                "--split",
+                "test",
+                "--out",
+                str(out),
+                "--env-arg",
+                "n_people=4",
+            ]
+        )
+        == 0
+    )
     rows = pq.read_table(out).to_pylist()
     assert len(rows) == 2 and rows[0]["extra_info"]["split"] == "test"
     assert rows[0]["reward_model"]["ground_truth"].count("\n") == 3  # four people, one line each

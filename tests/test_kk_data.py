@@ -1,4 +1,5 @@
 """Loading Logic-RL's K&K parquet files (from ../shared/data) and other sources."""
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,9 @@ def test_parquet_records_and_gold_scores_three(kk_dir, n):
     records = list(load_dataset(path))
     assert len(records) == len(rows) == 100
     for rec, row in zip(records, rows):
-        assert rec["n_people"] == n == len(rec["names"]) and list(rec["ground_truth"]) == rec["names"]
+        assert (
+            rec["n_people"] == n == len(rec["names"]) and list(rec["ground_truth"]) == rec["names"]
+        )
         assert rec["prompt"] == row["prompt"][0]["content"]
         # Our prompt builder reproduces Logic-RL's prompt byte for byte.
         assert kk_prompt(rec["quiz"])[0] == rec["prompt"]
@@ -63,7 +66,7 @@ def test_env_on_parquet(kk_dir):
 def test_jsonl_in_kk_layout(tmp_path):
     row = {
         "quiz": "A very special island ... You meet 2 inhabitants: Zoey and Liam. Zoey said, \"Liam is a knave\". "
-                "Liam said, \"Zoey is a knave and Liam is a knight\". So who is a knight and who is a knave?",
+        "Liam said, \"Zoey is a knave and Liam is a knight\". So who is a knight and who is a knave?",
         "names": ["Zoey", "Liam"],
         "solution": [False, True],
         "statements": "(('lying', 1), ('and', ('lying', 0), ('telling-truth', 1)))",

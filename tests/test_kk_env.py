@@ -1,4 +1,5 @@
 """rlvr/KnightsKnaves-v0: the gymnasium contract, splits, templates and step info."""
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -10,14 +11,18 @@ from rlvr.envs.kk import SHORT_SYSTEM_PROMPT, KnightsKnavesEnv
 
 
 def answer_for(info) -> str:
-    return "\n".join(f"({i}) {n} is a {r}" for i, (n, r) in enumerate(info["ground_truth"].items(), 1))
+    return "\n".join(
+        f"({i}) {n} is a {r}" for i, (n, r) in enumerate(info["ground_truth"].items(), 1)
+    )
 
 
 def test_make_and_check_env():
     env = gym.make("rlvr/KnightsKnaves-v0", n_people=3)
     check_env(env.unwrapped)
     prompt, info = env.reset(seed=3)
-    assert prompt.startswith("<|im_start|>system\n") and prompt.endswith("<|im_start|>assistant\n<think>")
+    assert prompt.startswith("<|im_start|>system\n") and prompt.endswith(
+        "<|im_start|>assistant\n<think>"
+    )
     assert info["n_people"] == 3 and list(info["ground_truth"]) == info["names"]
     assert set(info["ground_truth"].values()) <= {"knight", "knave"}
     assert [m["role"] for m in info["messages"]] == ["system", "user"]
@@ -47,10 +52,15 @@ def test_step_rewards_and_separate_error_flags(response, reward, status, fmt_err
     _, info = env.reset(seed=5)
     gold = answer_for(info)
     first = info["names"][0]
-    wrong = gold.replace(f"{first} is a knight", f"{first} is a KNAVE") if f"{first} is a knight" in gold \
+    wrong = (
+        gold.replace(f"{first} is a knight", f"{first} is a KNAVE")
+        if f"{first} is a knight" in gold
         else gold.replace(f"{first} is a knave", f"{first} is a knight")
-    response = {"GOLD": f" r </think><answer>{gold}</answer>", "WRONG": f" r </think><answer>{wrong}</answer>"}.get(
-        response, response.replace("GOLD_TEXT", gold))
+    )
+    response = {
+        "GOLD": f" r </think><answer>{gold}</answer>",
+        "WRONG": f" r </think><answer>{wrong}</answer>",
+    }.get(response, response.replace("GOLD_TEXT", gold))
     obs, r, terminated, truncated, step_info = env.step(response)
     assert (r, terminated, truncated) == (reward, True, False)
     assert step_info["correct"] == (status == "correct")
@@ -68,24 +78,35 @@ def test_list_of_sizes_and_test_split():
         env.reset(options={"index": 200})
     train = KnightsKnavesEnv(n_people=3, split="train")
     assert train.num_tasks is None
-    assert train.reset(seed=0, options={"index": 0})[0] != KnightsKnavesEnv(n_people=3, split="test").reset(
-        seed=0, options={"index": 0})[0]
+    assert (
+        train.reset(seed=0, options={"index": 0})[0]
+        != KnightsKnavesEnv(n_people=3, split="test").reset(seed=0, options={"index": 0})[0]
+    )
 
 
 def test_templates_prefill_and_system_prompt():
     env = KnightsKnavesEnv(template="plain", prefill_think=False, system_prompt=SHORT_SYSTEM_PROMPT)
     prompt, info = env.reset(seed=1)
     assert prompt.startswith("System: Think inside") and prompt.endswith("Assistant: ")
-    assert env.step(f" r </think><answer>{answer_for(info)}</answer>")[1] == -3.0  # no prefill: <think> missing
+    assert (
+        env.step(f" r </think><answer>{answer_for(info)}</answer>")[1] == -3.0
+    )  # no prefill: <think> missing
     assert env.step(f"<think> r </think><answer>{answer_for(info)}</answer>")[1] == 3.0
     bare, _ = KnightsKnavesEnv(template="none").reset(seed=1)
     assert "<|im_start|>" not in bare and bare.endswith("\n<think>")
 
 
-@pytest.mark.parametrize("kwargs,word", [
-    ({"n_people": 1}, "n_people"), ({"n_people": []}, "n_people"), ({"split": "dev"}, "split"),
-    ({"template": "chatml"}, "template"), ({"depth": 1}, "depth"), ({"test_size": 0}, "test_size"),
-])
+@pytest.mark.parametrize(
+    "kwargs,word",
+    [
+        ({"n_people": 1}, "n_people"),
+        ({"n_people": []}, "n_people"),
+        ({"split": "dev"}, "split"),
+        ({"template": "chatml"}, "template"),
+        ({"depth": 1}, "depth"),
+        ({"test_size": 0}, "test_size"),
+    ],
+)
 def test_bad_kwargs(kwargs, word):
     with pytest.raises(ValueError, match=word):
         KnightsKnavesEnv(**kwargs)

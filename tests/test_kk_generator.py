@@ -1,4 +1,5 @@
 """K&K generator: uniqueness, rendering round-trip, determinism across processes, splits, CoT."""
+
 from __future__ import annotations
 
 import hashlib
@@ -12,10 +13,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.envs.kk import canonical_key, generate_puzzle, make_split, parse_quiz, parse_statement, render_statement
+from rlvr.envs.kk import (
+    canonical_key,
+    generate_puzzle,
+    make_split,
+    parse_quiz,
+    parse_statement,
+    render_statement,
+)
 from rlvr.envs.kk.cot import solve_with_trace, solver_cot
-from rlvr.envs.kk.generator import NAME_POOL, puzzle_at, held_out_keys
-from rlvr.envs.kk.logic import KNAVE, LEAVES, evaluate, parse_statements_repr, solutions, statement_depth, truth_mask
+from rlvr.envs.kk.generator import NAME_POOL, held_out_keys, puzzle_at
+from rlvr.envs.kk.logic import (
+    KNAVE,
+    LEAVES,
+    evaluate,
+    parse_statements_repr,
+    solutions,
+    statement_depth,
+    truth_mask,
+)
 
 
 def _max_width(s) -> int:
@@ -31,13 +47,19 @@ def _self_paradox(s, speaker) -> bool:
 
 
 @settings(max_examples=120, deadline=None)
-@given(seed=st.integers(0, 2**64 - 1), n=st.integers(2, 8), depth=st.integers(2, 4), width=st.integers(2, 3))
+@given(
+    seed=st.integers(0, 2**64 - 1),
+    n=st.integers(2, 8),
+    depth=st.integers(2, 4),
+    width=st.integers(2, 3),
+)
 def test_generated_puzzle_is_unique_and_round_trips(seed, n, depth, width):
     p = generate_puzzle(seed, n, depth, width)
     assert len(p.names) == len(set(p.names)) == n and set(p.names) <= set(NAME_POOL)
     # Exactly one solution, checked by the reference evaluator over all 2^n assignments.
     consistent = [
-        a for a in itertools.product([True, False], repeat=n)
+        a
+        for a in itertools.product([True, False], repeat=n)
         if all(evaluate(s, a) == a[i] for i, s in enumerate(p.statements))
     ]
     assert consistent == [p.solution] == solutions(p.statements)
@@ -47,7 +69,9 @@ def test_generated_puzzle_is_unique_and_round_trips(seed, n, depth, width):
     for i, s in enumerate(p.statements):
         assert statement_depth(s) <= depth and _max_width(s) <= max(width, 2)
         assert not _self_paradox(s, i)
-    assert p.ground_truth == {nm: ("knight" if k else "knave") for nm, k in zip(p.names, p.solution)}
+    assert p.ground_truth == {
+        nm: ("knight" if k else "knave") for nm, k in zip(p.names, p.solution)
+    }
 
 
 def _trees(n):
@@ -56,7 +80,11 @@ def _trees(n):
         leaf,
         lambda sub: st.one_of(
             st.tuples(st.just("not"), sub),
-            st.builds(lambda op, xs: (op, *xs), st.sampled_from(["and", "or"]), st.lists(sub, min_size=2, max_size=4)),
+            st.builds(
+                lambda op, xs: (op, *xs),
+                st.sampled_from(["and", "or"]),
+                st.lists(sub, min_size=2, max_size=4),
+            ),
             st.builds(lambda op, a, b: (op, a, b), st.sampled_from(["->", "<=>"]), sub, sub),
         ),
         max_leaves=12,
@@ -76,7 +104,10 @@ def test_any_tree_renders_unambiguously(tree):
 
 def test_nested_rendering_reads_naturally():
     names = ["Zoey", "Liam"]
-    tree = ("not", ("and", ("telling-truth", 0), ("->", ("lying", 1), ("not", ("telling-truth", 0)))))
+    tree = (
+        "not",
+        ("and", ("telling-truth", 0), ("->", ("lying", 1), ("not", ("telling-truth", 0)))),
+    )
     assert render_statement(tree, names) == (
         "It is not the case that (Zoey is a knight and (if Liam is a knave then Zoey is not a knight))"
     )
@@ -89,7 +120,16 @@ def _fingerprint(cases) -> list:
     ]
 
 
-CASES = [(s, n, d, w) for s, n, d, w in [(0, 2, 2, 2), (1, 3, 2, 2), (7, 5, 2, 2), (123456789, 7, 3, 3), (2**63, 8, 2, 2)]]
+CASES = [
+    (s, n, d, w)
+    for s, n, d, w in [
+        (0, 2, 2, 2),
+        (1, 3, 2, 2),
+        (7, 5, 2, 2),
+        (123456789, 7, 3, 3),
+        (2**63, 8, 2, 2),
+    ]
+]
 
 
 def test_same_puzzle_in_another_process():
@@ -100,7 +140,9 @@ def test_same_puzzle_in_another_process():
         "for p in (generate_puzzle(*c) for c in cases)]))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    ).stdout
     assert json.loads(out) == json.loads(json.dumps(_fingerprint(CASES)))
 
 
@@ -114,10 +156,16 @@ def test_generator_output_is_pinned():
 PINNED_DIGEST = "5273f6f7a2ee2a8b"
 
 
-@pytest.mark.parametrize("kwargs,word", [
-    ({"n_people": 1}, "n_people"), ({"n_people": 9}, "n_people"), ({"depth": 1}, "depth"), ({"width": 1}, "width"),
-    ({"n_people": 3.0}, "n_people"),
-])
+@pytest.mark.parametrize(
+    "kwargs,word",
+    [
+        ({"n_people": 1}, "n_people"),
+        ({"n_people": 9}, "n_people"),
+        ({"depth": 1}, "depth"),
+        ({"width": 1}, "width"),
+        ({"n_people": 3.0}, "n_people"),
+    ],
+)
 def test_bad_parameters_name_the_parameter(kwargs, word):
     with pytest.raises(ValueError, match=word):
         generate_puzzle(0, **{"n_people": 3, **kwargs})
@@ -143,9 +191,21 @@ def test_split_errors():
 
 
 def test_canonical_key_ignores_names_and_operand_order():
-    a = (("and", ("telling-truth", 1), ("lying", 2)), ("telling-truth", 0), ("<=>", ("lying", 0), ("telling-truth", 1)))
-    b = (("and", ("lying", 2), ("telling-truth", 1)), ("telling-truth", 0), ("<=>", ("telling-truth", 1), ("lying", 0)))
-    c = (("->", ("lying", 2), ("telling-truth", 1)), ("telling-truth", 0), ("<=>", ("telling-truth", 1), ("lying", 0)))
+    a = (
+        ("and", ("telling-truth", 1), ("lying", 2)),
+        ("telling-truth", 0),
+        ("<=>", ("lying", 0), ("telling-truth", 1)),
+    )
+    b = (
+        ("and", ("lying", 2), ("telling-truth", 1)),
+        ("telling-truth", 0),
+        ("<=>", ("telling-truth", 1), ("lying", 0)),
+    )
+    c = (
+        ("->", ("lying", 2), ("telling-truth", 1)),
+        ("telling-truth", 0),
+        ("<=>", ("telling-truth", 1), ("lying", 0)),
+    )
     assert canonical_key(a) == canonical_key(b) != canonical_key(c)
     p = generate_puzzle(5, 3)
     q = generate_puzzle(5, 3, names=["Xavier", "Quinn", "Ruby"])
@@ -165,8 +225,15 @@ def test_cot_reaches_the_solution():
 
 
 def test_parse_statements_repr_is_safe():
-    assert parse_statements_repr("(('telling-truth', 1), ('not', ('lying', 0)))", 2)[1] == ("not", ("lying", 0))
-    for bad in ["__import__('os')", "(('telling-truth', 5), ('lying', 0))", "(('xor', ('lying', 0)),)"]:
+    assert parse_statements_repr("(('telling-truth', 1), ('not', ('lying', 0)))", 2)[1] == (
+        "not",
+        ("lying", 0),
+    )
+    for bad in [
+        "__import__('os')",
+        "(('telling-truth', 5), ('lying', 0))",
+        "(('xor', ('lying', 0)),)",
+    ]:
         with pytest.raises(ValueError):
             parse_statements_repr(bad, 2)
 

@@ -1,4 +1,5 @@
 """Logic-RL's K&K reward: every rule of docs/design.md §4, bad input, and a no-crash property."""
+
 from __future__ import annotations
 
 import re
@@ -88,11 +89,15 @@ def test_prefilled_think_counts():
 
 def test_last_answer_tag_rule():
     assert last_answer("<answer>a</answer> text <answer> b </answer>") == "b"
-    assert last_answer("<answer>a<answer>b</answer>") == "a<answer>b"  # leftmost-shortest, like finditer
+    assert (
+        last_answer("<answer>a<answer>b</answer>") == "a<answer>b"
+    )  # leftmost-shortest, like finditer
     assert last_answer("<answer>a</answer><answer>unterminated") == "a"
     assert last_answer("no tags") is None
     s = score(f"<think>x</think><answer>{WRONG}</answer><answer>{GOLD}</answer>", GT)
-    assert s.parsed == GT and s.reward == -3.0  # parsed from the last tag, but two tags fail the format
+    assert (
+        s.parsed == GT and s.reward == -3.0
+    )  # parsed from the last tag, but two tags fail the format
 
 
 @settings(deadline=None)
@@ -105,14 +110,28 @@ def test_last_answer_matches_regex_finditer(parts):
 
 
 def test_name_rule_is_word_bounded_and_case_insensitive():
-    assert parse_answer("amelia IS A Knight, penelope is  a knight, evelyn is\na knave", list(GT))[0] == GT
-    assert parse_answer("Ameliaa is a knight, Penelope is a knight, Evelyn is a knave", list(GT))[0] is None
-    assert parse_answer("Amelia was a knight, Penelope is a knight, Evelyn is a knave", list(GT))[0] is None
+    assert (
+        parse_answer("amelia IS A Knight, penelope is  a knight, evelyn is\na knave", list(GT))[0]
+        == GT
+    )
+    assert (
+        parse_answer("Ameliaa is a knight, Penelope is a knight, Evelyn is a knave", list(GT))[0]
+        is None
+    )
+    assert (
+        parse_answer("Amelia was a knight, Penelope is a knight, Evelyn is a knave", list(GT))[0]
+        is None
+    )
 
 
 @pytest.mark.parametrize(
     "gt",
-    [GT, {"solution_text_format": GOLD, "statements": "()"}, GOLD, {"Amelia": True, "Penelope": True, "Evelyn": False}],
+    [
+        GT,
+        {"solution_text_format": GOLD, "statements": "()"},
+        GOLD,
+        {"Amelia": True, "Penelope": True, "Evelyn": False},
+    ],
 )
 def test_ground_truth_forms(gt):
     assert score(wrap(GOLD), gt).reward == 3.0
@@ -148,10 +167,29 @@ def test_bad_input_never_raises_and_stays_fast(response):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(max_size=400) | st.lists(
-    st.sampled_from(["<think>", "</think>", "<answer>", "</answer>", "Amelia is a knight", "Penelope is a knave",
-                     "Evelyn is a knave", "Penelope is a knight", "knight", "\n", " ", "(1)"]), max_size=20).map("".join),
-    st.booleans())
+@given(
+    st.text(max_size=400)
+    | st.lists(
+        st.sampled_from(
+            [
+                "<think>",
+                "</think>",
+                "<answer>",
+                "</answer>",
+                "Amelia is a knight",
+                "Penelope is a knave",
+                "Evelyn is a knave",
+                "Penelope is a knight",
+                "knight",
+                "\n",
+                " ",
+                "(1)",
+            ]
+        ),
+        max_size=20,
+    ).map("".join),
+    st.booleans(),
+)
 def test_no_text_crashes_score(text, prefilled):
     s = score(text, GT, prefilled_think=prefilled)
     assert -3.0 <= s.reward <= 3.0
@@ -164,5 +202,7 @@ def test_verl_compute_score_counts_prefill_by_default():
     gt = {"solution_text_format": GOLD}
     out = compute_score("kk_logic", f" r </think><answer>{GOLD}</answer>", gt, None)
     assert out["score"] == 3.0 and out["acc"] == 1.0 and out["format"] == 1.0
-    out = compute_score("kk_logic", f" r </think><answer>{GOLD}</answer>", gt, {"prefilled_think": False})
+    out = compute_score(
+        "kk_logic", f" r </think><answer>{GOLD}</answer>", gt, {"prefilled_think": False}
+    )
     assert out["score"] == -3.0

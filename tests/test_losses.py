@@ -1,5 +1,6 @@
 """Policy loss: gradient = weight x GRPO gradient, docs/design.md §5 bound, clip/dual clip, k3 KL,
 verl aggregation modes (fully masked rows included), metrics and bad configuration."""
+
 from __future__ import annotations
 
 import math
@@ -50,7 +51,9 @@ def test_weighted_gradient_is_weight_times_grpo_gradient(scheme, params, dual_cl
     logits, tokens, mask, noise, adv = _batch()
     logprobs, h, entropy = _forward(logits, tokens)
     old = logprobs.detach() + noise
-    w = token_weights(scheme, logprobs=logprobs, mask=mask, logits=h, old_logprobs=old, entropy=entropy, **params)
+    w = token_weights(
+        scheme, logprobs=logprobs, mask=mask, logits=h, old_logprobs=old, entropy=entropy, **params
+    )
     assert not w.requires_grad
     kw = {"clip_low": 0.2, "clip_high": 0.28, "dual_clip": dual_clip}
     s_w = clipped_surrogate(logprobs, old, adv[:, None], weights=w, **kw)["pg"]
@@ -86,7 +89,9 @@ def test_grpo_gradient_matches_closed_form():
 def test_design_gradient_norm_bound(n_vocab):
     g = torch.Generator().manual_seed(n_vocab)
     for scale in (0.1, 1.0, 5.0):
-        logits = (scale * torch.randn(64, n_vocab, generator=g, dtype=torch.float64)).requires_grad_(True)
+        logits = (
+            scale * torch.randn(64, n_vocab, generator=g, dtype=torch.float64)
+        ).requires_grad_(True)
         k = torch.randint(0, n_vocab, (64,), generator=g)
         nll = -F.log_softmax(logits, -1).gather(-1, k[:, None]).sum()
         (grad,) = torch.autograd.grad(nll, logits)
@@ -98,7 +103,9 @@ def test_design_gradient_norm_bound(n_vocab):
 
 
 def _mat():
-    loss = torch.tensor([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0], [9.0, 10.0, 11.0, 12.0]], dtype=torch.float64)
+    loss = torch.tensor(
+        [[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0], [9.0, 10.0, 11.0, 12.0]], dtype=torch.float64
+    )
     mask = torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]])
     return loss, mask
 
@@ -106,11 +113,15 @@ def _mat():
 def test_aggregations_match_definitions_with_fully_masked_row():
     loss, mask = _mat()
     # valid tokens: row0 {1, 2}, row1 none, row2 {9, 10, 11, 12}; non-empty rows: 2; T = 4
-    assert agg_loss(loss, mask, "token-mean").item() == pytest.approx((1 + 2 + 9 + 10 + 11 + 12) / 6)
+    assert agg_loss(loss, mask, "token-mean").item() == pytest.approx(
+        (1 + 2 + 9 + 10 + 11 + 12) / 6
+    )
     assert agg_loss(loss, mask, "seq-mean-token-mean").item() == pytest.approx((1.5 + 10.5) / 2)
     assert agg_loss(loss, mask, "seq-mean-token-sum").item() == pytest.approx((3 + 42) / 2)
     assert agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx((3 + 42) / 2 / 4)
-    assert agg_loss(loss, mask, "seq-mean-token-sum-norm", loss_scale_factor=10).item() == pytest.approx(45 / 2 / 10)
+    assert agg_loss(
+        loss, mask, "seq-mean-token-sum-norm", loss_scale_factor=10
+    ).item() == pytest.approx(45 / 2 / 10)
 
 
 def test_aggregations_ignore_masked_nan_and_fully_masked_batch():
@@ -137,7 +148,9 @@ def test_micro_batches_sum_to_mini_batch_with_global_counts(agg):
     n_tok = mask.sum()
     n_seq = (mask.sum(-1) > 0).sum()
     parts = sum(
-        agg_loss(loss[i : i + 2], mask[i : i + 2], agg, batch_num_tokens=n_tok, global_batch_size=n_seq)
+        agg_loss(
+            loss[i : i + 2], mask[i : i + 2], agg, batch_num_tokens=n_tok, global_batch_size=n_seq
+        )
         for i in range(0, 6, 2)
     )
     assert parts.item() == pytest.approx(full.item(), rel=1e-12)
@@ -159,7 +172,9 @@ def test_clip_and_dual_clip_values():
     assert out["dual_clipped"][0].tolist() == [False, False, True, False, False]
     no_dual = clipped_surrogate(logp, old, adv, clip_low=0.2, clip_high=0.28)["pg"]
     assert no_dual[0, 2].item() == pytest.approx(20.0)
-    loss, m = policy_loss(logp, old, adv, torch.ones(1, 5), clip_low=0.2, clip_high=0.28, dual_clip=10.0)
+    loss, m = policy_loss(
+        logp, old, adv, torch.ones(1, 5), clip_low=0.2, clip_high=0.28, dual_clip=10.0
+    )
     assert loss.item() == pytest.approx((-1.28 + 0.8 + 10.0 - 1.28 - 1.1) / 5)
     assert m["clip_frac"] == pytest.approx(3 / 5)
     assert m["dual_clip_frac"] == pytest.approx(1 / 5)
@@ -210,7 +225,9 @@ def test_kl_is_not_masked_by_weights():
     logp = _lp([-1.0, -2.0])
     ref = _lp([-0.5, -2.5])
     w = _lp([0.0, 0.0])  # 80/20 mask dropping every token from the surrogate
-    loss, m = policy_loss(logp, logp, _lp([1.0, 1.0]), torch.ones(1, 2), weights=w, ref_logprobs=ref, kl_coef=0.1)
+    loss, m = policy_loss(
+        logp, logp, _lp([1.0, 1.0]), torch.ones(1, 2), weights=w, ref_logprobs=ref, kl_coef=0.1
+    )
     assert loss.item() == pytest.approx(0.1 * k3_kl(logp, ref).mean().item())
     assert m["kept_frac"] == 0.0 and m["weight/max"] == 0.0
 
@@ -240,8 +257,15 @@ def test_empty_mask_gives_zero_loss_and_finite_metrics():
     logits, tokens, _, noise, adv = _batch()
     logprobs, _, _ = _forward(logits, tokens)
     for agg in AGG_MODES:
-        loss, m = policy_loss(logprobs, logprobs.detach() + noise, adv, torch.zeros(B, T),
-                              ref_logprobs=logprobs.detach(), kl_coef=0.1, agg=agg)
+        loss, m = policy_loss(
+            logprobs,
+            logprobs.detach() + noise,
+            adv,
+            torch.zeros(B, T),
+            ref_logprobs=logprobs.detach(),
+            kl_coef=0.1,
+            agg=agg,
+        )
         assert loss.item() == 0.0
         assert all(math.isfinite(v) for v in m.values())
         (g,) = torch.autograd.grad(loss, logits, retain_graph=True)
@@ -283,6 +307,12 @@ def test_loss_config_roundtrip():
     overrides = ["clip_high=0.24", "dual_clip=10", "kl_coef=0.001", "agg=seq-mean-token-sum-norm"]
     cfg = load_config(LossConfig, None, overrides)
     logp = torch.zeros(2, 4, dtype=torch.float64)
-    loss, _m = policy_loss(logp, logp, torch.ones(2, dtype=torch.float64), torch.ones(2, 4), ref_logprobs=logp,
-                          **cfg.policy_loss_kwargs())
+    loss, _m = policy_loss(
+        logp,
+        logp,
+        torch.ones(2, dtype=torch.float64),
+        torch.ones(2, 4),
+        ref_logprobs=logp,
+        **cfg.policy_loss_kwargs(),
+    )
     assert loss.item() == pytest.approx(-4 / 4)  # seq sums -4, mean over 2 rows, / T = 4

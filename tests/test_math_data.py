@@ -1,4 +1,5 @@
 """Math loaders (against ../shared/data) and the synthetic generator."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,14 @@ from rlvr.envs.math import DATASETS, load_dataset, score_batch
 from rlvr.envs.math.data import gold_answer, gsm8k_gold, olympiad_gold
 from rlvr.envs.math.synthetic import LEVELS, generate_dataset, generate_problem, problem_split
 
-EXPECTED_COUNTS = {"math500": 500, "aime24": 30, "amc23": 40, "minerva": 272, "olympiadbench": 675, "gsm8k": 1319}
+EXPECTED_COUNTS = {
+    "math500": 500,
+    "aime24": 30,
+    "amc23": 40,
+    "minerva": 272,
+    "olympiadbench": 675,
+    "gsm8k": 1319,
+}
 #: Measured over every record of each set (see docs/envs_math.md): all golds verify against
 #: themselves wrapped in \boxed{}. The test checks an evenly spaced sample to stay fast.
 SELF_VERIFY_RATE = {name: 1.0 for name in EXPECTED_COUNTS}
@@ -54,14 +62,18 @@ def test_loader_counts_and_golds_self_verify(shared_data, name):
     golds = [r["ground_truth"] for r in recs[::step]]
     scores = score_batch([f"\\boxed{{{g}}}" for g in golds], golds, workers=2, timeout_s=10.0)
     rate = sum(s.correct for s in scores) / len(scores)
-    assert rate >= SELF_VERIFY_RATE[name], [(g, s.reason) for g, s in zip(golds, scores) if not s.correct]
+    assert rate >= SELF_VERIFY_RATE[name], [
+        (g, s.reason) for g, s in zip(golds, scores) if not s.correct
+    ]
 
 
 def test_dataset_specific_golds(shared_data):
     assert load_dataset("amc23", data_dir=shared_data)[0]["ground_truth"] == "27"
     minerva = load_dataset("minerva", data_dir=shared_data)[0]
     assert minerva["ground_truth"] and "\\boxed" not in minerva["ground_truth"]
-    assert all("$" not in r["ground_truth"] for r in load_dataset("olympiadbench", data_dir=shared_data))
+    assert all(
+        "$" not in r["ground_truth"] for r in load_dataset("olympiadbench", data_dir=shared_data)
+    )
     assert load_dataset("gsm8k", data_dir=shared_data)[0]["ground_truth"] == "18"
 
 
@@ -71,7 +83,9 @@ def test_synthetic_levels_and_answers_verify_against_their_solutions():
     assert {p.difficulty for p in problems} == set(LEVELS)
     assert all(len(p.problem) < 80 for p in problems)
     scores = score_batch([p.solution for p in problems], [p.answer for p in problems], workers=2)
-    assert all(s.correct for s in scores), [(p.problem, p.solution) for p, s in zip(problems, scores) if not s.correct]
+    assert all(s.correct for s in scores), [
+        (p.problem, p.solution) for p, s in zip(problems, scores) if not s.correct
+    ]
 
 
 def test_synthetic_levels_are_what_they_say():
@@ -79,7 +93,9 @@ def test_synthetic_levels_are_what_they_say():
     assert "(" in generate_problem(0, difficulty=2).problem
     assert "/" in generate_problem(0, difficulty=3).problem
     assert generate_problem(0, difficulty=4).problem.startswith("Solve for x:")
-    assert all(generate_problem(i, difficulty=5).problem.split()[0] in ("Solve", "Find") for i in range(10))
+    assert all(
+        generate_problem(i, difficulty=5).problem.split()[0] in ("Solve", "Find") for i in range(10)
+    )
 
 
 def test_synthetic_train_and_test_never_share_a_problem():
@@ -105,8 +121,12 @@ def test_synthetic_is_identical_across_processes():
         "print(json.dumps(generate_dataset(30, split='test', seed=7)))"
     )
     procs = [
-        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                         env={"PYTHONHASHSEED": seed, "PATH": ""})
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={"PYTHONHASHSEED": seed, "PATH": ""},
+        )
         for seed in ("1", "2")
     ]
     outs = [p.communicate(timeout=120)[0] for p in procs]

@@ -1,4 +1,5 @@
 """rlvr/Math-v0 through gymnasium."""
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -50,7 +51,9 @@ def test_step_contract():
 
 
 def test_require_think_and_timeout_in_env():
-    env = gym.make("rlvr/Math-v0", dataset="synthetic", difficulty=1, require_think=True, timeout_s=0.5)
+    env = gym.make(
+        "rlvr/Math-v0", dataset="synthetic", difficulty=1, require_think=True, timeout_s=0.5
+    )
     prompt, info = env.reset(seed=0)
     assert "<think>" in prompt
     gt = info["ground_truth"]

@@ -1,4 +1,5 @@
 """Answer extraction and TeX-shorthand rewriting (pure string code, no math-verify)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """The verifier pool's failure modes: parent death, many open files, bad deadlines, chunks."""
+
 from __future__ import annotations
 
 import collections
@@ -44,8 +45,9 @@ def test_workers_die_within_two_seconds_of_a_killed_parent():
         pool.verify_many([("4", {TOWER!r})] * 4, timeout_s=600)
     """)
     env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.Popen([sys.executable, "-c", caller], stdout=subprocess.PIPE, env=env,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", caller], stdout=subprocess.PIPE, env=env, text=True
+    )
     pids: list[int] = []
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]

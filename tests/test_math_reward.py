@@ -1,4 +1,5 @@
 """The math reward: math-verify behind a hard per-item deadline on worker processes."""
+
 from __future__ import annotations
 
 import time
@@ -147,7 +148,13 @@ def test_deadline_kills_and_replaces_the_worker_without_zombies():
 
 
 def test_batch_deadline_is_per_item_and_other_items_finish():
-    responses = [r"\boxed{" + TOWER + "}", r"\boxed{3}", r"\boxed{\frac12}", "no answer", r"\boxed{5}"]
+    responses = [
+        r"\boxed{" + TOWER + "}",
+        r"\boxed{3}",
+        r"\boxed{\frac12}",
+        "no answer",
+        r"\boxed{5}",
+    ]
     golds = ["4", "3", "0.5", "1", "6"]
     pool = shared_pool(2)
     timeouts = pool.stats["timeouts"]  # cumulative over the shared pool's life
@@ -175,7 +182,11 @@ def test_argument_errors_name_the_parameter():
 
 
 def test_in_process_fallback_agrees_on_benign_answers():
-    for gold, answer, ok in [("0.5", r"\frac12", True), ("3", "4", False), (r"\sqrt{2}", r"\sqrt2", True)]:
+    for gold, answer, ok in [
+        ("0.5", r"\frac12", True),
+        ("3", "4", False),
+        (r"\sqrt{2}", r"\sqrt2", True),
+    ]:
         assert verify_answer_in_process(gold, answer, timeout_s=5).correct is ok
         assert verify_answer(gold, answer).correct is ok
 
@@ -186,8 +197,33 @@ def test_verl_signature():
 
 
 _latexish = st.sampled_from(
-    [r"\boxed{", "}", "{", r"\frac", r"\sqrt", "^", "_", "2", "x", r"\left(", r"\right)", "(", ")",
-     r"\{", r"\}", "$", "</think>", "<think>", r"\dfrac", r"\text{", ",", "=", r"\\", " ", r"\infty"]
+    [
+        r"\boxed{",
+        "}",
+        "{",
+        r"\frac",
+        r"\sqrt",
+        "^",
+        "_",
+        "2",
+        "x",
+        r"\left(",
+        r"\right)",
+        "(",
+        ")",
+        r"\{",
+        r"\}",
+        "$",
+        "</think>",
+        "<think>",
+        r"\dfrac",
+        r"\text{",
+        ",",
+        "=",
+        r"\\",
+        " ",
+        r"\infty",
+    ]
 )
 
 

@@ -3,6 +3,7 @@
 Everything here uses a micro-sized ``BuildConfig`` (a few thousand parameters, a few SFT steps),
 so the whole file runs in seconds; the real presets are only hashed and validated, not built.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,15 +26,24 @@ from rlvr.models.tokenizer import TAG_TOKENS, train_tokenizer
 from rlvr.models.traces import slipped_solution
 
 KK = dict(traces.TINY_SETTINGS["kk"], n_people=[2, 3])
-MICRO_ARCH = ArchConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
-                        intermediate_size=64, max_position_embeddings=512)
+MICRO_ARCH = ArchConfig(
+    hidden_size=32,
+    num_layers=1,
+    num_heads=2,
+    num_kv_heads=1,
+    intermediate_size=64,
+    max_position_embeddings=512,
+)
 
 
 def micro_build_config(**changes) -> BuildConfig:
     cfg = BuildConfig(
-        name="test-kk", task="kk", data=KK,
-        tokenizer=TokenizerConfig(vocab_size=320, tasks=("kk",), texts_per_task=40,
-                                  settings={"kk": KK}),
+        name="test-kk",
+        task="kk",
+        data=KK,
+        tokenizer=TokenizerConfig(
+            vocab_size=320, tasks=("kk",), texts_per_task=40, settings={"kk": KK}
+        ),
         arch=MICRO_ARCH,
         sft=SFTConfig(steps=3, batch_size=4, warmup_steps=1, max_length=512),
     )
@@ -79,8 +89,9 @@ def test_tokenizer_rejects_a_vocabulary_below_the_byte_alphabet(kk_texts):
 # -- SFT -----------------------------------------------------------------------------------------
 def test_loss_mask_covers_the_response_and_eos_only(kk_texts):
     tok = train_tokenizer(kk_texts, vocab_size=320)
-    ids, mask = encode_example(tok, [("User: hi\nAssistant: <think>", False),
-                                     ("</think><answer>ok</answer>", True)])
+    ids, mask = encode_example(
+        tok, [("User: hi\nAssistant: <think>", False), ("</think><answer>ok</answer>", True)]
+    )
     n_prompt = len(tok.encode("User: hi\nAssistant: <think>", add_special_tokens=False))
     assert mask[:n_prompt] == [0] * n_prompt
     assert mask[n_prompt:] == [1] * (len(ids) - n_prompt)
@@ -90,7 +101,7 @@ def test_loss_mask_covers_the_response_and_eos_only(kk_texts):
     assert batch["attention_mask"][1].tolist() == [1, 1, 1] + [0] * (len(ids) - 3)
     assert (batch["labels"][0] != -100).sum() == sum(mask)
     assert (batch["labels"][1] == -100).all()
-    assert batch["context"][0].sum() == n_prompt and not batch["context"][0, len(mask):].any()
+    assert batch["context"][0].sum() == n_prompt and not batch["context"][0, len(mask) :].any()
 
 
 def test_lr_schedule_warms_up_then_decays_to_the_floor():
@@ -207,12 +218,29 @@ def test_overrides_name_the_bad_key():
 def test_build_model_cli_builds_and_evaluates(tmp_path, capsys):
     from rlvr.cli import main
 
-    rc = main(["build-model", "tiny-kk",
-               "sft.steps=2", "sft.batch_size=2", "tokenizer.vocab_size=320", "tokenizer.tasks=kk",
-               "tokenizer.texts_per_task=40", "arch.hidden_size=32", "arch.num_layers=1",
-               "arch.num_heads=2", "arch.num_kv_heads=1", "arch.intermediate_size=64",
-               "data.n_people=[2]",
-               "--home", str(tmp_path), "--quiet", "--eval", "--eval-n", "2"])
+    rc = main(
+        [
+            "build-model",
+            "tiny-kk",
+            "sft.steps=2",
+            "sft.batch_size=2",
+            "tokenizer.vocab_size=320",
+            "tokenizer.tasks=kk",
+            "tokenizer.texts_per_task=40",
+            "arch.hidden_size=32",
+            "arch.num_layers=1",
+            "arch.num_heads=2",
+            "arch.num_kv_heads=1",
+            "arch.intermediate_size=64",
+            "data.n_people=[2]",
+            "--home",
+            str(tmp_path),
+            "--quiet",
+            "--eval",
+            "--eval-n",
+            "2",
+        ]
+    )
     assert rc == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith(str(tmp_path / "tiny-kk-"))
@@ -242,8 +270,9 @@ def test_tiny_profile_validates_and_matches_its_base(env, tmp_path):
     varying = {"kk": "n_people", "math": "difficulty"}.get(env)
     if varying:
         assert set(cfg.env_kwargs[varying]) <= set(preset[varying])
-    assert {k: v for k, v in cfg.env_kwargs.items() if k != varying} == \
-        {k: v for k, v in preset.items() if k != varying}
+    assert {k: v for k, v in cfg.env_kwargs.items() if k != varying} == {
+        k: v for k, v in preset.items() if k != varying
+    }
     pick = {varying: cfg.env_kwargs[varying][0]} if varying else {}
     a = traces.make_env(env, {**preset, **pick}, "test")
     b = traces.make_env(env, {**cfg.env_kwargs, **pick}, "test")
@@ -253,15 +282,22 @@ def test_tiny_profile_validates_and_matches_its_base(env, tmp_path):
 
 def test_search_traces_from_other_worlds_never_use_the_rl_world():
     settings = {**traces.TINY_SETTINGS["searchqa"], "trace_worlds": 3}
-    examples = traces.take(traces.example_stream("searchqa", settings, seed=0), 2 * traces.TRACES_PER_WORLD)
+    examples = traces.take(
+        traces.example_stream("searchqa", settings, seed=0), 2 * traces.TRACES_PER_WORLD
+    )
     searched = {ex[1][0].removeprefix("<search> ").removesuffix(" </search>") for ex in examples}
     home_titles = set(traces._search_passages(traces.TINY_SETTINGS["searchqa"]))
-    other_titles = set().union(*(traces._search_passages({**settings, "seed": s}) for s in (1, 2, 3)))
+    other_titles = set().union(
+        *(traces._search_passages({**settings, "seed": s}) for s in (1, 2, 3))
+    )
     assert searched <= other_titles
-    assert len(searched & home_titles) <= 1  # random syllable names: a collision is rare, not impossible
+    assert (
+        len(searched & home_titles) <= 1
+    )  # random syllable names: a collision is rare, not impossible
     # The evaluation items (and so the RL world) ignore the trace option.
     assert traces.eval_items("searchqa", settings, 5) == traces.eval_items(
-        "searchqa", traces.TINY_SETTINGS["searchqa"], 5)
+        "searchqa", traces.TINY_SETTINGS["searchqa"], 5
+    )
     with pytest.raises(ValueError, match="trace_worlds"):
         next(traces.example_stream("searchqa", {**settings, "trace_worlds": -1}))
 
@@ -279,7 +315,8 @@ def test_direct_answer_share_of_search_traces():
     zero = {**settings, "direct_frac": 0.0}
     without = {**traces.TINY_SETTINGS["searchqa"], "trace_worlds": 3}
     assert traces.take(traces.example_stream("searchqa", zero, seed=0), 40) == traces.take(
-        traces.example_stream("searchqa", without, seed=0), 40)
+        traces.example_stream("searchqa", without, seed=0), 40
+    )
     with pytest.raises(ValueError, match="direct_frac"):
         next(traces.example_stream("searchqa", {**settings, "direct_frac": 1.0}))
     with pytest.raises(ValueError, match="trace_worlds"):
@@ -290,9 +327,11 @@ def test_slipped_math_solutions_box_a_wrong_answer():
     from rlvr.envs.math import score
 
     rng = random.Random(0)
-    for solution, truth in [("4 * 2 = 8. The answer is \\boxed{8}.", "8"),
-                            ("x = -1. The answer is \\boxed{-1}.", "-1"),
-                            ("= 82/63. The answer is \\boxed{82/63}.", "82/63")]:
+    for solution, truth in [
+        ("4 * 2 = 8. The answer is \\boxed{8}.", "8"),
+        ("x = -1. The answer is \\boxed{-1}.", "-1"),
+        ("= 82/63. The answer is \\boxed{82/63}.", "82/63"),
+    ]:
         for _ in range(20):
             slipped = slipped_solution(solution, rng)
             assert slipped.split("\\boxed")[0] == solution.split("\\boxed")[0]
@@ -341,12 +380,18 @@ def test_search_traces_are_correct_episodes():
 def micro_bases(tmp_path_factory):
     """Micro-sized bases of each task, built with the tiny presets' data settings."""
     home = tmp_path_factory.mktemp("models")
-    tok = TokenizerConfig(vocab_size=400, tasks=tuple(p.task for p in PRESETS.values()),
-                          texts_per_task=30)
+    tok = TokenizerConfig(
+        vocab_size=400, tasks=tuple(p.task for p in PRESETS.values()), texts_per_task=30
+    )
     out = {}
     for cfg in PRESETS.values():
-        small = dataclasses.replace(cfg, name=f"micro-{cfg.task}", tokenizer=tok, arch=MICRO_ARCH,
-                                    sft=SFTConfig(steps=2, batch_size=2, warmup_steps=1))
+        small = dataclasses.replace(
+            cfg,
+            name=f"micro-{cfg.task}",
+            tokenizer=tok,
+            arch=MICRO_ARCH,
+            sft=SFTConfig(steps=2, batch_size=2, warmup_steps=1),
+        )
         out[cfg.task] = ensure_built(small, home=home, progress=False)
     return out
 
@@ -356,10 +401,22 @@ def test_two_rl_steps_with_the_tiny_profile_on_a_micro_base(env, micro_bases, tm
     from rlvr.agents.train_config import load_train_config
     from rlvr.agents.trainer import Trainer, read_metrics
 
-    cfg = load_train_config([f"env={env}", "profile=tiny", f"out={tmp_path}", "steps=2",
-                             "prompts_per_step=2", "group_size=2", "save_every=0",
-                             "eval.at_end=false", "rollout.max_response_tokens=24",
-                             f"model={micro_bases[env]}", "progress=false", "num_threads=1"])
+    cfg = load_train_config(
+        [
+            f"env={env}",
+            "profile=tiny",
+            f"out={tmp_path}",
+            "steps=2",
+            "prompts_per_step=2",
+            "group_size=2",
+            "save_every=0",
+            "eval.at_end=false",
+            "rollout.max_response_tokens=24",
+            f"model={micro_bases[env]}",
+            "progress=false",
+            "num_threads=1",
+        ]
+    )
     Trainer(cfg).train()
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]

@@ -2,6 +2,7 @@
 own check on the GPU it names (or is routed to verl), and every config builds its environments,
 offline, up to a one-line error naming ``rlvr fetch-data``; with the fetched copies in place they
 build and reset."""
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,7 @@ def _envs(setting):
     out = [("train", ENV_IDS[cfg.env], None, dict(cfg.env_kwargs))]
     if cfg.eval.every:
         out.append(("periodic eval", ENV_IDS[cfg.env], "test", dict(cfg.env_kwargs)))
-    for name, eset in (setting.eval_sets.items() or [("eval", None)]):
+    for name, eset in setting.eval_sets.items() or [("eval", None)]:
         ec = eval_config(setting, cfg, setting.model, eval_set=eset)
         out.append((name, ec.env, ec.split, dict(ec.env_kwargs)))
     return out
@@ -95,11 +96,20 @@ def _rows(repo: str, config: str | None, split: str) -> list[dict]:
     if repo == "K-and-K/knights-and-knaves":
         n = int(split[0])
         names = [f"P{i}" for i in range(n)]
-        return [{"quiz": f"You meet {n} inhabitants: {', '.join(names)}.", "names": names,
-                 "solution": [i % 2 == 0 for i in range(n)], "index": j} for j in range(2)]
+        return [
+            {
+                "quiz": f"You meet {n} inhabitants: {', '.join(names)}.",
+                "names": names,
+                "solution": [i % 2 == 0 for i in range(n)],
+                "index": j,
+            }
+            for j in range(2)
+        ]
     if repo == "RUC-NLPIR/FlashRAG_datasets":
-        return [{"id": str(j), "question": f"{config} q{j}?", "golden_answers": [f"a{j}"]}
-                for j in range(2)]
+        return [
+            {"id": str(j), "question": f"{config} q{j}?", "golden_answers": [f"a{j}"]}
+            for j in range(2)
+        ]
     if repo == "math-ai/minervamath":
         return [{"problem": f"p{j}", "solution": f"so \\boxed{{{j}}}"} for j in range(2)]
     if repo == "Hothan/OlympiadBench":
@@ -170,8 +180,10 @@ def test_fetch_data_targets_and_round_trip(tmp_path, monkeypatch):
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
     assert main(["fetch-data", "deepscaler", "math500"]) == 0
-    assert served == [("agentica-org/DeepScaleR-Preview-Dataset", None, "train"),
-                      ("HuggingFaceH4/MATH-500", None, "test")]
+    assert served == [
+        ("agentica-org/DeepScaleR-Preview-Dataset", None, "train"),
+        ("HuggingFaceH4/MATH-500", None, "test"),
+    ]
     monkeypatch.setitem(sys.modules, "datasets", None)
     rows = hub_rows("agentica-org/DeepScaleR-Preview-Dataset", None, "train", fetch="deepscaler")
     assert rows == [{"problem": "1+1", "answer": "2", "split": "train"}]

@@ -2,6 +2,7 @@
 
 No GPU here: the device count is faked (``torch.cuda`` is patched in this process; the workers
 are real spawned processes that report the ``CUDA_VISIBLE_DEVICES`` they were given)."""
+
 from __future__ import annotations
 
 import os
@@ -50,8 +51,11 @@ def _nap_then_gpu() -> str:
 def test_each_worker_process_gets_its_own_gpu(tmp_path: Path):
     ctx = Context(tiny_profile(smoke=True), tmp_path, tmp_path, [0], progress=False)
     parallel._pool_map(ctx, 2, [(_nap_then_gpu,)] * 4, "probe", gpus=["5", "7"])
-    seen = [line.split()[-2:] for line in ctx.log if line.startswith("[reproduce] ")
-            and not line.startswith("[reproduce] probe")]
+    seen = [
+        line.split()[-2:]
+        for line in ctx.log
+        if line.startswith("[reproduce] ") and not line.startswith("[reproduce] probe")
+    ]
     assert len(seen) == 4 and {gpu for _, gpu in seen} <= {"5", "7"}
     gpu_of = dict(seen)  # every worker process keeps one GPU; no two workers share one
     assert all(gpu_of[pid] == gpu for pid, gpu in seen)

@@ -1,4 +1,5 @@
 """Policy wrapper: chunked per-token statistics equal the unchunked ones, gradients included."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,10 +24,10 @@ def _batch(tokenizer):
     ids = torch.full((2, p + r), tokenizer.pad_token_id)
     mask = torch.zeros((2, p + r), dtype=torch.long)
     for i, (pr, rs) in enumerate(zip(prompts, responses)):
-        ids[i, p - len(pr):p] = torch.tensor(pr)
-        mask[i, p - len(pr):p] = 1
-        ids[i, p:p + len(rs)] = torch.tensor(rs)
-        mask[i, p:p + len(rs)] = 1
+        ids[i, p - len(pr) : p] = torch.tensor(pr)
+        mask[i, p - len(pr) : p] = 1
+        ids[i, p : p + len(rs)] = torch.tensor(rs)
+        mask[i, p : p + len(rs)] = 1
     return ids, mask, r, torch.tensor([[1.0] * 7, [1.0] * 3 + [0.0] * 4])
 
 
@@ -34,7 +35,7 @@ def _reference_stats(model, ids, mask, r, temperature=1.0):
     """Unchunked: full logits from the model's own forward."""
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits.float()
-    logits = logits[:, -r - 1:-1]
+    logits = logits[:, -r - 1 : -1]
     targets = ids[:, -r:]
     logp = torch.log_softmax(logits / temperature, -1)
     lp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
@@ -83,8 +84,9 @@ def test_reference_is_frozen_copy(micro):
     assert all(not p.requires_grad for p in policy.reference.parameters())
     with torch.no_grad():
         next(model.parameters()).add_(0.5)
-    assert not torch.allclose(policy.reference_logprobs(ids, mask, r),
-                              policy.token_stats(ids, mask, r).logprobs.detach())
+    assert not torch.allclose(
+        policy.reference_logprobs(ids, mask, r), policy.token_stats(ids, mask, r).logprobs.detach()
+    )
     with torch.no_grad():
         next(model.parameters()).sub_(0.5)
     assert reference_copy(model) is not model
@@ -109,13 +111,25 @@ def test_shared_prompt_forward_equals_row_by_row(micro):
     responses = [[40, 41, 42], [43, 44], [45, 46, 47, 48], [50], [51, 52, 53]]
     from rlvr.agents.rollout.base import collate
 
-    batch = collate(prompts, responses, [[1] * len(r) for r in responses],
-                    [[0.0] * len(r) for r in responses], ["length"] * 5, tok.pad_token_id)
+    batch = collate(
+        prompts,
+        responses,
+        [[1] * len(r) for r in responses],
+        [[0.0] * len(r) for r in responses],
+        ["length"] * 5,
+        tok.pad_token_id,
+    )
     results = []
     for share in (False, True):
         model.zero_grad()
-        stats = response_token_stats(model, batch.input_ids, batch.attention_mask,
-                                     batch.n_response, chunk_size=2, share_prompts=share)
+        stats = response_token_stats(
+            model,
+            batch.input_ids,
+            batch.attention_mask,
+            batch.n_response,
+            chunk_size=2,
+            share_prompts=share,
+        )
         (stats.logprobs * batch.response_mask).sum().backward()
         results.append((stats, [p.grad.clone() for p in model.parameters()]))
     model.zero_grad()

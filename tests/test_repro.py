@@ -1,5 +1,6 @@
 """The reproducible kernel mode, machine records, weight hashes, base seeds, equal compute in
 tokens, hierarchical intervals and ``rlvr reproduce --check``."""
+
 from __future__ import annotations
 
 import csv
@@ -24,8 +25,14 @@ def _rlvr(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None
     when torch loads, so only a new process shows whether the mode was applied)."""
     base = {k: v for k, v in os.environ.items() if k not in (*REPRODUCIBLE_ENV, "RLVR_KERNELS")}
     base["PYTHONPATH"] = str(REPO) + os.pathsep + base.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-m", "rlvr.cli", *args], env={**base, **(env or {})},
-                         capture_output=True, text=True, timeout=600, cwd=cwd or REPO)
+    out = subprocess.run(
+        [sys.executable, "-m", "rlvr.cli", *args],
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd or REPO,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
 
@@ -38,8 +45,14 @@ def _has_avx2() -> bool:
 def test_the_command_imports_no_torch_before_it_sets_the_mode():
     code = "import sys, rlvr.cli; print('torch' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert out.stdout.strip() == "False"
 
 
@@ -50,40 +63,61 @@ def test_the_mode_overrides_the_requested_capability_and_reaches_workers():
         assert who["kernel_mode"] == "reproducible"
         assert who["aten_cpu_capability"] == "AVX2"
         assert who["env"] == REPRODUCIBLE_ENV
-    native = json.loads(_rlvr("--kernels", "native", "machine",
-                              env={"ATEN_CPU_CAPABILITY": "default"}))
+    native = json.loads(
+        _rlvr("--kernels", "native", "machine", env={"ATEN_CPU_CAPABILITY": "default"})
+    )
     assert native["kernel_mode"] == "native" and native["aten_cpu_capability"] == "DEFAULT"
-    also_native = json.loads(_rlvr("machine", env={"RLVR_KERNELS": "native",
-                                                   "ATEN_CPU_CAPABILITY": "default"}))
+    also_native = json.loads(
+        _rlvr("machine", env={"RLVR_KERNELS": "native", "ATEN_CPU_CAPABILITY": "default"})
+    )
     assert also_native["aten_cpu_capability"] == "DEFAULT"
 
 
 @pytest.mark.skipif(not _has_avx2(), reason="the reproducible mode holds x86 kernels to AVX2")
 def test_a_reproduction_records_the_mode_the_machine_and_the_hashes(tmp_path):
     out = tmp_path / "out"
-    _rlvr("reproduce", "fig1", "--smoke", "--out", str(out), "--quiet",
-          env={"RLVR_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+    _rlvr(
+        "reproduce",
+        "fig1",
+        "--smoke",
+        "--out",
+        str(out),
+        "--quiet",
+        env={"RLVR_HOME": str(tmp_path / "home")},
+        cwd=tmp_path,
+    )
     meta = json.loads((out / "fig1.meta.json").read_text())
     assert meta["machine"]["kernel_mode"] == "reproducible"
     assert meta["machine"]["aten_cpu_capability"] == "AVX2"
-    (label, record), = meta["run_records"].items()
+    ((label, record),) = meta["run_records"].items()
     assert label == "kk/grpo/seed0"
     run_dir = out / ".cache" / "runs" / record["key"]
     info = json.loads((run_dir / "run.json").read_text())
     assert info["machine"]["kernel_mode"] == "reproducible"
     assert info["weights_sha256"] == record["weights_sha256"] == weights_sha256(run_dir / "final")
     assert info["update_tokens"] > 0
-    row, = csv.DictReader(open(out / "runs.csv"))
+    (row,) = csv.DictReader(open(out / "runs.csv"))
     assert row["weights_sha256"] == record["weights_sha256"]
     assert "reproducible kernels" in row["machine"]
     assert "machine:" in (out / "REPORT.md").read_text()
     assert not (tmp_path / "results").exists()  # nothing written outside --out
     # --check retrains the recorded run in a fresh cache: on the same machine, the same bits.
-    report = _rlvr("reproduce", "--check", str(out), "--cache", str(tmp_path / "fresh"),
-                   "--quiet", env={"RLVR_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+    report = _rlvr(
+        "reproduce",
+        "--check",
+        str(out),
+        "--cache",
+        str(tmp_path / "fresh"),
+        "--quiet",
+        env={"RLVR_HOME": str(tmp_path / "home")},
+        cwd=tmp_path,
+    )
     assert (tmp_path / "fresh" / "runs" / record["key"] / "run.json").exists()
-    verdicts = [line.rsplit("|", 2)[-2].strip() for line in report.splitlines()
-                if line.startswith("| kk/grpo/seed0")]
+    verdicts = [
+        line.rsplit("|", 2)[-2].strip()
+        for line in report.splitlines()
+        if line.startswith("| kk/grpo/seed0")
+    ]
     assert verdicts and set(verdicts) == {"bit-identical"}, report
 
 
@@ -93,8 +127,9 @@ def test_the_default_output_folder_is_not_the_committed_one(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     captured = {}
     monkeypatch.setattr(cli, "has_gpu", lambda: False)
-    monkeypatch.setattr(cli, "print_plan",
-                        lambda ctx, name: captured.setdefault("out", ctx.out) and 0)
+    monkeypatch.setattr(
+        cli, "print_plan", lambda ctx, name: captured.setdefault("out", ctx.out) and 0
+    )
     import argparse
 
     parser = argparse.ArgumentParser()
@@ -144,8 +179,9 @@ def test_base_seeds_name_other_builds_of_one_recipe():
     assert model_identity("tiny-kk@1") != model_identity("tiny-kk")
     setting = profiles.tiny_profile().settings["kk"]
     base0 = train_config(setting, "grpo", 0)
-    assert base0.model == "tiny-kk" and run_key(base0) == run_key(train_config(setting, "grpo", 0,
-                                                                               base_seed=0))
+    assert base0.model == "tiny-kk" and run_key(base0) == run_key(
+        train_config(setting, "grpo", 0, base_seed=0)
+    )
     assert run_key(train_config(setting, "grpo", 0, base_seed=1)) != run_key(base0)
     micro = profiles.tiny_profile(smoke=True).settings["kk"]
     with pytest.raises(ValueError, match="not a tiny preset"):
@@ -158,8 +194,9 @@ def test_equal_compute_is_counted_in_update_tokens():
 
     trained = [1234, 987, 4321]
     seconds = [0.731, 1.9, 0.0123]
-    metrics = [{"perf/update_tokens_s": n / t, "time/update_s": t}
-               for n, t in zip(trained, seconds)]
+    metrics = [
+        {"perf/update_tokens_s": n / t, "time/update_s": t} for n, t in zip(trained, seconds)
+    ]
     assert update_tokens(metrics) == sum(trained)
     lopti = train_config(profiles.tiny_profile(smoke=True).settings["kk"], "lopti", 0)
     assert update_tokens(metrics, lopti) == 2 * lopti.ppo_epochs * sum(trained)
@@ -191,8 +228,11 @@ def test_check_samples_compares_and_refuses_old_folders(tmp_path):
         "kk/grpo_sg[tau=0.25]/seed0": {"numbers": {"greedy": 0.1}},
         "kk/sft/seed0": {"numbers": {"greedy": 0.1}},
     }
-    assert check.sample_labels(records, 3) == ["kk/grpo/seed0", "math/grpo/seed0",
-                                               "kk/grpo_sg/seed0"]
+    assert check.sample_labels(records, 3) == [
+        "kk/grpo/seed0",
+        "math/grpo/seed0",
+        "kk/grpo_sg/seed0",
+    ]
     ci = check.stated_interval(records, "kk/grpo/seed0", "greedy")
     assert ci.n == 2 and ci.low == pytest.approx(0.20) and ci.high == pytest.approx(0.25)
     assert check.verdict(0.25, 0.25, ci) == "bit-identical"
@@ -212,11 +252,16 @@ def test_a_base_seed_builds_another_base_and_records_its_hash(tmp_path, monkeypa
     from rlvr.reproduce.runs import _preset_build_key, base_weights
 
     monkeypatch.setenv("RLVR_HOME", str(tmp_path))
-    small = BuildConfig(name="tiny-test", task="kk", data=dict(TINY_SETTINGS["kk"]),
-                        tokenizer=TokenizerConfig(vocab_size=300, tasks=("kk",), texts_per_task=40),
-                        arch=ArchConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
-                                        intermediate_size=64),
-                        sft=SFTConfig(steps=2, batch_size=2, warmup_steps=0, length_groups=1))
+    small = BuildConfig(
+        name="tiny-test",
+        task="kk",
+        data=dict(TINY_SETTINGS["kk"]),
+        tokenizer=TokenizerConfig(vocab_size=300, tasks=("kk",), texts_per_task=40),
+        arch=ArchConfig(
+            hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64
+        ),
+        sft=SFTConfig(steps=2, batch_size=2, warmup_steps=0, length_groups=1),
+    )
     monkeypatch.setitem(presets.PRESETS, "tiny-test", small)
     _preset_build_key.cache_clear()
     try:
@@ -239,8 +284,10 @@ def test_evaluation_keys_do_not_depend_on_where_the_cache_lives(tmp_path):
     for root in (tmp_path / "a", tmp_path / "elsewhere" / "b"):
         (root / "sft" / "0123abcd4567").mkdir(parents=True)
         (root / "sft" / "0123abcd4567" / "sft.json").write_text("{}")
-        assert model_identity(str(root / "runs" / "abd13653fe52" / "final")) == \
-            "runs/abd13653fe52/final"
+        assert (
+            model_identity(str(root / "runs" / "abd13653fe52" / "final"))
+            == "runs/abd13653fe52/final"
+        )
         assert model_identity(str(root / "sft" / "0123abcd4567")) == "sft/0123abcd4567"
 
 
@@ -256,6 +303,7 @@ def test_every_method_is_planned_on_every_base(tmp_path):
     plan = required_runs(ctx, ["fig2"])
     assert {algo for (_, algo, _), _ in plan} == {"grpo", "grpo_sg", "reverse"}
     assert all(units == [(0, 0), (1, 0), (2, 0)] for _, units in plan)
-    models = {train_config(profile.settings["kk"], "grpo", s, base_seed=b).model
-              for b, s in plan[0][1]}
+    models = {
+        train_config(profile.settings["kk"], "grpo", s, base_seed=b).model for b, s in plan[0][1]
+    }
     assert models == {"tiny-kk", "tiny-kk@1", "tiny-kk@2"}

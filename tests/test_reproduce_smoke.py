@@ -1,4 +1,5 @@
 """The run cache (reuse, resume) and ``rlvr reproduce all --smoke`` end to end."""
+
 from __future__ import annotations
 
 import shutil
@@ -39,9 +40,14 @@ def test_run_cache_reuses_and_resumes(tmp_path, monkeypatch):
 
 
 EXPECTED = {
-    "fig1": (".png", ".csv"), "fig2": (".png", ".csv", ".md"), "fig3": (".png", ".csv", "_variability.csv"),
-    "fig4": (".png", ".csv"), "table_kk": (".md", ".csv"), "table_math": (".md", ".csv"),
-    "table_qa": (".md", ".csv"), "sweep": (".png", ".csv", ".md"),
+    "fig1": (".png", ".csv"),
+    "fig2": (".png", ".csv", ".md"),
+    "fig3": (".png", ".csv", "_variability.csv"),
+    "fig4": (".png", ".csv"),
+    "table_kk": (".md", ".csv"),
+    "table_math": (".md", ".csv"),
+    "table_qa": (".md", ".csv"),
+    "sweep": (".png", ".csv", ".md"),
 }
 
 
@@ -69,8 +75,11 @@ def test_reproduce_all_smoke(tmp_path):
 
     profile = profiles.tiny_profile(smoke=True)
     ctx = Context(profile, out, out / ".cache", [0], smoke=True)
-    planned = {run_key(train_config(profile.settings[k], algo, seed, extra, base_seed=b))
-               for (k, algo, extra), units in required_runs(ctx, ["all"]) for b, seed in units}
+    planned = {
+        run_key(train_config(profile.settings[k], algo, seed, extra, base_seed=b))
+        for (k, algo, extra), units in required_runs(ctx, ["all"])
+        for b, seed in units
+    }
     trained = {p.name for p in (out / ".cache" / "runs").iterdir()}
     assert planned == trained
     index = (out / "runs.csv").read_text().splitlines()
@@ -90,5 +99,8 @@ def test_reproduce_jobs_prefetches_everything(tmp_path, capsys):
     assert "trained kk/grpo_sg seed 0" in printed and "continued SFT seed 0" in printed
     # The script itself trained and evaluated nothing: ensure_* only announce work they do.
     after_prefetch = printed.split("[reproduce] evaluated")[-1]
-    assert "[reproduce] training" not in after_prefetch and "[reproduce] evaluating" not in after_prefetch
+    assert (
+        "[reproduce] training" not in after_prefetch
+        and "[reproduce] evaluating" not in after_prefetch
+    )
     assert (out / "fig2.png").exists()

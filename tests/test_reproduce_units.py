@@ -1,9 +1,9 @@
 """Fast tests of the reproduce pieces: spikes, claims, run keys, the paper plan, the report."""
+
 from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,14 +26,22 @@ def test_count_spikes_by_hand():
 
 class FakeEval:
     def __init__(self, correct):
-        self.records = [{"item": f"3/{i}", "mode": "greedy", "correct": c} for i, c in enumerate(correct)]
+        self.records = [
+            {"item": f"3/{i}", "mode": "greedy", "correct": c} for i, c in enumerate(correct)
+        ]
         self.summary = {}
         self.unit = (0, 0)
 
 
 def _ctx(tmp_path):
-    return Context(profiles.tiny_profile(smoke=True), tmp_path, tmp_path / "cache", [0], smoke=True,
-                   command="rlvr reproduce test")
+    return Context(
+        profiles.tiny_profile(smoke=True),
+        tmp_path,
+        tmp_path / "cache",
+        [0],
+        smoke=True,
+        command="rlvr reproduce test",
+    )
 
 
 def test_claims_are_decided_by_the_paired_interval(tmp_path):
@@ -43,7 +51,9 @@ def test_claims_are_decided_by_the_paired_interval(tmp_path):
     better = base | (rng.random(200) < 0.3)
     collect.compare(out, "A beats B", "K&K", [FakeEval(better)], [FakeEval(base)])
     collect.compare(out, "B beats A", "K&K", [FakeEval(base)], [FakeEval(better)])
-    collect.compare(out, "zeros", "K&K", [FakeEval([0] * 50)], [FakeEval([0] * 50)], close_margin=0.05)
+    collect.compare(
+        out, "zeros", "K&K", [FakeEval([0] * 50)], [FakeEval([0] * 50)], close_margin=0.05
+    )
     collect.compare(out, "close", "K&K", [FakeEval(base)], [FakeEval(base)], close_margin=0.05)
     verdicts = [c["verdict"] for c in out.claims]
     assert verdicts == ["held", "reversed", "inconclusive", "held"]
@@ -56,7 +66,9 @@ def test_claims_are_decided_by_the_paired_interval(tmp_path):
 def test_run_key_ignores_output_fields_only():
     setting = profiles.tiny_profile(smoke=True).settings["kk"]
     a = train_config(setting, "grpo", 0)
-    assert run_key(a) == run_key(dataclasses.replace(a, out="/elsewhere", resume=True, progress=False))
+    assert run_key(a) == run_key(
+        dataclasses.replace(a, out="/elsewhere", resume=True, progress=False)
+    )
     assert run_key(a) != run_key(train_config(setting, "grpo", 1))
     assert run_key(a) != run_key(train_config(setting, "grpo_sg", 0))
 
@@ -95,7 +107,10 @@ def test_report_states_each_verdict_plainly(tmp_path):
     assert "Reverse is close to GRPO (K&K): held at this scale" in text
     assert "0.42" in text and "python" in text and "git_commit" in text
     meta = json.loads((tmp_path / "table_kk.meta.json").read_text())
-    assert meta["command"] == "rlvr reproduce test" and meta["files"] == ["table_kk.md", "table_kk.meta.json"]
+    assert meta["command"] == "rlvr reproduce test" and meta["files"] == [
+        "table_kk.md",
+        "table_kk.meta.json",
+    ]
 
 
 def test_keys_follow_the_preset_a_model_name_stands_for(monkeypatch):
@@ -108,7 +123,9 @@ def test_keys_follow_the_preset_a_model_name_stands_for(monkeypatch):
     ecfg = runs.eval_config(setting, cfg, setting.model)
     runs._preset_build_key.cache_clear()
     before = run_key(cfg), runs.eval_key(ecfg)
-    changed = dataclasses.replace(presets.PRESETS["tiny-kk"], seed=presets.PRESETS["tiny-kk"].seed + 1)
+    changed = dataclasses.replace(
+        presets.PRESETS["tiny-kk"], seed=presets.PRESETS["tiny-kk"].seed + 1
+    )
     monkeypatch.setitem(presets.PRESETS, "tiny-kk", changed)
     runs._preset_build_key.cache_clear()
     try:

@@ -1,15 +1,17 @@
 """Rollout backends and the multi-turn driver on the micro model."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-from _rlvr_toys import OBS, LetterEnv, ScriptedBackend, ToolEnv
 
 from rlvr.agents.policy import response_token_stats
 from rlvr.agents.rollout.base import SamplingParams, collate, truncate_at_stop
 from rlvr.agents.rollout.hf import HFBackend, filter_logits
 from rlvr.agents.rollout.multiturn import run_episodes
 from rlvr.models import load_model
+
+from _rlvr_toys import OBS, LetterEnv, ScriptedBackend, ToolEnv
 
 torch.set_num_threads(1)
 
@@ -46,11 +48,23 @@ def test_rollout_logprobs_match_policy(micro):
     ctx = _ctx(tok, ["abc", "some other prompt"], g=1)
     sp = SamplingParams(max_new_tokens=10, temperature=0.8)
     gen = HFBackend(model, tok).generate(ctx, sp, seed=0)
-    batch = collate(ctx, gen.token_ids, [[1] * len(t) for t in gen.token_ids], gen.logprobs,
-                    gen.finish_reasons, tok.pad_token_id)
+    batch = collate(
+        ctx,
+        gen.token_ids,
+        [[1] * len(t) for t in gen.token_ids],
+        gen.logprobs,
+        gen.finish_reasons,
+        tok.pad_token_id,
+    )
     with torch.no_grad():
-        stats = response_token_stats(model, batch.input_ids, batch.attention_mask,
-                                     batch.n_response, temperature=0.8, chunk_size=3)
+        stats = response_token_stats(
+            model,
+            batch.input_ids,
+            batch.attention_mask,
+            batch.n_response,
+            temperature=0.8,
+            chunk_size=3,
+        )
     m = batch.response_mask.bool()
     torch.testing.assert_close(stats.logprobs[m], batch.rollout_logprobs[m], atol=1e-4, rtol=1e-4)
 
@@ -58,14 +72,16 @@ def test_rollout_logprobs_match_policy(micro):
 def test_greedy_matches_generate(micro):
     model, tok = micro
     ctx = _ctx(tok, ["greedy test"], g=1)
-    gen = HFBackend(model, tok).generate(ctx, SamplingParams(max_new_tokens=8, temperature=0),
-                                         seed=0)
+    gen = HFBackend(model, tok).generate(
+        ctx, SamplingParams(max_new_tokens=8, temperature=0), seed=0
+    )
     ids = torch.tensor(ctx)
-    ref = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8,
-                         do_sample=False)
-    expect = ref[0, ids.shape[1]:].tolist()
+    ref = model.generate(
+        input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False
+    )
+    expect = ref[0, ids.shape[1] :].tolist()
     if tok.eos_token_id in expect:
-        expect = expect[:expect.index(tok.eos_token_id) + 1]
+        expect = expect[: expect.index(tok.eos_token_id) + 1]
     assert gen.token_ids[0] == expect
 
 
@@ -96,18 +112,22 @@ class _Script:
         return output
 
 
-@pytest.mark.parametrize("stop,text,reason", [
-    (("</answer>",), "ab <answer> x </answer> tail", "stop"),
-    (("</search>", "</answer>"), "<search> q </search> more </answer>", "stop"),
-    (("</answer>",), "no stop here", "eos"),
-])
+@pytest.mark.parametrize(
+    "stop,text,reason",
+    [
+        (("</answer>",), "ab <answer> x </answer> tail", "stop"),
+        (("</search>", "</answer>"), "<search> q </search> more </answer>", "stop"),
+        (("</answer>",), "no stop here", "eos"),
+    ],
+)
 def test_stop_strings(micro, stop, text, reason):
     model, tok = micro
     ctx = [tok("prompt: ")["input_ids"]] * 2
     script = _Script(model, tok, text, len(ctx[0]))
     try:
-        gen = HFBackend(model, tok).generate(ctx, SamplingParams(max_new_tokens=60, stop=stop),
-                                             seed=0)
+        gen = HFBackend(model, tok).generate(
+            ctx, SamplingParams(max_new_tokens=60, stop=stop), seed=0
+        )
     finally:
         script.handle.remove()
     expected, _ = truncate_at_stop(text, stop)
@@ -123,8 +143,12 @@ def test_truncate_at_stop_earliest():
 
 
 def test_sampling_params_validation():
-    for kwargs, name in (({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"),
-                         ({"top_k": -1}, "top_k"), ({"max_new_tokens": -1}, "max_new_tokens")):
+    for kwargs, name in (
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"top_k": -1}, "top_k"),
+        ({"max_new_tokens": -1}, "max_new_tokens"),
+    ):
         with pytest.raises(ValueError, match=name):
             SamplingParams(**kwargs)
 
@@ -135,21 +159,34 @@ def test_multiturn_observation_tokens_have_loss_mask_zero(micro):
     backend = ScriptedBackend(tok, [turn])
     envs = [ToolEnv(turns=3) for _ in range(2)]
     prompts = [e.reset(seed=0)[0] for e in envs]
-    eps = run_episodes(backend, tok, envs, prompts, SamplingParams(max_new_tokens=40),
-                       max_response_tokens=500, seed=0)
+    eps = run_episodes(
+        backend,
+        tok,
+        envs,
+        prompts,
+        SamplingParams(max_new_tokens=40),
+        max_response_tokens=500,
+        seed=0,
+    )
     t_ids = tok(turn, add_special_tokens=False)["input_ids"]
     o_ids = tok(OBS, add_special_tokens=False)["input_ids"]
     for ep, env in zip(eps, envs):
         assert ep.turns == 3 and env.seen == [turn] * 3
         assert ep.response_ids == t_ids + o_ids + t_ids + o_ids + t_ids
-        assert ep.loss_mask == [1] * len(t_ids) + [0] * len(o_ids) + [1] * len(t_ids) + \
-            [0] * len(o_ids) + [1] * len(t_ids)
+        assert ep.loss_mask == [1] * len(t_ids) + [0] * len(o_ids) + [1] * len(t_ids) + [0] * len(
+            o_ids
+        ) + [1] * len(t_ids)
         assert all(lp == 0.0 for lp, m in zip(ep.logprobs, ep.loss_mask) if m == 0)
     # the second turn's context is prompt + turn 1 + observation
     assert backend.calls[1][0] == eps[0].prompt_ids + t_ids + o_ids
-    batch = collate([e.prompt_ids for e in eps], [e.response_ids for e in eps],
-                    [e.loss_mask for e in eps], [e.logprobs for e in eps],
-                    [e.finish_reason for e in eps], tok.pad_token_id)
+    batch = collate(
+        [e.prompt_ids for e in eps],
+        [e.response_ids for e in eps],
+        [e.loss_mask for e in eps],
+        [e.logprobs for e in eps],
+        [e.finish_reason for e in eps],
+        tok.pad_token_id,
+    )
     assert batch.response_mask[0].tolist() == [float(m) for m in eps[0].loss_mask]
 
 
@@ -160,8 +197,15 @@ def test_multiturn_budget_truncates_observation(micro):
     budget = n_turn + 5
     envs = [ToolEnv(turns=5)]
     prompts = [envs[0].reset(seed=0)[0]]
-    eps = run_episodes(ScriptedBackend(tok, [turn]), tok, envs, prompts,
-                       SamplingParams(max_new_tokens=64), max_response_tokens=budget, seed=0)
+    eps = run_episodes(
+        ScriptedBackend(tok, [turn]),
+        tok,
+        envs,
+        prompts,
+        SamplingParams(max_new_tokens=64),
+        max_response_tokens=budget,
+        seed=0,
+    )
     ep = eps[0]
     assert len(ep.response_ids) == budget and ep.turns == 1 and ep.finish_reason == "length"
     assert ep.loss_mask == [1] * n_turn + [0] * 5
@@ -171,9 +215,16 @@ def test_multiturn_with_hf_backend_and_errors(micro):
     model, tok = micro
     envs = [ToolEnv(turns=2), ToolEnv(turns=2), LetterEnv(fail_on=0), LetterEnv()]
     prompts = [e.reset(seed=0, options={"index": i % 2})[0] for i, e in enumerate(envs)]
-    eps = run_episodes(HFBackend(model, tok), tok, envs, prompts,
-                       SamplingParams(max_new_tokens=8), max_response_tokens=200, seed=3,
-                       error_reward=-7.0)
+    eps = run_episodes(
+        HFBackend(model, tok),
+        tok,
+        envs,
+        prompts,
+        SamplingParams(max_new_tokens=8),
+        max_response_tokens=200,
+        seed=3,
+        error_reward=-7.0,
+    )
     o_ids = tok(OBS, add_special_tokens=False)["input_ids"]
     for ep in eps[:2]:
         assert ep.turns == 2

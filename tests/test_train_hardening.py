@@ -1,5 +1,6 @@
 """``rlvr train`` under bad input: crafted checkpoints, changed configurations, corrupt
 checkpoints, unwritable output, and bad values, each refused with one line."""
+
 from __future__ import annotations
 
 import json
@@ -9,19 +10,35 @@ from pathlib import Path
 
 import pytest
 import torch
-from _rlvr_toys import LetterEnv
 
-from rlvr.agents.checkpoint import (CheckpointError, check_resume_config, list_checkpoints,
-                                    load_payload, rng_state, set_rng_state, verify_checkpoint)
+from rlvr.agents.checkpoint import (
+    CheckpointError,
+    check_resume_config,
+    list_checkpoints,
+    load_payload,
+    rng_state,
+    set_rng_state,
+    verify_checkpoint,
+)
 from rlvr.agents.metrics import preserve_metrics
 from rlvr.agents.train_config import load_train_config
 from rlvr.agents.trainer import Trainer, read_metrics
 from rlvr.cli import main as rlvr_main
 
+from _rlvr_toys import LetterEnv
+
 torch.set_num_threads(1)
 
-ARGS = ["env=kk", "algo=grpo", "profile=micro", "progress=false", "num_threads=1", "save_every=1",
-        "group_size=2", "prompts_per_step=2"]
+ARGS = [
+    "env=kk",
+    "algo=grpo",
+    "profile=micro",
+    "progress=false",
+    "num_threads=1",
+    "save_every=1",
+    "group_size=2",
+    "prompts_per_step=2",
+]
 
 
 def _train(out, steps, *extra):
@@ -92,8 +109,12 @@ def test_resume_refuses_a_changed_configuration(tmp_path, capsys):
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1]
     # keys that do not change a step's result may change; the override allows the rest
     assert rlvr_main([*base, "steps=2", "--resume", "save_every=2", "progress=false"]) == 0
-    assert rlvr_main([*base, "steps=3", "--resume", "rollout.temperature=0.5",
-                      "--allow-config-change"]) == 0
+    assert (
+        rlvr_main(
+            [*base, "steps=3", "--resume", "rollout.temperature=0.5", "--allow-config-change"]
+        )
+        == 0
+    )
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
 
 
@@ -104,8 +125,9 @@ def test_check_resume_config_lists_every_changed_key():
         check_resume_config(saved, now)
     assert check_resume_config(saved, now, allow=True) == ["env_kwargs", "optim.lr"]
     # a field added after the checkpoint was saved compares as its default
-    assert check_resume_config({"algo": "grpo"}, {"algo": "grpo", "new": 1},
-                               defaults={"new": 1}) == []
+    assert (
+        check_resume_config({"algo": "grpo"}, {"algo": "grpo", "new": 1}, defaults={"new": 1}) == []
+    )
     with pytest.raises(CheckpointError, match="new"):
         check_resume_config({"algo": "grpo"}, {"algo": "grpo", "new": 2}, defaults={"new": 1})
 
@@ -149,27 +171,44 @@ def _one_line_exit_2(capsys, argv, *needles):
     return err
 
 
-@pytest.mark.parametrize("override, needles", [
-    ("env_kwargs.bogus=1", ["env_kwargs.bogus", "n_people"]),
-    ("env_kwargs.n_people=0", ["env_kwargs", "n_people"]),
-    ("rollout.temperature=-1", ["rollout.temperature", "[0, inf)"]),
-    ("rollout.top_p=0", ["rollout.top_p", "(0, 1]"]),
-    ("loss.clip_low=-1", ["loss.clip_low", "[0, 1)"]),
-    ("num_threads=-1", ["num_threads", "[0, inf)"]),
-    ("device=tpu", ["device", "cuda"]),
-    ("model=/nonexistent", ["model", "/nonexistent"]),
-    ("optim.lr=nan", ["optim.lr", "(0, inf)"]),
-    ("optim.lr=inf", ["optim.lr", "(0, inf)"]),
-    ("optim.beta2=1", ["optim.beta2", "[0, 1)"]),
-    ("weights.eta=nan", ["weights.eta", "(0, 1)"]),
-    ("algo=grpo_sg weights.tau=0", ["weights.tau", "> 0"]),
-    ("algo=reverse weights.lower=3", ["weights.lower", "upper"]),
-    pytest.param("device=cuda", ["device", "no CUDA"], marks=pytest.mark.skipif(
-        torch.cuda.is_available(), reason="a GPU is present")),
-])
+@pytest.mark.parametrize(
+    "override, needles",
+    [
+        ("env_kwargs.bogus=1", ["env_kwargs.bogus", "n_people"]),
+        ("env_kwargs.n_people=0", ["env_kwargs", "n_people"]),
+        ("rollout.temperature=-1", ["rollout.temperature", "[0, inf)"]),
+        ("rollout.top_p=0", ["rollout.top_p", "(0, 1]"]),
+        ("loss.clip_low=-1", ["loss.clip_low", "[0, 1)"]),
+        ("num_threads=-1", ["num_threads", "[0, inf)"]),
+        ("device=tpu", ["device", "cuda"]),
+        ("model=/nonexistent", ["model", "/nonexistent"]),
+        ("optim.lr=nan", ["optim.lr", "(0, inf)"]),
+        ("optim.lr=inf", ["optim.lr", "(0, inf)"]),
+        ("optim.beta2=1", ["optim.beta2", "[0, 1)"]),
+        ("weights.eta=nan", ["weights.eta", "(0, 1)"]),
+        ("algo=grpo_sg weights.tau=0", ["weights.tau", "> 0"]),
+        ("algo=reverse weights.lower=3", ["weights.lower", "upper"]),
+        pytest.param(
+            "device=cuda",
+            ["device", "no CUDA"],
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present"),
+        ),
+    ],
+)
 def test_bad_values_exit_2_with_one_line_naming_the_key(tmp_path, capsys, override, needles):
-    _one_line_exit_2(capsys, ["train", "env=kk", "profile=micro", f"out={tmp_path / 'o'}",
-                              "steps=1", "progress=false", *override.split()], *needles)
+    _one_line_exit_2(
+        capsys,
+        [
+            "train",
+            "env=kk",
+            "profile=micro",
+            f"out={tmp_path / 'o'}",
+            "steps=1",
+            "progress=false",
+            *override.split(),
+        ],
+        *needles,
+    )
 
 
 def test_unwritable_output_fails_at_start_with_one_line(tmp_path, capsys):

@@ -1,4 +1,5 @@
 """The trainer on the micro model: every algorithm, optimizer-step accounting, faults, determinism."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -7,23 +8,50 @@ import math
 
 import pytest
 import torch
-from _rlvr_toys import LetterEnv, ToolEnv
 
 import rlvr.agents.trainer as trainer_mod
 from rlvr.agents.train_config import ALGOS, load_train_config
 from rlvr.agents.trainer import Trainer, lr_factor, read_metrics, strip_time
 from rlvr.config import ConfigError
 
+from _rlvr_toys import LetterEnv, ToolEnv
+
 torch.set_num_threads(1)
 
-REQUIRED = ("step", "reward/mean", "accuracy", "grad_norm", "kl", "entropy", "weight/mean",
-            "response_length", "time/rollout_s", "time/update_s", "tokens/s", "clip_frac",
-            "weight/min", "weight/max", "prob/mean", "episodes/errors", "update/skipped")
+REQUIRED = (
+    "step",
+    "reward/mean",
+    "accuracy",
+    "grad_norm",
+    "kl",
+    "entropy",
+    "weight/mean",
+    "response_length",
+    "time/rollout_s",
+    "time/update_s",
+    "tokens/s",
+    "clip_frac",
+    "weight/min",
+    "weight/max",
+    "prob/mean",
+    "episodes/errors",
+    "update/skipped",
+)
 
 
 def _cfg(tmp_path, *extra, env="kk", algo="grpo", steps=2):
-    return load_train_config([f"env={env}", f"algo={algo}", f"out={tmp_path}", "profile=micro",
-                              f"steps={steps}", "progress=false", "num_threads=1", *extra])
+    return load_train_config(
+        [
+            f"env={env}",
+            f"algo={algo}",
+            f"out={tmp_path}",
+            "profile=micro",
+            f"steps={steps}",
+            "progress=false",
+            "num_threads=1",
+            *extra,
+        ]
+    )
 
 
 def _toy_trainer(tmp_path, *extra, algo="grpo", steps=2, env_cls=LetterEnv, **env_kw):
@@ -49,8 +77,7 @@ def test_every_algorithm_on_every_env(tmp_path, env, algo):
         for key in REQUIRED:
             assert key in rec, key
         assert rec["episodes/errors"] == 0
-        assert all(v is None or not isinstance(v, float) or math.isfinite(v)
-                   for v in rec.values())
+        assert all(v is None or not isinstance(v, float) or math.isfinite(v) for v in rec.values())
     assert (tmp_path / "checkpoints" / "step_00000002" / "MANIFEST.json").exists()
     assert (tmp_path / "final" / "config.json").exists()
 
@@ -62,10 +89,12 @@ def test_parameters_move_and_grad_norm_is_before_clipping(tmp_path, monkeypatch)
     def spy(params, max_norm, *a, **k):
         params = list(params)
         before = torch.linalg.vector_norm(
-            torch.stack([torch.linalg.vector_norm(p.grad) for p in params if p.grad is not None]))
+            torch.stack([torch.linalg.vector_norm(p.grad) for p in params if p.grad is not None])
+        )
         out = original(params, max_norm, *a, **k)
         after = torch.linalg.vector_norm(
-            torch.stack([torch.linalg.vector_norm(p.grad) for p in params if p.grad is not None]))
+            torch.stack([torch.linalg.vector_norm(p.grad) for p in params if p.grad is not None])
+        )
         seen.append((float(before), float(after), max_norm))
         return out
 
@@ -95,8 +124,9 @@ def test_lopti_two_optimizer_steps_low_first(tmp_path, monkeypatch):
 
     monkeypatch.setattr(lopti_mod, "lopti_stages", spy)
     # The random micro model gives p ~ 1/260 to every token: split at the median instead of 0.5.
-    t = _toy_trainer(tmp_path, "algo=lopti", "weights.eta=0.0038", "rollout.temperature=1.0",
-                     algo="lopti")
+    t = _toy_trainer(
+        tmp_path, "algo=lopti", "weights.eta=0.0038", "rollout.temperature=1.0", algo="lopti"
+    )
     steps = []
     t.optimizer.register_step_post_hook(lambda *a: steps.append(t.step))
     records = t.train()
@@ -166,8 +196,9 @@ def test_non_finite_loss_skips_update(tmp_path):
 def test_same_seed_same_numbers(tmp_path):
     runs = []
     for name, seed in (("a", 0), ("b", 0), ("c", 1)):
-        t = _toy_trainer(tmp_path / name, f"seed={seed}", "mini_batch_size=4", "ppo_epochs=2",
-                         algo="grpo_sg")
+        t = _toy_trainer(
+            tmp_path / name, f"seed={seed}", "mini_batch_size=4", "ppo_epochs=2", algo="grpo_sg"
+        )
         runs.append(strip_time(t.train()))
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]
@@ -182,20 +213,26 @@ def test_multiturn_observations_masked_in_training_batch(tmp_path, monkeypatch):
         return original(self, batch, adv, step)
 
     monkeypatch.setattr(trainer_mod.Trainer, "update", spy)
-    t = _toy_trainer(tmp_path, "rollout.max_response_tokens=120",
-                     "rollout.max_turn_tokens=12", steps=1, env_cls=ToolEnv,
-                     turns=2)
+    t = _toy_trainer(
+        tmp_path,
+        "rollout.max_response_tokens=120",
+        "rollout.max_turn_tokens=12",
+        steps=1,
+        env_cls=ToolEnv,
+        turns=2,
+    )
     rec = t.train()[0]
     batch = seen["batch"]
     assert rec["turns/mean"] == 2
-    real = batch.attention_mask[:, batch.prompt_len:].float()
+    real = batch.attention_mask[:, batch.prompt_len :].float()
     assert bool(((batch.response_mask == 0) & (real == 1)).any())  # observation tokens
     assert rec["response_length/generated"] < rec["response_length"]
 
 
 def test_memory_check_refuses_impossible_settings(tmp_path):
-    cfg = _cfg(tmp_path, "rollout.max_response_tokens=2000000", "prompts_per_step=64",
-               "group_size=64")
+    cfg = _cfg(
+        tmp_path, "rollout.max_response_tokens=2000000", "prompts_per_step=64", "group_size=64"
+    )
     with pytest.raises(MemoryError, match="max_response_tokens"):
         Trainer(cfg)
 

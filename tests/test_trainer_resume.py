@@ -1,5 +1,6 @@
 """Checkpoints: a run killed with SIGKILL and resumed ends with exactly the uninterrupted metrics;
 a corrupt newest checkpoint falls back to the previous one; the CLI's ``--resume``."""
+
 from __future__ import annotations
 
 import os
@@ -11,19 +12,29 @@ from pathlib import Path
 
 import pytest
 import torch
-from _rlvr_toys import LetterEnv
 
 from rlvr.agents.checkpoint import list_checkpoints, verify_checkpoint
 from rlvr.agents.train_config import load_train_config
 from rlvr.agents.trainer import Trainer, read_metrics, strip_time
 from rlvr.cli import main as rlvr_main
 
+from _rlvr_toys import LetterEnv
+
 torch.set_num_threads(1)
 
 TESTS = Path(__file__).resolve().parent
-ARGS = ["env=kk", "algo=grpo_sg", "profile=micro", "progress=false", "num_threads=1",
-        "save_every=1", "mini_batch_size=4", "ppo_epochs=2", "optim.warmup_steps=2",
-        "optim.schedule=cosine"]
+ARGS = [
+    "env=kk",
+    "algo=grpo_sg",
+    "profile=micro",
+    "progress=false",
+    "num_threads=1",
+    "save_every=1",
+    "mini_batch_size=4",
+    "ppo_epochs=2",
+    "optim.warmup_steps=2",
+    "optim.schedule=cosine",
+]
 SCRIPT = """
 import sys
 from _rlvr_toys import LetterEnv
@@ -45,9 +56,16 @@ def test_resume_after_sigkill_matches_uninterrupted(tmp_path):
     assert len(expected) == steps
 
     out = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, *ARGS, f"out={out}", f"steps={steps}"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, *ARGS, f"out={out}", f"steps={steps}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     target = out / "checkpoints" / "step_00000002" / "MANIFEST.json"
     deadline = time.monotonic() + 120
     while not target.exists():
@@ -87,8 +105,16 @@ def test_corrupt_checkpoint_falls_back_to_previous(tmp_path):
 
 def test_cli_train_and_resume(tmp_path, capsys):
     out = tmp_path / "cli"
-    base = ["train", "env=kk", "algo=ar", "profile=micro", f"out={out}", "progress=false",
-            "num_threads=1", "group_size=2"]
+    base = [
+        "train",
+        "env=kk",
+        "algo=ar",
+        "profile=micro",
+        f"out={out}",
+        "progress=false",
+        "num_threads=1",
+        "group_size=2",
+    ]
     assert rlvr_main([*base, "steps=1"]) == 0
     assert rlvr_main([*base, "steps=2"]) == 2  # refuses to overwrite checkpoints
     assert "resume" in capsys.readouterr().err

@@ -1,13 +1,13 @@
 """The update on the CPU, for the bugs that show on a GPU: device placement, mixed precision,
 gradient checkpointing, loss normalisers across micro-batchings, and the baselines' staging
 checked against references computed the way their code does it."""
+
 from __future__ import annotations
 
 import copy
 
 import pytest
 import torch
-from _rlvr_toys import LetterEnv
 
 from rlvr.agents.algorithms import Algorithm, get_algorithm, register_algorithm
 from rlvr.agents.losses import k3_kl
@@ -16,12 +16,23 @@ from rlvr.agents.policy import response_token_stats
 from rlvr.agents.train_config import load_train_config
 from rlvr.agents.trainer import Trainer
 
+from _rlvr_toys import LetterEnv
+
 torch.set_num_threads(1)
 
 
 def _trainer(tmp_path, *extra, algo="grpo", steps=1):
-    cfg = load_train_config([f"out={tmp_path}", f"algo={algo}", "profile=micro", "env=kk",
-                             f"steps={steps}", "progress=false", *extra])
+    cfg = load_train_config(
+        [
+            f"out={tmp_path}",
+            f"algo={algo}",
+            "profile=micro",
+            "env=kk",
+            f"steps={steps}",
+            "progress=false",
+            *extra,
+        ]
+    )
     return Trainer(cfg, make_env=lambda split: LetterEnv())
 
 
@@ -42,8 +53,9 @@ def test_token_metrics_stay_on_the_policy_device(monkeypatch):
 
     monkeypatch.setattr(_config, "meta_nonzero_assume_all_nonzero", True)
     lp = torch.log(torch.rand(3, 5)).to("meta")
-    out = token_prob_summary(lp, torch.rand(3, 5, device="meta"),
-                             torch.ones(3, 5, dtype=torch.bool, device="meta"))
+    out = token_prob_summary(
+        lp, torch.rand(3, 5, device="meta"), torch.ones(3, 5, dtype=torch.bool, device="meta")
+    )
     assert all(v.device.type == "meta" for v in out.values())
 
 
@@ -101,8 +113,7 @@ def _grads_after_loss(t, batch, adv):
     original = t.updater._optimizer_step
 
     def capture(finite):
-        losses.append([p.grad.detach().clone() for p in t.model.parameters()
-                       if p.grad is not None])
+        losses.append([p.grad.detach().clone() for p in t.model.parameters() if p.grad is not None])
         t.optimizer.zero_grad(set_to_none=True)
         return 0.0, True
 
@@ -141,15 +152,17 @@ def test_lopti_equals_ar_lopti_reference(tmp_path):
     lc = t.cfg.loss
     t.update(batch, adv, 1)
 
-    opt = torch.optim.AdamW(model0.parameters(), lr=t.cfg.optim.lr, betas=(0.9, 0.999),
-                            eps=1e-8, weight_decay=0.0)
+    opt = torch.optim.AdamW(
+        model0.parameters(), lr=t.cfg.optim.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0
+    )
     b = batch
     mask = b.response_mask.bool()
     temp = t.cfg.rollout.temperature
 
     def logprobs(model):
-        return response_token_stats(model, b.input_ids, b.attention_mask, b.n_response,
-                                    temperature=temp).logprobs
+        return response_token_stats(
+            model, b.input_ids, b.attention_mask, b.n_response, temperature=temp
+        ).logprobs
 
     with torch.no_grad():
         old = logprobs(model0)
@@ -198,12 +211,20 @@ def test_a_new_algorithm_is_one_registration(tmp_path):
     from rlvr.agents.weights import register_weight_scheme
 
     @register_weight_scheme("confident_only")
-    def confident_only(*, logprobs, mask, logits=None, old_logprobs=None, entropy=None,
-                       eta: float = 0.5):
+    def confident_only(
+        *, logprobs, mask, logits=None, old_logprobs=None, entropy=None, eta: float = 0.5
+    ):
         return (old_logprobs.exp() >= eta).to(logprobs.dtype)
 
-    register_algorithm(Algorithm(name="confident_only", label="confident only", color="#000000",
-                                 weight="confident_only", params=lambda wc: {"eta": wc.eta}))
+    register_algorithm(
+        Algorithm(
+            name="confident_only",
+            label="confident only",
+            color="#000000",
+            weight="confident_only",
+            params=lambda wc: {"eta": wc.eta},
+        )
+    )
     rec = _trainer(tmp_path, "weights.eta=0.0038", algo="confident_only").train()[0]
     assert 0.0 < rec["weight/mean"] < 1.0
     assert get_algorithm("confident_only").label == "confident only"

@@ -9,6 +9,7 @@ torch and reports log-probs the way ``logprobs_mode`` says (raw: ``log_softmax(l
 processed: after temperature), so the tests catch a wrong mode, a missing ``max_model_len``, or
 a weight sync that does not reach the engine.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,8 +81,9 @@ class FakeLLM:
         self.tok = AutoTokenizer.from_pretrained(path)
         self.runner_model = _Model(self.hf)
         worker = types.SimpleNamespace(model_runner=types.SimpleNamespace(model=self.runner_model))
-        self.llm_engine = types.SimpleNamespace(model_executor=types.SimpleNamespace(
-            driver_worker=types.SimpleNamespace(worker=worker)))
+        self.llm_engine = types.SimpleNamespace(
+            model_executor=types.SimpleNamespace(driver_worker=types.SimpleNamespace(worker=worker))
+        )
         self.sleeping = False
         FakeLLM.last = self
 
@@ -101,13 +103,21 @@ class FakeLLM:
                     logits = self.hf(torch.tensor([ids + new])).logits[0, -1].float()
                 t = sp.temperature
                 scaled = logits / t if t > 0 else logits
-                tok = (int(torch.multinomial(torch.softmax(scaled, -1), 1, generator=g))
-                       if t > 0 else int(logits.argmax()))
+                tok = (
+                    int(torch.multinomial(torch.softmax(scaled, -1), 1, generator=g))
+                    if t > 0
+                    else int(logits.argmax())
+                )
                 lp = torch.log_softmax(scaled if processed else logits, -1)[tok]
                 new.append(tok)
                 lps.append({tok: types.SimpleNamespace(logprob=float(lp))})
-            o = types.SimpleNamespace(token_ids=new, logprobs=lps, finish_reason="length",
-                                      stop_reason=None, text=self.tok.decode(new))
+            o = types.SimpleNamespace(
+                token_ids=new,
+                logprobs=lps,
+                finish_reason="length",
+                stop_reason=None,
+                text=self.tok.decode(new),
+            )
             outs.append(types.SimpleNamespace(outputs=[o]))
         return outs
 
@@ -193,8 +203,9 @@ def test_logprobs_follow_the_training_temperature(fake_vllm):
     for c, ids, lps in zip(ctx, gen.token_ids, gen.logprobs):
         full = torch.tensor([c + ids])
         with torch.no_grad():
-            stats = response_token_stats(model, full, torch.ones_like(full), len(ids),
-                                         temperature=t)
+            stats = response_token_stats(
+                model, full, torch.ones_like(full), len(ids), temperature=t
+            )
         assert torch.allclose(stats.logprobs[0], torch.tensor(lps), atol=1e-4)
 
 
@@ -208,8 +219,9 @@ def test_sleep_around_the_update_and_weight_sync(fake_vllm):
     llm = FakeLLM.last
     envs = [LetterEnv() for _ in range(2)]
     prompts = [e.reset(seed=i)[0] for i, e in enumerate(envs)]
-    run_episodes(b, tok, envs, prompts, SamplingParams(max_new_tokens=4), max_response_tokens=4,
-                 seed=0)
+    run_episodes(
+        b, tok, envs, prompts, SamplingParams(max_new_tokens=4), max_response_tokens=4, seed=0
+    )
     assert llm.calls[-1] == ("sleep", 1) and llm.sleeping
     with torch.no_grad():  # "the update"
         for p in model.parameters():
@@ -217,8 +229,11 @@ def test_sleep_around_the_update_and_weight_sync(fake_vllm):
     b.sync_weights(model)
     names = [c[0] for c in llm.calls]
     i = names.index("wake_up")
-    assert llm.calls[i:] == [("wake_up", ("weights",)), ("wake_up", ("kv_cache",)),
-                             ("reset_prefix_cache",)]
+    assert llm.calls[i:] == [
+        ("wake_up", ("weights",)),
+        ("wake_up", ("kv_cache",)),
+        ("reset_prefix_cache",),
+    ]
     assert set(llm.runner_model.loaded) == set(model.state_dict())
     assert not llm.sleeping
     for name, p in model.state_dict().items():
@@ -249,8 +264,11 @@ def test_tensor_parallel_sync_reloads_every_worker_from_a_folder(fake_vllm):
         for p in model.parameters():
             p.mul_(0.5)
     b.sync_weights(model)
-    assert ("collective_rpc", "reload_weights", ("is_checkpoint_format", "weights_path")) \
-        in llm.calls
+    assert (
+        "collective_rpc",
+        "reload_weights",
+        ("is_checkpoint_format", "weights_path"),
+    ) in llm.calls
     assert llm.runner_model.loaded == []  # not the in-process path
     for name, p in model.state_dict().items():
         assert torch.allclose(llm.hf.state_dict()[name], p)
@@ -258,8 +276,13 @@ def test_tensor_parallel_sync_reloads_every_worker_from_a_folder(fake_vllm):
 
 def test_fixture_matches_the_engine_fields_the_backend_relies_on():
     """Guard against a fixture edited by hand: these names are in vLLM 0.33's EngineArgs."""
-    for field in ("logprobs_mode", "max_model_len", "enable_sleep_mode", "enable_prefix_caching",
-                  "tensor_parallel_size"):
+    for field in (
+        "logprobs_mode",
+        "max_model_len",
+        "enable_sleep_mode",
+        "enable_prefix_caching",
+        "tensor_parallel_size",
+    ):
         assert field in API["EngineArgs.fields"]
     assert "processed_logprobs" in API["LogprobsMode"]
 
@@ -270,8 +293,16 @@ def test_trainer_step_sleeps_the_engine_around_the_update(fake_vllm, tmp_path):
     from rlvr.agents.train_config import load_train_config
     from rlvr.agents.trainer import Trainer
 
-    cfg = load_train_config({"profile": "micro", "env": "kk", "out": str(tmp_path), "steps": 1,
-                             "progress": False, "rollout": {"backend": "vllm"}})
+    cfg = load_train_config(
+        {
+            "profile": "micro",
+            "env": "kk",
+            "out": str(tmp_path),
+            "steps": 1,
+            "progress": False,
+            "rollout": {"backend": "vllm"},
+        }
+    )
     trainer = Trainer(cfg)
     llm = FakeLLM.last
     assert llm.kwargs["max_model_len"] == 96 + 16
@@ -279,7 +310,10 @@ def test_trainer_step_sleeps_the_engine_around_the_update(fake_vllm, tmp_path):
     trainer.train()
     names = [c[0] for c in llm.calls]
     assert names.index("sleep") > names.index("generate")
-    assert llm.calls[names.index("sleep") + 1:] == [
-        ("wake_up", ("weights",)), ("wake_up", ("kv_cache",)), ("reset_prefix_cache",)]
+    assert llm.calls[names.index("sleep") + 1 :] == [
+        ("wake_up", ("weights",)),
+        ("wake_up", ("kv_cache",)),
+        ("reset_prefix_cache",),
+    ]
     for name, p in trainer.model.state_dict().items():
         assert torch.equal(llm.hf.state_dict()[name].to(p.dtype), p)

@@ -1,4 +1,5 @@
 """Token weights: hand-computed values per scheme, defaults, Lopti, 80/20, bad configuration."""
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,17 @@ def test_grpo_is_ones_and_masked_zero():
 def test_grpo_sg_prob_hand_values():
     # w = clip(2 * (sigmoid(p / 0.5) - 0.5), 0.1, 1.5)
     lp = _lp([[0.9, 0.5, 0.1]])
-    w = token_weights("grpo_sg", logprobs=lp, mask=torch.ones(1, 3), shaping_input="prob",
-                      alpha=2.0, tau=0.5, mu=0.5, lower=0.1, upper=1.5)
+    w = token_weights(
+        "grpo_sg",
+        logprobs=lp,
+        mask=torch.ones(1, 3),
+        shaping_input="prob",
+        alpha=2.0,
+        tau=0.5,
+        mu=0.5,
+        lower=0.1,
+        upper=1.5,
+    )
     expected = [0.7162978701990246, 0.4621171572600098, 0.1]  # last: 0.0997 clipped up to L
     assert w[0].tolist() == pytest.approx(expected, abs=1e-12)
 
@@ -42,23 +52,59 @@ def test_grpo_sg_prob_hand_values():
 def test_grpo_sg_logit_hand_values_and_upper_clip():
     lp = _lp([[0.5, 0.5, 0.5]])
     h = torch.tensor([[4.0, 0.0, -4.0]], dtype=torch.float64)
-    w = token_weights("grpo_sg", logprobs=lp, mask=torch.ones(1, 3), logits=h, shaping_input="logit",
-                      alpha=2.0, tau=2.0, mu=0.5, lower=0.0, upper=0.8)
+    w = token_weights(
+        "grpo_sg",
+        logprobs=lp,
+        mask=torch.ones(1, 3),
+        logits=h,
+        shaping_input="logit",
+        alpha=2.0,
+        tau=2.0,
+        mu=0.5,
+        lower=0.0,
+        upper=0.8,
+    )
     assert w[0].tolist() == pytest.approx([0.7615941559557646, 0.0, 0.0], abs=1e-12)
-    w = token_weights("grpo_sg", logprobs=lp, mask=torch.ones(1, 3), logits=h, shaping_input="logit",
-                      alpha=3.0, tau=2.0, mu=0.5, lower=0.0, upper=0.8)
+    w = token_weights(
+        "grpo_sg",
+        logprobs=lp,
+        mask=torch.ones(1, 3),
+        logits=h,
+        shaping_input="logit",
+        alpha=3.0,
+        tau=2.0,
+        mu=0.5,
+        lower=0.0,
+        upper=0.8,
+    )
     assert w[0, 0].item() == pytest.approx(0.8)  # 1.1424 clipped down to U
 
 
 def test_reverse_hand_values_and_monotonicity():
     # w = clip(4 * (sigmoid(-p / 0.5) - 0.1), 0.1, 1.5)
     lp = _lp([[0.9, 0.5, 0.1]])
-    w = token_weights("reverse", logprobs=lp, mask=torch.ones(1, 3), shaping_input="prob",
-                      alpha=4.0, tau=0.5, mu=0.1, lower=0.1, upper=1.5)
-    assert w[0].tolist() == pytest.approx([0.16740425960195104, 0.6757656854799804, 1.4006640107500887], abs=1e-12)
+    w = token_weights(
+        "reverse",
+        logprobs=lp,
+        mask=torch.ones(1, 3),
+        shaping_input="prob",
+        alpha=4.0,
+        tau=0.5,
+        mu=0.1,
+        lower=0.1,
+        upper=1.5,
+    )
+    assert w[0].tolist() == pytest.approx(
+        [0.16740425960195104, 0.6757656854799804, 1.4006640107500887], abs=1e-12
+    )
     p = torch.linspace(0.001, 1.0, 200, dtype=torch.float64)[None]
     for shaping_input, x in (("prob", p), ("logit", 40 * p - 5)):
-        kw = {"logprobs": torch.log(p), "mask": torch.ones_like(p), "logits": x, "shaping_input": shaping_input}
+        kw = {
+            "logprobs": torch.log(p),
+            "mask": torch.ones_like(p),
+            "logits": x,
+            "shaping_input": shaping_input,
+        }
         fwd = token_weights("grpo_sg", **kw)[0]
         rev = token_weights("reverse", **kw)[0]
         assert (fwd[1:] >= fwd[:-1]).all() and fwd[-1] > fwd[0]
@@ -70,7 +116,9 @@ def test_reverse_hand_values_and_monotonicity():
 def test_defaults_mean_weight_near_one_and_visible(scheme, shaping_input):
     h, p = acfg.reference_token_logits()
     lp = torch.log(p)[None]
-    w = token_weights(scheme, logprobs=lp, mask=torch.ones_like(lp), logits=h[None], shaping_input=shaping_input)[0]
+    w = token_weights(
+        scheme, logprobs=lp, mask=torch.ones_like(lp), logits=h[None], shaping_input=shaping_input
+    )[0]
     assert abs(w.mean().item() - 1.0) < 0.02
     hi, lo = w[p > 0.9].mean().item(), w[p < 0.1].mean().item()
     if scheme == "grpo_sg":
@@ -85,14 +133,18 @@ def test_calibrate_alpha_recovers_defaults():
     cfg = acfg.GRPO_SG_DEFAULTS["prob"]
     alpha = calibrate_alpha(p, tau=cfg["tau"], mu=cfg["mu"], lower=cfg["lower"], upper=cfg["upper"])
     assert alpha == pytest.approx(cfg["alpha"], abs=0.05)
-    mean = sigmoid_shaping(p, alpha=alpha, tau=cfg["tau"], mu=cfg["mu"], lower=cfg["lower"], upper=cfg["upper"]).mean()
+    mean = sigmoid_shaping(
+        p, alpha=alpha, tau=cfg["tau"], mu=cfg["mu"], lower=cfg["lower"], upper=cfg["upper"]
+    ).mean()
     assert mean.item() == pytest.approx(1.0, abs=1e-6)
 
 
 def test_ar_hand_values():
     lp = _lp([[0.9, 0.5, 0.2]])
     old = _lp([[1.0, 0.5, 0.2]])
-    w = token_weights("ar", logprobs=lp, mask=torch.tensor([[1, 1, 1]]), old_logprobs=old, alpha=0.3)
+    w = token_weights(
+        "ar", logprobs=lp, mask=torch.tensor([[1, 1, 1]]), old_logprobs=old, alpha=0.3
+    )
     assert w[0].tolist() == pytest.approx([1.0, 0.85, 0.76], abs=1e-12)
     with pytest.raises(ValueError, match="old_logprobs"):
         token_weights("ar", logprobs=lp, mask=torch.ones(1, 3), alpha=0.3)
@@ -127,7 +179,9 @@ def test_entropy_top_count(n_valid):
 
 
 def test_entropy_top_empty_mask():
-    w = token_weights("entropy_top", logprobs=torch.zeros(2, 3), mask=torch.zeros(2, 3), entropy=torch.rand(2, 3))
+    w = token_weights(
+        "entropy_top", logprobs=torch.zeros(2, 3), mask=torch.zeros(2, 3), entropy=torch.rand(2, 3)
+    )
     assert w.sum() == 0
 
 
@@ -167,7 +221,9 @@ def test_register_new_scheme_is_one_function():
         return torch.full_like(logprobs, factor)
 
     try:
-        w = token_weights(name, logprobs=torch.zeros(1, 2), mask=torch.tensor([[1, 0]]), factor=0.25)
+        w = token_weights(
+            name, logprobs=torch.zeros(1, 2), mask=torch.tensor([[1, 0]]), factor=0.25
+        )
         assert w.tolist() == [[0.25, 0.0]]
     finally:
         WEIGHT_SCHEMES.pop(name)
@@ -194,7 +250,9 @@ def test_register_new_scheme_is_one_function():
 def test_bad_configuration_names_parameter(scheme, kwargs, param):
     lp = torch.zeros(1, 2)
     with pytest.raises(ValueError, match=param):
-        token_weights(scheme, logprobs=lp, mask=torch.ones(1, 2), entropy=torch.ones(1, 2), **kwargs)
+        token_weights(
+            scheme, logprobs=lp, mask=torch.ones(1, 2), entropy=torch.ones(1, 2), **kwargs
+        )
 
 
 @pytest.mark.parametrize("eta", [0.0, 1.0, -0.5, 2.0])
@@ -217,5 +275,9 @@ def test_weight_config_profiles():
     assert acfg.WeightConfig().params("entropy_top") == {"fraction": 0.2}
     # the trainer may pick the scheme from its algorithm: overrides still apply
     cfg = load_config(acfg.WeightConfig, None, ["tau=0.25", "ar_alpha=0.1"])
-    assert cfg.params("reverse") == {**acfg.REVERSE_DEFAULTS["prob"], "tau": 0.25, "shaping_input": "prob"}
+    assert cfg.params("reverse") == {
+        **acfg.REVERSE_DEFAULTS["prob"],
+        "tau": 0.25,
+        "shaping_input": "prob",
+    }
     assert cfg.params("ar") == {"alpha": 0.1}

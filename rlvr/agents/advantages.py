@@ -13,6 +13,7 @@ with ``@register_advantage_estimator("name")`` and call it through ``compute_adv
 0 (verl instead returns ``r / (1 + eps)`` for singleton groups; we choose 0 so a lone sample never
 pushes the policy).
 """
+
 from __future__ import annotations
 
 import math
@@ -84,5 +85,7 @@ def compute_advantages(name: str, rewards: torch.Tensor, group_size: int, **kwar
     """Advantages from the registered estimator ``name`` (``grpo``, ``drgrpo``, ...)."""
     fn = ADVANTAGE_ESTIMATORS.get(name)
     if fn is None:
-        raise ValueError(f"estimator: unknown advantage estimator {name!r}; known: {sorted(ADVANTAGE_ESTIMATORS)}")
+        raise ValueError(
+            f"estimator: unknown advantage estimator {name!r}; known: {sorted(ADVANTAGE_ESTIMATORS)}"
+        )
     return fn(rewards, group_size, **kwargs)

@@ -15,6 +15,7 @@ detects corruption, not tampering: loading never executes what a file holds.
 A resume also refuses a changed configuration (``check_resume_config``) and never deletes
 metrics lines (``preserve_metrics``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -59,8 +60,9 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def save_checkpoint(root: str | Path, step: int, payload: dict[str, Any],
-                    meta: dict[str, Any], keep: int = 2) -> Path:
+def save_checkpoint(
+    root: str | Path, step: int, payload: dict[str, Any], meta: dict[str, Any], keep: int = 2
+) -> Path:
     """Write ``payload`` (name -> object for ``torch.save``) and ``meta`` (JSON) atomically as the
     checkpoint of ``step``; keep the newest ``keep`` checkpoints."""
     root = Path(root)
@@ -112,8 +114,8 @@ def list_checkpoints(root: str | Path) -> list[Path]:
         return []
     found = []
     for p in root.iterdir():
-        if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX):].isdigit():
-            found.append((int(p.name[len(PREFIX):]), p))
+        if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX) :].isdigit():
+            found.append((int(p.name[len(PREFIX) :]), p))
     return [p for _, p in sorted(found, reverse=True)]
 
 
@@ -123,8 +125,11 @@ def latest_valid_checkpoint(root: str | Path) -> tuple[Path, dict[str, Any]] | N
         manifest = verify_checkpoint(path)
         if manifest is not None:
             return path, manifest
-        warnings.warn(f"checkpoint {path} is corrupt or incomplete; trying the previous one",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"checkpoint {path} is corrupt or incomplete; trying the previous one",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return None
 
 
@@ -139,8 +144,10 @@ def find_resume_checkpoint(root: str | Path) -> tuple[Path, dict[str, Any]] | No
     silently throw the run away)."""
     found = latest_valid_checkpoint(root)
     if found is None and list_checkpoints(root):
-        raise CheckpointError(f"resume: every checkpoint under {root} is corrupt or incomplete; "
-                              "nothing was changed (move them away to start over)")
+        raise CheckpointError(
+            f"resume: every checkpoint under {root} is corrupt or incomplete; "
+            "nothing was changed (move them away to start over)"
+        )
     return found
 
 
@@ -150,11 +157,14 @@ def load_payload(path: Path, manifest: dict[str, Any], map_location="cpu") -> di
     out = {}
     for name in manifest["files"]:
         try:
-            out[Path(name).stem] = torch.load(path / name, map_location=map_location,
-                                              weights_only=True)
+            out[Path(name).stem] = torch.load(
+                path / name, map_location=map_location, weights_only=True
+            )
         except Exception as exc:  # noqa: BLE001 - torch raises UnpicklingError, RuntimeError...
-            raise CheckpointError(f"checkpoint file {path / name} holds more than tensors and "
-                                  f"plain data; refused ({type(exc).__name__})") from None
+            raise CheckpointError(
+                f"checkpoint file {path / name} holds more than tensors and "
+                f"plain data; refused ({type(exc).__name__})"
+            ) from None
     return out
 
 
@@ -164,10 +174,18 @@ def rng_state() -> dict[str, Any]:
     version, words, gauss = random.getstate()
     kind, key, pos, has_gauss, cached = np.random.get_state()
     state: dict[str, Any] = {
-        "python": {"version": version, "words": torch.tensor(words, dtype=torch.int64),
-                   "gauss": gauss},
-        "numpy": {"kind": kind, "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "python": {
+            "version": version,
+            "words": torch.tensor(words, dtype=torch.int64),
+            "gauss": gauss,
+        },
+        "numpy": {
+            "kind": kind,
+            "key": torch.from_numpy(key.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -179,8 +197,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what ``rng_state`` returned."""
     py, npy = state["python"], state["numpy"]
     random.setstate((py["version"], tuple(int(w) for w in py["words"].tolist()), py["gauss"]))
-    np.random.set_state((npy["kind"], npy["key"].numpy().astype(np.uint32), npy["pos"],
-                         npy["has_gauss"], npy["cached_gaussian"]))
+    np.random.set_state(
+        (
+            npy["kind"],
+            npy["key"].numpy().astype(np.uint32),
+            npy["pos"],
+            npy["has_gauss"],
+            npy["cached_gaussian"],
+        )
+    )
     torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -190,8 +215,18 @@ def set_rng_state(state: dict[str, Any]) -> None:
 #: Keys a resume may change: where and how long the run goes and how it reports, none of which
 #: changes a step's result. Everything else (algorithm, batch shape, model, seeds, env, device,
 #: threads) must match the checkpoint's configuration unless changes are explicitly allowed.
-RESUME_MAY_CHANGE = frozenset({"steps", "out", "resume", "save_every", "keep_checkpoints",
-                               "progress", "tensorboard", "memory_check"})
+RESUME_MAY_CHANGE = frozenset(
+    {
+        "steps",
+        "out",
+        "resume",
+        "save_every",
+        "keep_checkpoints",
+        "progress",
+        "tensorboard",
+        "memory_check",
+    }
+)
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -204,8 +239,12 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def check_resume_config(saved: dict[str, Any], current: dict[str, Any], allow: bool = False,
-                        defaults: dict[str, Any] | None = None) -> list[str]:
+def check_resume_config(
+    saved: dict[str, Any],
+    current: dict[str, Any],
+    allow: bool = False,
+    defaults: dict[str, Any] | None = None,
+) -> list[str]:
     """The keys whose value differs between a checkpoint's configuration and the current one
     (``RESUME_MAY_CHANGE`` left out); ``CheckpointError`` naming them unless ``allow``.
 
@@ -214,14 +253,20 @@ def check_resume_config(saved: dict[str, Any], current: dict[str, Any], allow: b
     """
     a = {**_flatten(defaults or {}), **_flatten(saved)}
     b = _flatten(current)
-    changed = sorted(k for k in set(a) | set(b)
-                     if k not in RESUME_MAY_CHANGE and a.get(k, "<unset>") != b.get(k, "<unset>"))
+    changed = sorted(
+        k
+        for k in set(a) | set(b)
+        if k not in RESUME_MAY_CHANGE and a.get(k, "<unset>") != b.get(k, "<unset>")
+    )
     if changed and not allow:
-        shown = ", ".join(f"{k} ({a.get(k, '<unset>')!r} -> {b.get(k, '<unset>')!r})"
-                          for k in changed[:6])
+        shown = ", ".join(
+            f"{k} ({a.get(k, '<unset>')!r} -> {b.get(k, '<unset>')!r})" for k in changed[:6]
+        )
         more = f" and {len(changed) - 6} more" if len(changed) > 6 else ""
-        raise CheckpointError(f"resume: the configuration differs from the checkpoint's in "
-                              f"{shown}{more}; pass --allow-config-change to resume anyway")
+        raise CheckpointError(
+            f"resume: the configuration differs from the checkpoint's in "
+            f"{shown}{more}; pass --allow-config-change to resume anyway"
+        )
     return changed
 
 

@@ -9,6 +9,7 @@ numbers are in each table's comment and in ``docs/algorithms.md``. Re-derive the
 These dataclasses load with ``rlvr.config.load_config`` (YAML profiles + ``key=value`` overrides);
 a ``None`` shaping field means "the default for this scheme and ``shaping_input``".
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -124,9 +125,9 @@ class LossConfig:
     clip_high: float = 0.2
     dual_clip: float | None = None
     kl_coef: float = 0.0
-    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = (
-        "token-mean"
-    )
+    agg: Literal[
+        "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+    ] = "token-mean"
     loss_scale_factor: float | None = None
     weight_position: Literal["surrogate", "ratio"] = "surrogate"
     advantage: Literal["grpo", "drgrpo"] = "grpo"

@@ -30,6 +30,7 @@ Fully masked rows are excluded from ``N_seq``; a fully masked batch gives loss 0
 never NaN. ``batch_num_tokens`` / ``global_batch_size`` override ``N_tok`` / ``N_seq`` so that
 micro-batches of one mini-batch sum to the mini-batch loss (gradient accumulation).
 """
+
 from __future__ import annotations
 
 import math
@@ -77,7 +78,9 @@ def agg_loss(
     if agg not in AGG_MODES:
         raise ValueError(f"agg: unknown aggregation {agg!r}; known: {list(AGG_MODES)}")
     if loss_mat.dim() != 2 or mask.shape != loss_mat.shape:
-        raise ValueError(f"mask: shape {tuple(mask.shape)} must equal loss shape {tuple(loss_mat.shape)} ([B, T])")
+        raise ValueError(
+            f"mask: shape {tuple(mask.shape)} must equal loss shape {tuple(loss_mat.shape)} ([B, T])"
+        )
     mask = mask.to(torch.bool)
     zero_loss = _masked_sum(loss_mat, mask) * 0.0
     if agg == "token-mean":
@@ -138,7 +141,9 @@ def clipped_surrogate(
     """
     _check_clip(clip_low, clip_high, dual_clip)
     if weight_position not in WEIGHT_POSITIONS:
-        raise ValueError(f"weight_position: {weight_position!r} is not one of {list(WEIGHT_POSITIONS)}")
+        raise ValueError(
+            f"weight_position: {weight_position!r} is not one of {list(WEIGHT_POSITIONS)}"
+        )
     log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     w = None if weights is None else weights.detach().to(ratio.dtype)
@@ -191,7 +196,12 @@ def policy_loss(
     if logprobs.dim() != 2:
         raise ValueError(f"logprobs: expected [B, T], got shape {tuple(logprobs.shape)}")
     shape = logprobs.shape
-    others = (("old_logprobs", old_logprobs), ("mask", mask), ("weights", weights), ("ref_logprobs", ref_logprobs))
+    others = (
+        ("old_logprobs", old_logprobs),
+        ("mask", mask),
+        ("weights", weights),
+        ("ref_logprobs", ref_logprobs),
+    )
     for name, t in others:
         if t is not None and t.shape != shape:
             raise ValueError(f"{name}: shape {tuple(t.shape)} != logprobs shape {tuple(shape)}")
@@ -200,7 +210,9 @@ def policy_loss(
     elif advantages.shape == shape:
         adv = advantages
     else:
-        raise ValueError(f"advantages: expected [B]={shape[0]} or [B, T]={tuple(shape)}, got {tuple(advantages.shape)}")
+        raise ValueError(
+            f"advantages: expected [B]={shape[0]} or [B, T]={tuple(shape)}, got {tuple(advantages.shape)}"
+        )
     if not (kl_coef >= 0.0 and math.isfinite(kl_coef)):
         raise ValueError(f"kl_coef: must be >= 0, got {kl_coef!r}")
     if kl_coef > 0 and ref_logprobs is None:
@@ -212,8 +224,14 @@ def policy_loss(
     old = old_logprobs.detach()
 
     terms = clipped_surrogate(
-        logprobs, old, adv, weights=weights, clip_low=clip_low, clip_high=clip_high,
-        dual_clip=dual_clip, weight_position=weight_position,
+        logprobs,
+        old,
+        adv,
+        weights=weights,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        dual_clip=dual_clip,
+        weight_position=weight_position,
     )
     agg_kw = {
         "loss_scale_factor": loss_scale_factor,

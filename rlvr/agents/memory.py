@@ -24,6 +24,7 @@ whose parameters (and so ``bytes`` above) stay fp32.
 the paper plan (``rlvr.reproduce.profiles.plan_rows``) call it, so they cannot disagree. The
 native trainer runs on one device; a run that does not fit one GPU goes to verl.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -43,16 +44,19 @@ class MemoryEstimate:
     def total(self) -> int:
         phased = {k for names in self.phases.values() for k in names}
         resident = sum(v for k, v in self.parts.items() if k not in phased)
-        return resident + max((sum(self.parts[k] for k in names)
-                               for names in self.phases.values()), default=0)
+        return resident + max(
+            (sum(self.parts[k] for k in names) for names in self.phases.values()), default=0
+        )
 
     def describe(self) -> str:
-        gib = 2 ** 30
+        gib = 2**30
         items = ", ".join(f"{k} {v / gib:.2f}" for k, v in self.parts.items())
         phases = "".join(f"; {p}: {'+'.join(names)}" for p, names in self.phases.items())
         peak = ", peak of the larger phase" if self.phases else ""
-        return (f"estimated {self.total / gib:.2f} GiB{peak} ({items}{phases}) vs "
-                f"{self.available / gib:.2f} GiB available on {self.device}")
+        return (
+            f"estimated {self.total / gib:.2f} GiB{peak} ({items}{phases}) vs "
+            f"{self.available / gib:.2f} GiB available on {self.device}"
+        )
 
 
 def available_bytes(device: torch.device) -> int:
@@ -72,12 +76,22 @@ def available_bytes(device: torch.device) -> int:
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
-def estimate_training_memory(model, *, rollout_rows: int, train_rows: int, prompt_tokens: int,
-                             response_tokens: int, chunk_size: int, with_reference: bool,
-                             gradient_checkpointing: bool, device: torch.device,
-                             compute_bytes: int | None = None, engine_bytes: int = 0,
-                             engine_sleeps: bool = False,
-                             available: int | None = None) -> MemoryEstimate:
+def estimate_training_memory(
+    model,
+    *,
+    rollout_rows: int,
+    train_rows: int,
+    prompt_tokens: int,
+    response_tokens: int,
+    chunk_size: int,
+    with_reference: bool,
+    gradient_checkpointing: bool,
+    device: torch.device,
+    compute_bytes: int | None = None,
+    engine_bytes: int = 0,
+    engine_sleeps: bool = False,
+    available: int | None = None,
+) -> MemoryEstimate:
     """``compute_bytes``: bytes per element of the autocast dtype (default: the parameters')."""
     cfg = model.config
     n_params = sum(p.numel() for p in model.parameters())
@@ -97,8 +111,9 @@ def estimate_training_memory(model, *, rollout_rows: int, train_rows: int, promp
         "reference": n_params * nbytes if with_reference else 0,
         "activations": train_rows * length * act_layers * (12 * hidden + 3 * inter) * cbytes,
         "logprob_head": 3 * train_rows * min(chunk_size, response_tokens) * vocab * 4,
-        "kv_cache": (0 if engine_bytes else
-                     2 * rollout_rows * length * layers * kv_heads * head_dim * cbytes),
+        "kv_cache": (
+            0 if engine_bytes else 2 * rollout_rows * length * layers * kv_heads * head_dim * cbytes
+        ),
     }
     phases: dict[str, tuple[str, ...]] = {}
     if engine_bytes:
@@ -118,8 +133,14 @@ def total_bytes(device: torch.device) -> int:
     return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
-def estimate_for_config(model, cfg, device: torch.device, *, available: int | None = None,
-                        device_total: int | None = None) -> MemoryEstimate:
+def estimate_for_config(
+    model,
+    cfg,
+    device: torch.device,
+    *,
+    available: int | None = None,
+    device_total: int | None = None,
+) -> MemoryEstimate:
     """The estimate of the run ``cfg`` (a ``TrainConfig``) of ``model`` on ``device``.
 
     Training rows per forward are the micro-batch (else the mini-batch, else the batch), as in
@@ -134,17 +155,27 @@ def estimate_for_config(model, cfg, device: torch.device, *, available: int | No
         total = device_total if device_total is not None else total_bytes(device)
         engine = int(cfg.rollout.vllm_gpu_memory_utilization * total)
     return estimate_training_memory(
-        model, rollout_rows=batch, train_rows=rows, prompt_tokens=cfg.rollout.max_prompt_tokens,
-        response_tokens=cfg.rollout.max_response_tokens, chunk_size=cfg.logprob_chunk_size,
+        model,
+        rollout_rows=batch,
+        train_rows=rows,
+        prompt_tokens=cfg.rollout.max_prompt_tokens,
+        response_tokens=cfg.rollout.max_response_tokens,
+        chunk_size=cfg.logprob_chunk_size,
         with_reference=cfg.loss.kl_coef > 0 or cfg.track_kl,
-        gradient_checkpointing=cfg.gradient_checkpointing, device=device,
-        compute_bytes=2 if cfg.dtype in ("bfloat16", "float16") else None, engine_bytes=engine,
-        engine_sleeps=vllm and cfg.rollout.vllm_sleep_mode, available=available)
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        device=device,
+        compute_bytes=2 if cfg.dtype in ("bfloat16", "float16") else None,
+        engine_bytes=engine,
+        engine_sleeps=vllm and cfg.rollout.vllm_sleep_mode,
+        available=available,
+    )
 
 
 #: Where runs too large for one GPU go (the native trainer does not shard).
-VERL_ROUTE = ("the native trainer runs on one GPU and does not shard: train this size with "
-              "verl (docs/integrations_verl.md; the paper plan marks such runs engine: verl)")
+VERL_ROUTE = (
+    "the native trainer runs on one GPU and does not shard: train this size with "
+    "verl (docs/integrations_verl.md; the paper plan marks such runs engine: verl)"
+)
 
 
 def check_fits(estimate: MemoryEstimate) -> None:
@@ -155,11 +186,14 @@ def check_fits(estimate: MemoryEstimate) -> None:
         return
     resident = sum(estimate.parts[k] for k in ("weights+grads+adam", "reference"))
     if estimate.device.startswith("cuda"):
-        lower = ("" if resident > estimate.available else
-                 "lower micro_batch_size or the token budgets, set gradient_checkpointing=true, "
-                 "or ")
-        raise MemoryError(f"this run does not fit one GPU: {estimate.describe()}; "
-                          f"{lower}{VERL_ROUTE}")
+        lower = (
+            ""
+            if resident > estimate.available
+            else "lower micro_batch_size or the token budgets, set gradient_checkpointing=true, or "
+        )
+        raise MemoryError(
+            f"this run does not fit one GPU: {estimate.describe()}; {lower}{VERL_ROUTE}"
+        )
     raise MemoryError(
         f"these settings do not fit in memory: {estimate.describe()}. Lower "
         "micro_batch_size, rollout.max_response_tokens, rollout.max_prompt_tokens or "

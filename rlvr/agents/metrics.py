@@ -5,6 +5,7 @@ The per-step record holds reward (mean and per component), accuracy, response le
 norm before clipping, KL, entropy, clip fraction, token-weight and token-probability summaries
 (``docs/design.md``, "Metrics"), one JSON line per step so figures are redrawn without retraining.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,8 +62,9 @@ def rollout_metrics(episodes: list[Episode], group_size: int) -> dict[str, float
         "reward/std": float(rewards.std()),
         "reward/min": float(rewards.min()),
         "reward/max": float(rewards.max()),
-        "accuracy": float(np.mean([bool(e.info.get("correct", False)) and e.error is None
-                                   for e in episodes])),
+        "accuracy": float(
+            np.mean([bool(e.info.get("correct", False)) and e.error is None for e in episodes])
+        ),
         "response_length": float(np.mean([len(e.response_ids) for e in episodes])),
         "response_length/max": float(max(len(e.response_ids) for e in episodes)),
         "response_length/generated": float(np.mean([e.n_generated for e in episodes])),
@@ -85,8 +87,9 @@ def rollout_metrics(episodes: list[Episode], group_size: int) -> dict[str, float
     return out
 
 
-def token_prob_summary(logprobs: torch.Tensor, entropy: torch.Tensor,
-                       valid: torch.Tensor) -> dict[str, torch.Tensor]:
+def token_prob_summary(
+    logprobs: torch.Tensor, entropy: torch.Tensor, valid: torch.Tensor
+) -> dict[str, torch.Tensor]:
     """``token_prob_metrics`` as 0-d tensors on the inputs' device (``valid`` must be non-empty).
 
     Every tensor made here is made on ``logprobs.device``: the metrics run on whatever device
@@ -103,13 +106,20 @@ def token_prob_summary(logprobs: torch.Tensor, entropy: torch.Tensor,
     }
 
 
-def token_prob_metrics(logprobs: torch.Tensor, entropy: torch.Tensor,
-                       mask: torch.Tensor) -> dict[str, float]:
+def token_prob_metrics(
+    logprobs: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
     """Summaries of the sampled tokens' probabilities and the policy entropy on the loss mask."""
     valid = mask.bool()
     if not bool(valid.any()):
-        return {"entropy": 0.0, "prob/mean": 0.0, "prob/low_frac": 0.0, "prob/p10": 0.0,
-                "prob/median": 0.0, "logprob/mean": 0.0}
+        return {
+            "entropy": 0.0,
+            "prob/mean": 0.0,
+            "prob/low_frac": 0.0,
+            "prob/p10": 0.0,
+            "prob/median": 0.0,
+            "logprob/mean": 0.0,
+        }
     return {k: float(v) for k, v in token_prob_summary(logprobs, entropy, valid).items()}
 
 
@@ -137,8 +147,9 @@ def preserve_metrics(path: str | Path, keep_through_step: int | None) -> Path | 
             moved.append(line)
     side = None
     if moved:
-        side = path.with_name(f"metrics.replaced-{time.strftime('%Y%m%dT%H%M%S')}"
-                              f"-{os.getpid()}.jsonl")
+        side = path.with_name(
+            f"metrics.replaced-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl"
+        )
         side.write_text("".join(line + "\n" for line in moved))
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(line + "\n" for line in keep))
@@ -156,8 +167,9 @@ class MetricsLog:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError as e:
-                raise ImportError("tensorboard=true needs the tensorboard package "
-                                  "(pip install tensorboard)") from e
+                raise ImportError(
+                    "tensorboard=true needs the tensorboard package (pip install tensorboard)"
+                ) from e
             self._tb = SummaryWriter(str(tensorboard_dir))
 
     def prepare(self, keep_through_step: int | None) -> Path | None:
@@ -167,8 +179,10 @@ class MetricsLog:
 
     def append(self, record: dict[str, Any]) -> None:
         # Non-finite floats become null: NaN/Infinity are not JSON.
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                 for k, v in record.items()}
+        clean = {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in record.items()
+        }
         with open(self.path, "a") as f:
             f.write(json.dumps(clean, sort_keys=False) + "\n")
             f.flush()

@@ -12,6 +12,7 @@ Log-probabilities are of ``softmax(logits / temperature)``, the distribution the
 from (verl divides by the rollout temperature the same way); top-k/top-p truncation is not part of
 it, which matches vLLM's default ``raw_logprobs``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,8 +51,13 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def head_token_stats(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor,
-                     bias: torch.Tensor | None, temperature: float):
+def head_token_stats(
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    temperature: float,
+):
     """Log-prob, raw logit and entropy of ``targets`` from hidden states ``[B, C, H]``.
 
     The logits are formed and reduced in fp32 inside this function, so under checkpointing only
@@ -68,9 +74,16 @@ def head_token_stats(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.
     return logprobs, target_logit.detach(), entropy
 
 
-def response_token_stats(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                         n_response: int, *, temperature: float = 1.0,
-                         chunk_size: int = 256, share_prompts: bool = True) -> TokenStats:
+def response_token_stats(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    n_response: int,
+    *,
+    temperature: float = 1.0,
+    chunk_size: int = 256,
+    share_prompts: bool = True,
+) -> TokenStats:
     """Statistics of the last ``n_response`` tokens of ``input_ids`` under ``model``.
 
     ``input_ids``/``attention_mask`` are ``[B, P + R]``: a left-padded prompt followed by the
@@ -90,23 +103,30 @@ def response_token_stats(model, input_ids: torch.Tensor, attention_mask: torch.T
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.base_model
     head = model.get_output_embeddings()
     total = input_ids.shape[1]
-    targets = input_ids[:, total - n_response:]
+    targets = input_ids[:, total - n_response :]
     hidden = None
     if share_prompts and total > n_response:
         hidden = _shared_prompt_hidden(base, input_ids, attention_mask, n_response)
     if hidden is None:
-        out = base(input_ids=input_ids, attention_mask=attention_mask,
-                   position_ids=position_ids_from_mask(attention_mask), use_cache=False)
+        out = base(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+            use_cache=False,
+        )
         # Hidden state at position t predicts token t + 1.
-        hidden = out.last_hidden_state[:, total - n_response - 1: total - 1]
+        hidden = out.last_hidden_state[:, total - n_response - 1 : total - 1]
     parts = []
     use_ckpt = torch.is_grad_enabled() and hidden.requires_grad
     for start in range(0, n_response, chunk_size):
-        h = hidden[:, start:start + chunk_size]
-        y = targets[:, start:start + chunk_size]
+        h = hidden[:, start : start + chunk_size]
+        y = targets[:, start : start + chunk_size]
         if use_ckpt:
-            parts.append(checkpoint(head_token_stats, h, y, head.weight, head.bias, temperature,
-                                    use_reentrant=False))
+            parts.append(
+                checkpoint(
+                    head_token_stats, h, y, head.weight, head.bias, temperature, use_reentrant=False
+                )
+            )
         else:
             parts.append(head_token_stats(h, y, head.weight, head.bias, temperature))
     logprobs, logits, entropy = (torch.cat(xs, dim=1) for xs in zip(*parts))
@@ -131,16 +151,25 @@ def _shared_prompt_hidden(base, input_ids, attention_mask, n_response):
         return None
     u_ids, u_mask = uniq[:, :p], uniq[:, p:].to(attention_mask.dtype)
     cache_arg = cache_kwarg(base)
-    prompt_out = base(input_ids=u_ids, attention_mask=u_mask,
-                      position_ids=position_ids_from_mask(u_mask), use_cache=True,
-                      **{cache_arg: DynamicCache()})
+    prompt_out = base(
+        input_ids=u_ids,
+        attention_mask=u_mask,
+        position_ids=position_ids_from_mask(u_mask),
+        use_cache=True,
+        **{cache_arg: DynamicCache()},
+    )
     cache = output_cache(prompt_out)
     if cache is None:
         return None
     cache.batch_select_indices(inverse)
     positions = position_ids_from_mask(attention_mask)[:, p:]
-    resp_out = base(input_ids=input_ids[:, p:], attention_mask=attention_mask,
-                    position_ids=positions, use_cache=True, **{cache_arg: cache})
+    resp_out = base(
+        input_ids=input_ids[:, p:],
+        attention_mask=attention_mask,
+        position_ids=positions,
+        use_cache=True,
+        **{cache_arg: cache},
+    )
     last_prompt = prompt_out.last_hidden_state[inverse, -1:]
     return torch.cat([last_prompt, resp_out.last_hidden_state[:, :-1]], dim=1)
 
@@ -159,8 +188,14 @@ def disable_dropout(model) -> None:
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     config = getattr(model, "config", None)
-    for name in ("attention_dropout", "hidden_dropout", "dropout", "resid_pdrop", "embd_pdrop",
-                 "attn_pdrop"):
+    for name in (
+        "attention_dropout",
+        "hidden_dropout",
+        "dropout",
+        "resid_pdrop",
+        "embd_pdrop",
+        "attn_pdrop",
+    ):
         if isinstance(getattr(config, name, None), float):
             setattr(config, name, 0.0)
     for module in model.modules():  # attention layers that read the rate at forward time
@@ -171,8 +206,11 @@ def disable_dropout(model) -> None:
 def checkpointing_active(model) -> bool:
     """Whether a forward of ``model`` now recomputes its layers in backward (transformers only
     checkpoints in train mode with gradients on)."""
-    name = ("is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing")
-            else "is_gradient_checkpointing")
+    name = (
+        "is_activation_checkpointing"
+        if hasattr(type(model), "is_activation_checkpointing")
+        else "is_gradient_checkpointing"
+    )
     return bool(getattr(model, name, False)) and model.training and torch.is_grad_enabled()
 
 
@@ -185,9 +223,16 @@ class Policy:
     computes the same function as eval mode. The model stays in eval mode outside ``training()``.
     """
 
-    def __init__(self, model, tokenizer, *, with_reference: bool = False,
-                 chunk_size: int = 256, temperature: float = 1.0,
-                 reference_dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        with_reference: bool = False,
+        chunk_size: int = 256,
+        temperature: float = 1.0,
+        reference_dtype: torch.dtype | None = None,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
@@ -214,14 +259,25 @@ class Policy:
     def token_stats(self, input_ids, attention_mask, n_response) -> TokenStats:
         # Checkpointed layers drop the KV cache (transformers' GradientCheckpointingLayer), so
         # the shared-prompt forward, which feeds the prompt's cache to the responses, is off.
-        return response_token_stats(self.model, input_ids, attention_mask, n_response,
-                                    temperature=self.temperature, chunk_size=self.chunk_size,
-                                    share_prompts=not checkpointing_active(self.model))
+        return response_token_stats(
+            self.model,
+            input_ids,
+            attention_mask,
+            n_response,
+            temperature=self.temperature,
+            chunk_size=self.chunk_size,
+            share_prompts=not checkpointing_active(self.model),
+        )
 
     @torch.no_grad()
     def reference_logprobs(self, input_ids, attention_mask, n_response) -> torch.Tensor:
         if self.reference is None:
             raise RuntimeError("this Policy was built without a reference model (kl_coef = 0)")
-        return response_token_stats(self.reference, input_ids, attention_mask, n_response,
-                                    temperature=self.temperature,
-                                    chunk_size=self.chunk_size).logprobs
+        return response_token_stats(
+            self.reference,
+            input_ids,
+            attention_mask,
+            n_response,
+            temperature=self.temperature,
+            chunk_size=self.chunk_size,
+        ).logprobs

@@ -4,6 +4,7 @@ Configuration layers: ``rlvr/profiles/{profile}.yaml`` (``profile=`` picks it; d
 ``default``), then ``{profile}_{env}.yaml`` if present, then the ``key=value`` arguments
 (``optim.lr=1e-6``, ``env_kwargs.n_people=3``). ``--print-config`` shows the result and exits.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,16 +14,29 @@ from rlvr.config import ConfigError, to_dict
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("overrides", nargs="*", metavar="key=value",
-                        help="env=kk algo=grpo_sg out=DIR steps=N model=micro|PATH|HUB_NAME "
-                             "profile=NAME ... (see docs/training.md)")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue from the newest valid checkpoint under out=DIR")
-    parser.add_argument("--allow-config-change", action="store_true",
-                        help="with --resume: continue although the configuration differs from "
-                             "the checkpoint's (the keys are printed)")
-    parser.add_argument("--print-config", action="store_true",
-                        help="print the resolved configuration as YAML and exit")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="env=kk algo=grpo_sg out=DIR steps=N model=micro|PATH|HUB_NAME "
+        "profile=NAME ... (see docs/training.md)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest valid checkpoint under out=DIR",
+    )
+    parser.add_argument(
+        "--allow-config-change",
+        action="store_true",
+        help="with --resume: continue although the configuration differs from "
+        "the checkpoint's (the keys are printed)",
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved configuration as YAML and exit",
+    )
 
 
 def _fail(exc: BaseException) -> int:
@@ -42,8 +56,11 @@ def run_train(args: argparse.Namespace) -> int:
         overrides.append("resume=true")
     try:
         if args.print_config:
-            overrides = overrides if any(o.startswith("out=") for o in overrides) else [
-                *overrides, "out=unset"]  # only shown, never written
+            overrides = (
+                overrides
+                if any(o.startswith("out=") for o in overrides)
+                else [*overrides, "out=unset"]
+            )  # only shown, never written
         cfg = load_train_config(overrides)
     except ConfigError as e:
         return _fail(e)
@@ -69,17 +86,26 @@ def run_train(args: argparse.Namespace) -> int:
         return _fail(e)
     if records:
         last = records[-1]
-        print(f"rlvr train: step {last['step']} reward/mean {last['reward/mean']:.4f} "
-              f"accuracy {last['accuracy']:.4f}; metrics in {trainer.metrics_path}")
+        print(
+            f"rlvr train: step {last['step']} reward/mean {last['reward/mean']:.4f} "
+            f"accuracy {last['accuracy']:.4f}; metrics in {trainer.metrics_path}"
+        )
     else:
-        print(f"rlvr train: nothing to do (already at step {trainer.step}); "
-              f"metrics in {trainer.metrics_path}")
+        print(
+            f"rlvr train: nothing to do (already at step {trainer.step}); "
+            f"metrics in {trainer.metrics_path}"
+        )
     return 0
 
 
 def add_algorithms_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--plugins", nargs="*", default=[], metavar="MODULE",
-                        help="modules to import first (algorithms registered outside rlvr)")
+    parser.add_argument(
+        "--plugins",
+        nargs="*",
+        default=[],
+        metavar="MODULE",
+        help="modules to import first (algorithms registered outside rlvr)",
+    )
 
 
 def run_algorithms(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ A run's configuration is ``TrainConfig`` defaults <- ``rlvr/profiles/{profile}.y
 (nested keys with dots: ``optim.lr=1e-6``, ``env_kwargs.n_people=3``). Mappings such as
 ``env_kwargs`` merge key by key across the layers; everything else replaces.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -148,8 +149,11 @@ class TrainConfig:
             ("num_threads", self.num_threads, "[0, inf)"),
             ("save_every", self.save_every, "[0, inf)"),
             ("keep_checkpoints", self.keep_checkpoints, "[1, inf)"),
-            ("error_reward", 0.0 if self.error_reward is None else self.error_reward,
-             "(-inf, inf)"),
+            (
+                "error_reward",
+                0.0 if self.error_reward is None else self.error_reward,
+                "(-inf, inf)",
+            ),
             ("rollout.temperature", r.temperature, "[0, inf)"),
             ("rollout.top_p", r.top_p, "(0, 1]"),
             ("rollout.top_k", r.top_k, "[0, inf)"),
@@ -157,9 +161,12 @@ class TrainConfig:
             ("rollout.max_response_tokens", r.max_response_tokens, "[1, inf)"),
             ("rollout.max_turn_tokens", r.max_turn_tokens, "[0, inf)"),
             ("rollout.vllm_gpu_memory_utilization", r.vllm_gpu_memory_utilization, "(0, 1]"),
-            ("optim.lr", o.lr, "(0, inf)"), ("optim.weight_decay", o.weight_decay, "[0, inf)"),
-            ("optim.beta1", o.beta1, "[0, 1)"), ("optim.beta2", o.beta2, "[0, 1)"),
-            ("optim.eps", o.eps, "(0, inf)"), ("optim.grad_clip", o.grad_clip, "(-inf, inf)"),
+            ("optim.lr", o.lr, "(0, inf)"),
+            ("optim.weight_decay", o.weight_decay, "[0, inf)"),
+            ("optim.beta1", o.beta1, "[0, 1)"),
+            ("optim.beta2", o.beta2, "[0, 1)"),
+            ("optim.eps", o.eps, "(0, inf)"),
+            ("optim.grad_clip", o.grad_clip, "(-inf, inf)"),
             ("optim.warmup_steps", o.warmup_steps, "[0, inf)"),
             ("optim.min_lr_ratio", o.min_lr_ratio, "[0, 1]"),
             ("loss.clip_low", lo.clip_low, "[0, 1)"),
@@ -167,8 +174,11 @@ class TrainConfig:
             ("loss.dual_clip", 2.0 if lo.dual_clip is None else lo.dual_clip, "(1, inf)"),
             ("loss.kl_coef", lo.kl_coef, "[0, inf)"),
             ("loss.adv_eps", lo.adv_eps, "[0, inf)"),
-            ("loss.loss_scale_factor",
-             1.0 if lo.loss_scale_factor is None else lo.loss_scale_factor, "(0, inf)"),
+            (
+                "loss.loss_scale_factor",
+                1.0 if lo.loss_scale_factor is None else lo.loss_scale_factor,
+                "(0, inf)",
+            ),
             ("eval.every", self.eval.every, "[0, inf)"),
             ("eval.n_prompts", self.eval.n_prompts, "[1, inf)"),
             ("eval.samples", self.eval.samples, "[1, inf)"),
@@ -181,12 +191,16 @@ class TrainConfig:
                 raise ConfigError(f"{key}: must be in {interval}, got {value!r}")
         batch = self.prompts_per_step * self.group_size
         if self.mini_batch_size and batch % self.mini_batch_size:
-            raise ConfigError(f"mini_batch_size: {self.mini_batch_size} must divide the batch of "
-                              f"prompts_per_step * group_size = {batch} episodes (or be 0)")
+            raise ConfigError(
+                f"mini_batch_size: {self.mini_batch_size} must divide the batch of "
+                f"prompts_per_step * group_size = {batch} episodes (or be 0)"
+            )
         mini = self.mini_batch_size or batch
         if self.micro_batch_size and mini % self.micro_batch_size:
-            raise ConfigError(f"micro_batch_size: {self.micro_batch_size} must divide the "
-                              f"mini-batch of {mini} episodes (or be 0)")
+            raise ConfigError(
+                f"micro_batch_size: {self.micro_batch_size} must divide the "
+                f"mini-batch of {mini} episodes (or be 0)"
+            )
         from rlvr.agents.algorithms import get_algorithm, load_plugins
 
         try:
@@ -239,8 +253,10 @@ def check_model(model: str) -> None:
     """A path-like ``model`` (``/x``, ``./x``, ``~/x``, ``../x``) must be an existing folder;
     names (``micro``, presets, hub names) are resolved when the model loads."""
     if str(model).startswith(("/", "./", "../", "~")) and not Path(model).expanduser().is_dir():
-        raise ConfigError(f"model: {model!r} is not a directory (model is micro, a tiny preset, "
-                          "a local model folder or a Hugging Face hub name)")
+        raise ConfigError(
+            f"model: {model!r} is not a directory (model is micro, a tiny preset, "
+            "a local model folder or a Hugging Face hub name)"
+        )
 
 
 def check_env_kwargs(env: str, kwargs: dict[str, Any]) -> None:
@@ -263,8 +279,10 @@ def check_env_kwargs(env: str, kwargs: dict[str, Any]) -> None:
     accepted = sorted(n for n, p in params.items() if p.kind is not p.VAR_POSITIONAL)
     for key in kwargs:
         if key not in params:
-            raise ConfigError(f"env_kwargs.{key}: not an argument of {ENV_IDS[env]} "
-                              f"(accepted: {', '.join(accepted)})")
+            raise ConfigError(
+                f"env_kwargs.{key}: not an argument of {ENV_IDS[env]} "
+                f"(accepted: {', '.join(accepted)})"
+            )
 
 
 def upgrade_legacy(values: dict[str, Any]) -> dict[str, Any]:
@@ -274,8 +292,10 @@ def upgrade_legacy(values: dict[str, Any]) -> dict[str, Any]:
     if isinstance(weights, dict) and "scheme" in weights:
         algo = values.get("algo", TrainConfig.algo)
         if weights["scheme"] != algo:
-            raise ConfigError(f"weights.scheme: {weights['scheme']!r} disagrees with algo="
-                              f"{algo!r} (weights.scheme is gone: set algo only)")
+            raise ConfigError(
+                f"weights.scheme: {weights['scheme']!r} disagrees with algo="
+                f"{algo!r} (weights.scheme is gone: set algo only)"
+            )
         values = {**values, "weights": {k: v for k, v in weights.items() if k != "scheme"}}
     return values
 
@@ -293,8 +313,9 @@ def profile_layers(profile: str, env: str, profile_dir: Path = PROFILE_DIR) -> l
     return layers
 
 
-def load_train_config(overrides: list[str] | dict[str, Any] | None = None, *,
-                      profile_dir: Path = PROFILE_DIR) -> TrainConfig:
+def load_train_config(
+    overrides: list[str] | dict[str, Any] | None = None, *, profile_dir: Path = PROFILE_DIR
+) -> TrainConfig:
     """Build a ``TrainConfig`` from profiles and overrides (module docstring)."""
     ov = parse_overrides(overrides) if isinstance(overrides, list) else dict(overrides or {})
     profile = str(ov.get("profile", TrainConfig.profile))

@@ -16,6 +16,7 @@ Same seed, same numbers: sampling uses seeded generators derived from ``(seed, s
 order from ``(seed, step)``, and a checkpoint holds everything else (weights, optimizer,
 scheduler, RNG states, data position), so a resumed run repeats an uninterrupted one exactly.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -93,9 +94,14 @@ def resolve_device(name: str) -> torch.device:
 
 
 def episodes_to_batch(episodes: list[Episode], pad_id: int) -> RolloutBatch:
-    return collate([e.prompt_ids for e in episodes], [e.response_ids for e in episodes],
-                   [e.loss_mask for e in episodes], [e.logprobs for e in episodes],
-                   [e.finish_reason for e in episodes], pad_id)
+    return collate(
+        [e.prompt_ids for e in episodes],
+        [e.response_ids for e in episodes],
+        [e.loss_mask for e in episodes],
+        [e.logprobs for e in episodes],
+        [e.finish_reason for e in episodes],
+        pad_id,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,8 +118,14 @@ class Trainer:
     #: Resume although the configuration differs from the checkpoint's (``--allow-config-change``).
     allow_config_change = False
 
-    def __init__(self, cfg: TrainConfig, *, model=None, tokenizer=None,
-                 make_env: Callable[[str], Any] | None = None):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        *,
+        model=None,
+        tokenizer=None,
+        make_env: Callable[[str], Any] | None = None,
+    ):
         cfg.validate()
         self.cfg = cfg
         self.out = Path(cfg.out)
@@ -133,39 +145,61 @@ class Trainer:
         model = model.to(self.device, dtype=torch.float32)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False})
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
         self.tokenizer = tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.precision = Precision(cfg.dtype, self.device)
-        self.policy = Policy(model, tokenizer, with_reference=self.with_reference,
-                             chunk_size=cfg.logprob_chunk_size,
-                             temperature=cfg.rollout.temperature or 1.0,
-                             reference_dtype=self.precision.dtype)
+        self.policy = Policy(
+            model,
+            tokenizer,
+            with_reference=self.with_reference,
+            chunk_size=cfg.logprob_chunk_size,
+            temperature=cfg.rollout.temperature or 1.0,
+            reference_dtype=self.precision.dtype,
+        )
         self.backend = self._make_backend()
         self.make_env = make_env or self._make_registered_env
         n = cfg.prompts_per_step * cfg.group_size
         self.envs = [self.make_env("train") for _ in range(n)]
         self._eval_envs: list | None = None
         self.optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad], lr=cfg.optim.lr,
-            betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps,
-            weight_decay=cfg.optim.weight_decay)
+            [p for p in model.parameters() if p.requires_grad],
+            lr=cfg.optim.lr,
+            betas=(cfg.optim.beta1, cfg.optim.beta2),
+            eps=cfg.optim.eps,
+            weight_decay=cfg.optim.weight_decay,
+        )
         o = cfg.optim
         total = cfg.steps * optimizer_steps_per_batch(cfg, self.algorithm)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: lr_factor(s, warmup=o.warmup_steps, total=total,
-                                                schedule=o.schedule, min_ratio=o.min_lr_ratio))
-        self.updater = Updater(cfg, self.policy, self.optimizer, self.scheduler, self.algorithm,
-                               self.device, self.precision)
+            self.optimizer,
+            lambda s: lr_factor(
+                s, warmup=o.warmup_steps, total=total, schedule=o.schedule, min_ratio=o.min_lr_ratio
+            ),
+        )
+        self.updater = Updater(
+            cfg,
+            self.policy,
+            self.optimizer,
+            self.scheduler,
+            self.algorithm,
+            self.device,
+            self.precision,
+        )
         self.step = 0
         self.data_position = 0
         self.reset_errors = 0  # tasks skipped because env.reset raised (counted since start)
-        self.error_reward = (cfg.error_reward if cfg.error_reward is not None
-                             else ENV_MIN_REWARD[cfg.env])
+        self.error_reward = (
+            cfg.error_reward if cfg.error_reward is not None else ENV_MIN_REWARD[cfg.env]
+        )
         self.sampling = SamplingParams(
             max_new_tokens=cfg.rollout.max_turn_tokens or cfg.rollout.max_response_tokens,
             temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, stop=tuple(cfg.rollout.stop))
+            top_p=cfg.rollout.top_p,
+            top_k=cfg.rollout.top_k,
+            stop=tuple(cfg.rollout.stop),
+        )
         self.metrics_log = MetricsLog(self.metrics_path)
 
     # -- setup ---------------------------------------------------------------------------------
@@ -176,15 +210,17 @@ class Trainer:
     @staticmethod
     def _seed_everything(seed: int) -> None:
         random.seed(seed)
-        np.random.seed(seed % (2 ** 32))
+        np.random.seed(seed % (2**32))
         torch.manual_seed(seed)
 
     def _make_registered_env(self, split: str):
         kwargs = dict(self.cfg.env_kwargs)
         if split != "train" or "split" in kwargs:
             if not env_accepts(self.cfg.env, "split"):
-                raise ValueError(f"env {self.cfg.env!r} has no 'split' argument; evaluation "
-                                 "needs a held-out split (set eval.every=0)")
+                raise ValueError(
+                    f"env {self.cfg.env!r} has no 'split' argument; evaluation "
+                    "needs a held-out split (set eval.every=0)"
+                )
             kwargs["split"] = split if split != "train" else kwargs["split"]
         try:
             return make_env(self.cfg.env, **kwargs)
@@ -196,8 +232,13 @@ class Trainer:
         if self.cfg.rollout.backend == "vllm":
             from rlvr.agents.rollout.vllm import VLLMBackend
 
-            return VLLMBackend.from_model(self.model, self.tokenizer, rollout=self.cfg.rollout,
-                                          dtype=self.cfg.dtype, seed=self.cfg.seed)
+            return VLLMBackend.from_model(
+                self.model,
+                self.tokenizer,
+                rollout=self.cfg.rollout,
+                dtype=self.cfg.dtype,
+                seed=self.cfg.seed,
+            )
         from rlvr.agents.rollout.hf import HFBackend
 
         return HFBackend(self.model, self.tokenizer)
@@ -222,14 +263,21 @@ class Trainer:
         for skip in range(MAX_RESET_SKIPS + 1):
             task = (index + skip) % size if size else index + skip
             try:
-                return [env.reset(seed=self.cfg.seed + task, options={"index": task})[0] for env in envs]
+                return [
+                    env.reset(seed=self.cfg.seed + task, options={"index": task})[0] for env in envs
+                ]
             except Exception as e:  # noqa: BLE001 - any env failure: skip the task, keep the run
                 self.reset_errors += 1
                 if skip == MAX_RESET_SKIPS:
-                    raise RuntimeError(f"env.reset failed on {MAX_RESET_SKIPS + 1} tasks in a row "
-                                       f"(last: task {task}): {type(e).__name__}: {e}") from e
-                print(f"[rlvr train] env.reset failed on task {task} ({type(e).__name__}: {e}); "
-                      "skipping to the next task", file=sys.stderr)
+                    raise RuntimeError(
+                        f"env.reset failed on {MAX_RESET_SKIPS + 1} tasks in a row "
+                        f"(last: task {task}): {type(e).__name__}: {e}"
+                    ) from e
+                print(
+                    f"[rlvr train] env.reset failed on task {task} ({type(e).__name__}: {e}); "
+                    "skipping to the next task",
+                    file=sys.stderr,
+                )
         raise AssertionError("unreachable")
 
     def rollout(self, step: int) -> list[Episode]:
@@ -239,12 +287,19 @@ class Trainer:
         prompts = []
         for k in range(cfg.prompts_per_step):
             index = self.data_position + k
-            prompts += self._reset_group(self.envs[k * g:(k + 1) * g], index)
+            prompts += self._reset_group(self.envs[k * g : (k + 1) * g], index)
         with self.precision.autocast():
-            return run_episodes(self.backend, self.tokenizer, self.envs, prompts, self.sampling,
-                                max_response_tokens=cfg.rollout.max_response_tokens,
-                                seed=cfg.seed * 7919 + step, error_reward=self.error_reward,
-                                max_prompt_tokens=cfg.rollout.max_prompt_tokens)
+            return run_episodes(
+                self.backend,
+                self.tokenizer,
+                self.envs,
+                prompts,
+                self.sampling,
+                max_response_tokens=cfg.rollout.max_response_tokens,
+                seed=cfg.seed * 7919 + step,
+                error_reward=self.error_reward,
+                max_prompt_tokens=cfg.rollout.max_prompt_tokens,
+            )
 
     def update(self, batch: RolloutBatch, advantages: torch.Tensor, step: int) -> dict[str, float]:
         """The algorithm's optimizer steps on ``batch``, then the rollout engine's weights."""
@@ -262,7 +317,7 @@ class Trainer:
             self._eval_envs = [self.make_env(ec.split) for _ in range(n)]
 
         def envs_for(part):
-            envs, prompts = self._eval_envs[:len(part)], []
+            envs, prompts = self._eval_envs[: len(part)], []
             for start, end in task_runs(part):  # a task's jobs reset as one group
                 prompts += self._reset_group(envs[start:end], part[start].task)
             return envs, prompts
@@ -270,17 +325,23 @@ class Trainer:
         t0 = time.perf_counter()
         greedy = dataclasses.replace(self.sampling, temperature=0.0)
         with self.precision.autocast():
-            played = play(self.backend, self.tokenizer, plan(ec.n_prompts, k=ec.samples),
-                          envs_for=envs_for, params={"greedy": greedy, "sample": self.sampling},
-                          seed_of=lambda chunk: self.cfg.seed * 15_485_863 + step,
-                          max_response_tokens=self.cfg.rollout.max_response_tokens,
-                          error_reward=self.error_reward,
-                          max_prompt_tokens=self.cfg.rollout.max_prompt_tokens)
+            played = play(
+                self.backend,
+                self.tokenizer,
+                plan(ec.n_prompts, k=ec.samples),
+                envs_for=envs_for,
+                params={"greedy": greedy, "sample": self.sampling},
+                seed_of=lambda chunk: self.cfg.seed * 15_485_863 + step,
+                max_response_tokens=self.cfg.rollout.max_response_tokens,
+                error_reward=self.error_reward,
+                max_prompt_tokens=self.cfg.rollout.max_prompt_tokens,
+            )
         out: dict[str, float] = {}
         for mode, name in (("greedy", "greedy"), ("sample", "sampled")):
             eps = [e for job, e in played if job.mode == mode]
-            out[f"eval/{name}_accuracy"] = float(np.mean([bool(e.info.get("correct")) and
-                                                          e.error is None for e in eps]))
+            out[f"eval/{name}_accuracy"] = float(
+                np.mean([bool(e.info.get("correct")) and e.error is None for e in eps])
+            )
             out[f"eval/{name}_reward"] = float(np.mean([e.reward for e in eps]))
         out["time/eval_s"] = time.perf_counter() - t0
         return out
@@ -291,14 +352,22 @@ class Trainer:
         return self.out / "checkpoints"
 
     def save(self) -> Path:
-        payload = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                   "scheduler": self.scheduler.state_dict(), "rng": rng_state()}
+        payload = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": rng_state(),
+        }
         if self.policy.reference is not None:
             payload["reference"] = self.policy.reference.state_dict()
-        meta = {"step": self.step, "data_position": self.data_position,
-                "config": dataclasses.asdict(self.cfg)}
-        return save_checkpoint(self.checkpoint_root, self.step, payload, meta,
-                               keep=self.cfg.keep_checkpoints)
+        meta = {
+            "step": self.step,
+            "data_position": self.data_position,
+            "config": dataclasses.asdict(self.cfg),
+        }
+        return save_checkpoint(
+            self.checkpoint_root, self.step, payload, meta, keep=self.cfg.keep_checkpoints
+        )
 
     def restore(self) -> bool:
         """Load the newest valid checkpoint; False when there is none. Refuses (``CheckpointError``)
@@ -307,9 +376,12 @@ class Trainer:
         if found is None:
             return False
         path, manifest = found
-        check_resume_config(manifest["meta"]["config"], dataclasses.asdict(self.cfg),
-                            allow=self.allow_config_change,
-                            defaults=dataclasses.asdict(type(self.cfg)()))
+        check_resume_config(
+            manifest["meta"]["config"],
+            dataclasses.asdict(self.cfg),
+            allow=self.allow_config_change,
+            defaults=dataclasses.asdict(type(self.cfg)()),
+        )
         state = load_payload(path, manifest, map_location=self.device)
         self.model.load_state_dict(state["model"])
         if "reference" in state and self.policy.reference is not None:
@@ -359,11 +431,17 @@ class Trainer:
         record["time/step_s"] = time.perf_counter() - t0
         errors = [e.error for e in episodes if e.error]
         if errors:
-            print(f"[rlvr train] step {step}: {len(errors)} episode(s) raised; first: "
-                  f"{errors[0].splitlines()[0]}", file=sys.stderr)
+            print(
+                f"[rlvr train] step {step}: {len(errors)} episode(s) raised; first: "
+                f"{errors[0].splitlines()[0]}",
+                file=sys.stderr,
+            )
         if record["update/skipped"]:
-            print(f"[rlvr train] step {step}: skipped {int(record['update/skipped'])} "
-                  "optimizer step(s) with a non-finite loss or gradient norm", file=sys.stderr)
+            print(
+                f"[rlvr train] step {step}: skipped {int(record['update/skipped'])} "
+                "optimizer step(s) with a non-finite loss or gradient norm",
+                file=sys.stderr,
+            )
         return record
 
     def train(self) -> list[dict[str, Any]]:
@@ -373,28 +451,38 @@ class Trainer:
         if cfg.resume:
             resumed = self.restore()
         elif any(self.checkpoint_root.glob("step_*")):
-            raise FileExistsError(f"{self.out} already holds checkpoints: pass --resume "
-                                  "(resume=true) to continue, or choose another out=DIR")
+            raise FileExistsError(
+                f"{self.out} already holds checkpoints: pass --resume "
+                "(resume=true) to continue, or choose another out=DIR"
+            )
         if cfg.tensorboard:
             self.metrics_log = MetricsLog(self.metrics_path, self.out / "tensorboard")
         moved = self.metrics_log.prepare(self.step if resumed else None)
         if moved is not None:
-            print(f"[rlvr train] metrics lines this run replaces were moved to {moved}",
-                  file=sys.stderr)
+            print(
+                f"[rlvr train] metrics lines this run replaces were moved to {moved}",
+                file=sys.stderr,
+            )
         dump_yaml(cfg, self.out / "config.yaml")
         records = []
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=cfg.steps, initial=self.step, disable=not cfg.progress,
-                   desc=f"{cfg.algo} {cfg.env}", dynamic_ncols=True)
+        bar = tqdm(
+            total=cfg.steps,
+            initial=self.step,
+            disable=not cfg.progress,
+            desc=f"{cfg.algo} {cfg.env}",
+            dynamic_ncols=True,
+        )
         try:
             while self.step < cfg.steps:
                 record = self.train_step()
                 self.metrics_log.append(record)
                 records.append(record)
                 bar.update(1)
-                bar.set_postfix(reward=f"{record['reward/mean']:.3f}",
-                                acc=f"{record['accuracy']:.3f}")
+                bar.set_postfix(
+                    reward=f"{record['reward/mean']:.3f}", acc=f"{record['accuracy']:.3f}"
+                )
                 if cfg.save_every and self.step % cfg.save_every == 0:
                     self.save()
         finally:
@@ -406,4 +494,3 @@ class Trainer:
         self.model.save_pretrained(final)
         self.tokenizer.save_pretrained(final)
         return records
-

@@ -21,6 +21,7 @@ scaler. Training forwards run in train mode, so gradient checkpointing (which tr
 only when ``model.training``) is active; no-grad passes run in eval mode. ``Policy`` zeroes every
 dropout, so both modes compute the same function.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -124,8 +125,16 @@ class Normalisers:
 class Updater:
     """The optimizer steps of one batch, for one algorithm (module docstring)."""
 
-    def __init__(self, cfg, policy: Policy, optimizer, scheduler, algorithm: Algorithm,
-                 device: torch.device, precision: Precision):
+    def __init__(
+        self,
+        cfg,
+        policy: Policy,
+        optimizer,
+        scheduler,
+        algorithm: Algorithm,
+        device: torch.device,
+        precision: Precision,
+    ):
         self.cfg = cfg
         self.policy = policy
         self.optimizer = optimizer
@@ -149,19 +158,23 @@ class Updater:
             b = batch.select(list(range(start, min(start + rows, len(batch))))).to(self.device)
             with self.precision.autocast():
                 if reference:
-                    lp = self.policy.reference_logprobs(b.input_ids, b.attention_mask,
-                                                        b.n_response)
+                    lp = self.policy.reference_logprobs(b.input_ids, b.attention_mask, b.n_response)
                     parts.append(TokenStats(lp, torch.zeros_like(lp), torch.zeros_like(lp)))
                 else:
-                    parts.append(self.policy.token_stats(b.input_ids, b.attention_mask,
-                                                         b.n_response))
+                    parts.append(
+                        self.policy.token_stats(b.input_ids, b.attention_mask, b.n_response)
+                    )
         width = batch.n_response
 
         def pad(x):
             return torch.nn.functional.pad(x, (0, width - x.shape[1]))
 
-        return TokenStats(*(torch.cat([pad(getattr(s, f)) for s in parts])
-                            for f in ("logprobs", "logits", "entropy")))
+        return TokenStats(
+            *(
+                torch.cat([pad(getattr(s, f)) for s in parts])
+                for f in ("logprobs", "logits", "entropy")
+            )
+        )
 
     # -- the update ------------------------------------------------------------------------------
     def update(self, batch: RolloutBatch, advantages: torch.Tensor, step: int) -> dict[str, float]:
@@ -172,19 +185,29 @@ class Updater:
         micro = cfg.micro_batch_size or mini
         loss_mask = batch.response_mask.to(self.device).bool()
         adv = advantages.to(self.device, torch.float32)
-        on_policy = (cfg.ppo_epochs == 1 and mini == n and micro == n
-                     and not self.algorithm.needs_old_logprobs
-                     and cfg.old_logprobs == "recompute")
+        on_policy = (
+            cfg.ppo_epochs == 1
+            and mini == n
+            and micro == n
+            and not self.algorithm.needs_old_logprobs
+            and cfg.old_logprobs == "recompute"
+        )
         old = None if on_policy else self._no_grad_stats(batch, micro)
         if old is not None and cfg.old_logprobs == "rollout":
             old = TokenStats(batch.rollout_logprobs.to(self.device), old.logits, old.entropy)
-        ref = (self._no_grad_stats(batch, micro, reference=True).logprobs
-               if self.policy.reference is not None else None)
+        ref = (
+            self._no_grad_stats(batch, micro, reference=True).logprobs
+            if self.policy.reference is not None
+            else None
+        )
         prob_stats: dict[str, float] = {}
         if old is not None:
             prob_stats = token_prob_metrics(old.logprobs, old.entropy, loss_mask)
-        stages = ([Stage("all", loss_mask)] if self.algorithm.stages is None
-                  else self.algorithm.stages(old.logprobs, loss_mask, self.params))
+        stages = (
+            [Stage("all", loss_mask)]
+            if self.algorithm.stages is None
+            else self.algorithm.stages(old.logprobs, loss_mask, self.params)
+        )
         bt = BatchTensors(batch, loss_mask, adv, old, ref)
         parts: list[dict[str, float]] = []
         norms: list[float] = []
@@ -196,7 +219,8 @@ class Updater:
                 order = torch.randperm(n, generator=gen) if mini < n else torch.arange(n)
                 for start in range(0, n, mini):
                     part, norm, skip, on_policy_stats = self._mini_batch(
-                        bt, order[start:start + mini], micro, stage_tokens)
+                        bt, order[start : start + mini], micro, stage_tokens
+                    )
                     prob_stats = prob_stats or on_policy_stats
                     parts.extend(part)
                     norms.append(norm)
@@ -216,13 +240,21 @@ class Updater:
         selected = float(loss_mask.sum())
         if self.algorithm.select_tokens is not None:  # ceil(fraction * n) per forward
             fraction = self.params["fraction"]
-            selected = float(sum(n_kept(fraction, int(loss_mask[s:s + micro].sum()))
-                                 for s in range(0, len(loss_mask), micro)))
-        return Normalisers(tokens=float(loss_mask.sum()), selected=selected,
-                           sequences=float((loss_mask.sum(-1) > 0).sum()))
+            selected = float(
+                sum(
+                    n_kept(fraction, int(loss_mask[s : s + micro].sum()))
+                    for s in range(0, len(loss_mask), micro)
+                )
+            )
+        return Normalisers(
+            tokens=float(loss_mask.sum()),
+            selected=selected,
+            sequences=float((loss_mask.sum(-1) > 0).sum()),
+        )
 
-    def _mini_batch(self, bt: BatchTensors, rows: torch.Tensor, micro: int,
-                    stage_tokens: torch.Tensor | None):
+    def _mini_batch(
+        self, bt: BatchTensors, rows: torch.Tensor, micro: int, stage_tokens: torch.Tensor | None
+    ):
         """Forward/backward over the micro-batches of one mini-batch, then one optimizer step.
 
         Returns the micro-batches' metrics, the gradient norm, whether the step was skipped,
@@ -232,19 +264,22 @@ class Updater:
         prob_stats: dict[str, float] = {}
         finite = True
         for s in range(0, len(rows), micro):
-            idx = rows[s:s + micro]
+            idx = rows[s : s + micro]
             data = bt.data.select(idx)
             width = data.n_response
             mb = MicroBatch(
-                data=data, loss_mask=data.response_mask.to(self.device).bool(),
+                data=data,
+                loss_mask=data.response_mask.to(self.device).bool(),
                 advantages=bt.advantages[idx],
                 old_logprobs=None if bt.old is None else bt.old.logprobs[idx, :width],
                 ref_logprobs=None if bt.ref is None else bt.ref[idx, :width],
-                stage_tokens=None if stage_tokens is None else stage_tokens[idx, :width])
+                stage_tokens=None if stage_tokens is None else stage_tokens[idx, :width],
+            )
             loss, metrics, stats = self.micro_batch_loss(mb, norm)
             if mb.old_logprobs is None and not prob_stats:
-                prob_stats = token_prob_metrics(stats.logprobs.detach(), stats.entropy,
-                                                mb.loss_mask)
+                prob_stats = token_prob_metrics(
+                    stats.logprobs.detach(), stats.entropy, mb.loss_mask
+                )
             if torch.isfinite(loss):
                 self.precision.backward(loss)
             else:
@@ -253,8 +288,9 @@ class Updater:
         grad_norm, skipped = self._optimizer_step(finite)
         return parts, grad_norm, skipped, prob_stats
 
-    def micro_batch_loss(self, mb: MicroBatch, norm: Normalisers
-                         ) -> tuple[torch.Tensor, dict[str, float], TokenStats]:
+    def micro_batch_loss(
+        self, mb: MicroBatch, norm: Normalisers
+    ) -> tuple[torch.Tensor, dict[str, float], TokenStats]:
         """The loss of one micro-batch (``rlvr.agents.losses``), its metrics and its statistics.
 
         The surrogate covers the algorithm's selected tokens (80/20) or every response token;
@@ -274,27 +310,50 @@ class Updater:
             adv = adv.unsqueeze(-1) * mb.stage_tokens.to(adv.dtype)
         weights = None
         if self.algorithm.weight is not None:
-            weights = token_weights(self.algorithm.weight, logprobs=stats.logprobs, mask=pg_mask,
-                                    logits=stats.logits, old_logprobs=old_lp,
-                                    entropy=stats.entropy, **self.params)
+            weights = token_weights(
+                self.algorithm.weight,
+                logprobs=stats.logprobs,
+                mask=pg_mask,
+                logits=stats.logits,
+                old_logprobs=old_lp,
+                entropy=stats.entropy,
+                **self.params,
+            )
         scale = lc.loss_scale_factor
         if lc.agg == "seq-mean-token-sum-norm" and scale is None:
             scale = float(cfg.rollout.max_response_tokens)  # Dr.GRPO: one constant divisor
-        kw = {**lc.policy_loss_kwargs(), "loss_scale_factor": scale,
-              "global_batch_size": norm.sequences, "batch_num_tokens": n_pg}
+        kw = {
+            **lc.policy_loss_kwargs(),
+            "loss_scale_factor": scale,
+            "global_batch_size": norm.sequences,
+            "batch_num_tokens": n_pg,
+        }
         if pg_mask is mask and mb.stage_tokens is None:  # KL and surrogate share the mask
-            loss, metrics = policy_loss(stats.logprobs, old_lp, adv, mask, weights=weights,
-                                        ref_logprobs=mb.ref_logprobs, **kw)
+            loss, metrics = policy_loss(
+                stats.logprobs,
+                old_lp,
+                adv,
+                mask,
+                weights=weights,
+                ref_logprobs=mb.ref_logprobs,
+                **kw,
+            )
         else:
-            loss, metrics = policy_loss(stats.logprobs, old_lp, adv, pg_mask, weights=weights,
-                                        **{**kw, "kl_coef": 0.0})
+            loss, metrics = policy_loss(
+                stats.logprobs, old_lp, adv, pg_mask, weights=weights, **{**kw, "kl_coef": 0.0}
+            )
             if mb.ref_logprobs is not None:
                 kl_tok = k3_kl(stats.logprobs, mb.ref_logprobs)
                 kl_mask = mask if mb.stage_tokens is None else mb.stage_tokens
                 kl_tok = torch.where(kl_mask, kl_tok, torch.zeros_like(kl_tok))
-                kl_loss = agg_loss(kl_tok, mask, lc.agg, loss_scale_factor=scale,
-                                   batch_num_tokens=norm.tokens,
-                                   global_batch_size=norm.sequences)
+                kl_loss = agg_loss(
+                    kl_tok,
+                    mask,
+                    lc.agg,
+                    loss_scale_factor=scale,
+                    batch_num_tokens=norm.tokens,
+                    global_batch_size=norm.sequences,
+                )
                 if lc.kl_coef > 0:
                     loss = loss + lc.kl_coef * kl_loss
                 metrics["kl"] = float(masked_mean(kl_tok.detach(), kl_mask))

@@ -24,6 +24,7 @@ Schemes (``WEIGHT_SCHEMES``; add one with ``@register_weight_scheme("name")``):
 Lopti (same paper as AR) is not a weight but a split of the tokens into two optimizer steps:
 ``lopti_masks`` and ``lopti_stages``.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -74,15 +75,21 @@ def token_weights(
     """
     fn = WEIGHT_SCHEMES.get(scheme)
     if fn is None:
-        raise ValueError(f"scheme: unknown weight scheme {scheme!r}; known: {sorted(WEIGHT_SCHEMES)}")
+        raise ValueError(
+            f"scheme: unknown weight scheme {scheme!r}; known: {sorted(WEIGHT_SCHEMES)}"
+        )
     accepted = {
         p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY
     } - set(_INPUTS)
     for key in params:
         if key not in accepted:
-            raise ValueError(f"{key}: not a parameter of weight scheme {scheme!r} (takes {sorted(accepted)})")
+            raise ValueError(
+                f"{key}: not a parameter of weight scheme {scheme!r} (takes {sorted(accepted)})"
+            )
     if mask.shape != logprobs.shape:
-        raise ValueError(f"mask: shape {tuple(mask.shape)} != logprobs shape {tuple(logprobs.shape)}")
+        raise ValueError(
+            f"mask: shape {tuple(mask.shape)} != logprobs shape {tuple(logprobs.shape)}"
+        )
     with torch.no_grad():
         valid = mask.to(dtype=torch.bool)
         w = fn(
@@ -93,21 +100,35 @@ def token_weights(
             entropy=None if entropy is None else entropy.detach(),
             **params,
         )
-        w = torch.where(valid, w.to(logprobs.dtype), torch.zeros((), dtype=logprobs.dtype, device=logprobs.device))
+        w = torch.where(
+            valid,
+            w.to(logprobs.dtype),
+            torch.zeros((), dtype=logprobs.dtype, device=logprobs.device),
+        )
     return w.detach()
 
 
-def _require(name: str, value: torch.Tensor | None, like: torch.Tensor, scheme: str) -> torch.Tensor:
+def _require(
+    name: str, value: torch.Tensor | None, like: torch.Tensor, scheme: str
+) -> torch.Tensor:
     if value is None:
         raise ValueError(f"{name}: weight scheme {scheme!r} needs {name}")
     if value.shape != like.shape:
-        raise ValueError(f"{name}: shape {tuple(value.shape)} != logprobs shape {tuple(like.shape)}")
+        raise ValueError(
+            f"{name}: shape {tuple(value.shape)} != logprobs shape {tuple(like.shape)}"
+        )
     return value
 
 
 def check_shaping(*, alpha: float, tau: float, mu: float, lower: float, upper: float) -> None:
     """Validate GRPO-SG / reverse shaping parameters (ValueError naming the bad one)."""
-    for name, value in (("alpha", alpha), ("tau", tau), ("mu", mu), ("lower", lower), ("upper", upper)):
+    for name, value in (
+        ("alpha", alpha),
+        ("tau", tau),
+        ("mu", mu),
+        ("lower", lower),
+        ("upper", upper),
+    ):
         if not math.isfinite(float(value)):
             raise ValueError(f"{name}: must be finite, got {value!r}")
     if tau <= 0:
@@ -121,7 +142,14 @@ def check_shaping(*, alpha: float, tau: float, mu: float, lower: float, upper: f
 
 
 def sigmoid_shaping(
-    h: torch.Tensor, *, alpha: float, tau: float, mu: float, lower: float, upper: float, sign: float = 1.0
+    h: torch.Tensor,
+    *,
+    alpha: float,
+    tau: float,
+    mu: float,
+    lower: float,
+    upper: float,
+    sign: float = 1.0,
 ) -> torch.Tensor:
     """``clip(alpha * (sigmoid(sign * h / tau) - mu), L, U)`` (GRPO-SG Eq. 20 for sign=+1)."""
     return (alpha * (torch.sigmoid(sign * h / tau) - mu)).clamp(min=lower, max=upper)
@@ -206,7 +234,9 @@ def reverse_weights(
 
 
 @register_weight_scheme("ar")
-def ar_weights(*, logprobs, mask, logits=None, old_logprobs=None, entropy=None, alpha: float = AR_ALPHA_KK):
+def ar_weights(
+    *, logprobs, mask, logits=None, old_logprobs=None, entropy=None, alpha: float = AR_ALPHA_KK
+):
     """Advantage Reweighting (Yang et al. 2025): ``A_t = [alpha * pi_old(o_t) + 1 - alpha] * A``.
 
     Returned as the weight ``alpha * pi_old(o_t) + 1 - alpha`` in ``[1 - alpha, 1]``;
@@ -230,7 +260,13 @@ def n_kept(fraction: float, n_valid: int) -> int:
 
 @register_weight_scheme("entropy_top")
 def entropy_top_weights(
-    *, logprobs, mask, logits=None, old_logprobs=None, entropy=None, fraction: float = ENTROPY_TOP_FRACTION
+    *,
+    logprobs,
+    mask,
+    logits=None,
+    old_logprobs=None,
+    entropy=None,
+    fraction: float = ENTROPY_TOP_FRACTION,
 ):
     """80/20 (Wang et al. 2025, "Beyond the 80/20 Rule"): keep the top-``fraction`` entropy tokens.
 
@@ -267,7 +303,9 @@ def lopti_masks(
     """
     _check_eta(eta)
     if mask.shape != old_logprobs.shape:
-        raise ValueError(f"mask: shape {tuple(mask.shape)} != old_logprobs shape {tuple(old_logprobs.shape)}")
+        raise ValueError(
+            f"mask: shape {tuple(mask.shape)} != old_logprobs shape {tuple(old_logprobs.shape)}"
+        )
     with torch.no_grad():
         valid = mask.to(torch.bool)
         low = valid & (old_logprobs.detach().exp() < eta)
@@ -276,7 +314,11 @@ def lopti_masks(
 
 
 def lopti_stages(
-    old_logprobs: torch.Tensor, mask: torch.Tensor, eta: float = LOPTI_ETA, *, drop_empty: bool = True
+    old_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    eta: float = LOPTI_ETA,
+    *,
+    drop_empty: bool = True,
 ) -> list[tuple[str, torch.Tensor]]:
     """The ordered Lopti updates for one mini-batch: ``[("low", low_mask), ("high", high_mask)]``.
 
@@ -311,7 +353,9 @@ def calibrate_alpha(
     """
     check_shaping(alpha=1.0, tau=tau, mu=mu, lower=lower, upper=upper)
     if not (lower < target < upper):
-        raise ValueError(f"target: must lie strictly between lower={lower} and upper={upper}, got {target}")
+        raise ValueError(
+            f"target: must lie strictly between lower={lower} and upper={upper}, got {target}"
+        )
     h = h.detach().to(torch.float64)
     if mask is not None:
         h = h[mask.to(torch.bool)]
@@ -319,13 +363,19 @@ def calibrate_alpha(
         raise ValueError("h: no valid entries to calibrate on")
 
     def mean_w(alpha: float) -> float:
-        return float(sigmoid_shaping(h, alpha=alpha, tau=tau, mu=mu, lower=lower, upper=upper, sign=sign).mean())
+        return float(
+            sigmoid_shaping(
+                h, alpha=alpha, tau=tau, mu=mu, lower=lower, upper=upper, sign=sign
+            ).mean()
+        )
 
     lo, hi = 1e-6, 1.0
     while mean_w(hi) < target:
         hi *= 2.0
         if hi > 1e9:
-            raise ValueError("h: the mean weight cannot reach target (sigmoid(h/tau) <= mu everywhere)")
+            raise ValueError(
+                "h: the mean weight cannot reach target (sigmoid(h/tau) <= mu everywhere)"
+            )
     for _ in range(100):
         mid = 0.5 * (lo + hi)
         if mean_w(mid) < target:

@@ -3,6 +3,7 @@
 ``import rlvr`` registers them; ``gymnasium.make("rlvr/KnightsKnaves-v0", n_people=3)`` etc.
 Entry points are strings, so importing one environment never imports another.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -37,7 +38,7 @@ ENV_TOOLS: dict[str, tuple[Tool, ...]] = {
             description="Search the knowledge base (titled passages) for a query.",
             argument_doc="What to look up, as a short search-engine query.",
             returns="The best matching passages inside <information>, one per line as "
-                    "\"Doc i(Title: title) text\".",
+            "\"Doc i(Title: title) text\".",
         ),
     ),
 }
@@ -54,8 +55,9 @@ def env_id(name: str) -> str:
         return ENV_NAMES[name][0]
     if name in ENV_IDS:
         return name
-    raise ValueError(f"unknown env {name!r}; choose one of {sorted(ENV_NAMES)} or "
-                     f"{sorted(ENV_IDS)}")
+    raise ValueError(
+        f"unknown env {name!r}; choose one of {sorted(ENV_NAMES)} or {sorted(ENV_IDS)}"
+    )
 
 
 def env_accepts(name: str, kwarg: str) -> bool:
@@ -95,6 +97,19 @@ def register_all() -> None:
             gym.register(id=env_id, entry_point=entry_point, disable_env_checker=True)
 
 
-__all__ = ["AnyText", "Score", "SingleTurnEnv", "Tool", "coerce_text", "ENV_IDS", "ENV_NAMES",
-           "ENV_TOOLS", "env_accepts", "env_id", "env_tools", "get_scorer", "make_env",
-           "register_all"]
+__all__ = [
+    "AnyText",
+    "Score",
+    "SingleTurnEnv",
+    "Tool",
+    "coerce_text",
+    "ENV_IDS",
+    "ENV_NAMES",
+    "ENV_TOOLS",
+    "env_accepts",
+    "env_id",
+    "env_tools",
+    "get_scorer",
+    "make_env",
+    "register_all",
+]

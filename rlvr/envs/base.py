@@ -4,6 +4,7 @@ Every reward is a pure function ``score(response, ground_truth) -> Score`` first
 is a thin Gymnasium wrapper around a task source and that function. Environments know nothing
 about trainers.
 """
+
 from __future__ import annotations
 
 import abc

@@ -9,6 +9,7 @@ the env's task metadata. ``score`` reads JSONL lines with ``response`` and ``gro
 function, writes the lines back with ``reward``, ``correct``, ``components`` and ``reason``, and
 prints a summary. Lines that are not valid JSON or lack a field are reported, never fatal.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,9 @@ def _jsonable(x):
 def add_sample_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", required=True, choices=sorted(ENV_NAMES), help="environment")
     p.add_argument("-n", type=int, default=8, help="number of tasks")
-    p.add_argument("--seed", type=int, default=0, help="seed of the first task (task i uses seed+i)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the first task (task i uses seed+i)"
+    )
     p.add_argument("--out", default="-", help="output JSONL (default: stdout)")
     p.add_argument("kwargs", nargs="*", metavar="key=value", help="environment keyword arguments")
 
@@ -95,15 +98,25 @@ def run_score(args) -> int:
             n, total, n_correct = n + 1, total + s.reward, n_correct + int(s.correct)
             reasons[s.reason or "correct"] += 1
             if out:
-                rec.update(reward=s.reward, correct=s.correct, components=s.components,
-                           reason=s.reason, parsed=_jsonable(s.parsed))
+                rec.update(
+                    reward=s.reward,
+                    correct=s.correct,
+                    components=s.components,
+                    reason=s.reason,
+                    parsed=_jsonable(s.parsed),
+                )
                 out.write(json.dumps(_jsonable(rec)) + "\n")
     finally:
         if src is not sys.stdin:
             src.close()
         if out:
             out.close()
-    summary = {"scored": n, "skipped": bad, "mean_reward": total / n if n else None,
-               "accuracy": n_correct / n if n else None, "outcomes": dict(reasons.most_common())}
+    summary = {
+        "scored": n,
+        "skipped": bad,
+        "mean_reward": total / n if n else None,
+        "accuracy": n_correct / n if n else None,
+        "outcomes": dict(reasons.most_common()),
+    }
     print(json.dumps(summary, indent=2))
     return 0 if n or not bad else 1

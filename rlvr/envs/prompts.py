@@ -11,6 +11,7 @@ in ``info`` for trainers that apply their own chat template (TRL, verl). Templat
 ``prefill`` (e.g. ``"<think>"``) starts the assistant turn; scorers that count tags must be told
 about it (K&K counts a prefilled ``<think>``).
 """
+
 from __future__ import annotations
 
 TEMPLATES = ("qwen", "plain", "none")

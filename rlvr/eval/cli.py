@@ -4,6 +4,7 @@ Example: ``rlvr eval model=tiny-kk env=kk group_by=n_people group_values=3,4,5 n
 temperature=0.7 out=evals/kk`` writes ``responses.jsonl`` and ``summary.json`` to ``out`` and
 prints the metrics per group.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,18 +16,23 @@ from rlvr.eval.runner import EvalConfig, evaluate, save_result
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("overrides", nargs="*", metavar="key=value",
-                        help="EvalConfig fields, e.g. model=micro env=kk k=8 group_by=n_people "
-                             "group_values=3,4,5 (see rlvr.eval.runner.EvalConfig)")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="EvalConfig fields, e.g. model=micro env=kk k=8 group_by=n_people "
+        "group_values=3,4,5 (see rlvr.eval.runner.EvalConfig)",
+    )
     parser.add_argument("--profile", default=None, help="a YAML file of EvalConfig fields")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def format_summary(summary: dict) -> str:
     """A Markdown table: one row per group, one column per metric."""
-    metrics = sorted({m for row in summary.values() for m in row if m not in ("n_items", "n_samples")})
-    lines = ["| group | items | " + " | ".join(metrics) + " |",
-             "|---|---|" + "---|" * len(metrics)]
+    metrics = sorted(
+        {m for row in summary.values() for m in row if m not in ("n_items", "n_samples")}
+    )
+    lines = ["| group | items | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
     for group, row in summary.items():
         cells = [f"{row[m]:.3f}" if m in row else "" for m in metrics]
         lines.append(f"| {group} | {int(row.get('n_items', 0))} | " + " | ".join(cells) + " |")
@@ -39,5 +45,9 @@ def run_eval(args: argparse.Namespace) -> int:
     result = evaluate(cfg, progress=not args.quiet)
     save_result(result, out)
     print(format_summary(result.summary))
-    print(json.dumps({"out": out, "seconds": round(result.seconds, 1), "config_hash": config_hash(cfg)}))
+    print(
+        json.dumps(
+            {"out": out, "seconds": round(result.seconds, 1), "config_hash": config_hash(cfg)}
+        )
+    )
     return 0

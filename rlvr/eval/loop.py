@@ -9,6 +9,7 @@ within a chunk the greedy jobs, then the sampled ones, are one driver call each,
 how envs are made and reset for a part (``envs_for``), so a loop over the trainer's env pool and
 one over fresh envs per response share this code.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -41,7 +42,7 @@ def parts(jobs: Sequence[Job], batch_size: int = 0) -> Iterator[tuple[int, list[
     """``(chunk, jobs)``: each chunk of ``batch_size`` jobs (0: all) split by mode, greedy first."""
     size = batch_size or max(len(jobs), 1)
     for chunk, start in enumerate(range(0, len(jobs), size)):
-        batch = jobs[start:start + size]
+        batch = jobs[start : start + size]
         for mode in MODES:
             part = [j for j in batch if j.mode == mode]
             if part:
@@ -58,13 +59,21 @@ def task_runs(part: Sequence[Job]) -> list[tuple[int, int]]:
     return runs
 
 
-def play(backend: RolloutBackend, tokenizer, jobs: Sequence[Job], *,
-         envs_for: Callable[[list[Job]], tuple[list[Any], list[str]]],
-         params: Mapping[str, SamplingParams], seed_of: Callable[[int], int],
-         max_response_tokens: int, batch_size: int = 0, error_reward: float = 0.0,
-         max_prompt_tokens: int | None = None,
-         release: Callable[[list[Any]], None] | None = None,
-         on_part: Callable[[int], None] | None = None) -> list[tuple[Job, Episode]]:
+def play(
+    backend: RolloutBackend,
+    tokenizer,
+    jobs: Sequence[Job],
+    *,
+    envs_for: Callable[[list[Job]], tuple[list[Any], list[str]]],
+    params: Mapping[str, SamplingParams],
+    seed_of: Callable[[int], int],
+    max_response_tokens: int,
+    batch_size: int = 0,
+    error_reward: float = 0.0,
+    max_prompt_tokens: int | None = None,
+    release: Callable[[list[Any]], None] | None = None,
+    on_part: Callable[[int], None] | None = None,
+) -> list[tuple[Job, Episode]]:
     """``(job, finished episode)`` for every job, in the order played (see ``parts``).
 
     ``envs_for(part)`` returns an env per job, already reset to its task, and the prompts;
@@ -74,9 +83,17 @@ def play(backend: RolloutBackend, tokenizer, jobs: Sequence[Job], *,
     played: list[tuple[Job, Episode]] = []
     for chunk, part in parts(jobs, batch_size):
         envs, prompts = envs_for(part)
-        episodes = run_episodes(backend, tokenizer, envs, prompts, params[part[0].mode],
-                                max_response_tokens=max_response_tokens, seed=seed_of(chunk),
-                                error_reward=error_reward, max_prompt_tokens=max_prompt_tokens)
+        episodes = run_episodes(
+            backend,
+            tokenizer,
+            envs,
+            prompts,
+            params[part[0].mode],
+            max_response_tokens=max_response_tokens,
+            seed=seed_of(chunk),
+            error_reward=error_reward,
+            max_prompt_tokens=max_prompt_tokens,
+        )
         if release is not None:
             release(envs)
         played += zip(part, episodes)

@@ -5,6 +5,7 @@ JSONL without rerunning a model. A record is a mapping with at least ``item`` (t
 ``mode`` (``"greedy"`` or ``"sample"``) and ``correct``; optional keys are ``group`` (e.g. the
 number of K&K people, a math difficulty, QA hops), ``reward``, ``em`` and ``f1``.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     Chen et al. 2021 ("Evaluating Large Language Models Trained on Code", Eq. 1 and Fig. 3):
     ``1 - C(n - c, k) / C(n, k)``, computed as a running product to stay exact for large n.
     """
-    if not (isinstance(n, (int, np.integer)) and isinstance(c, (int, np.integer))
-            and isinstance(k, (int, np.integer))):
+    if not (
+        isinstance(n, (int, np.integer))
+        and isinstance(c, (int, np.integer))
+        and isinstance(k, (int, np.integer))
+    ):
         raise TypeError(f"pass_at_k: n, c, k must be integers, got n={n!r}, c={c!r}, k={k!r}")
     if k < 1 or k > n:
         raise ValueError(f"pass_at_k: k={k} must satisfy 1 <= k <= n={n}")
@@ -111,8 +115,9 @@ def f1_score(prediction: Any, golds: Sequence[str]) -> float:
 
 
 # -- Summaries over records --------------------------------------------------------------------
-def correct_by_item(records: Iterable[Mapping[str, Any]], mode: str,
-                    key: str = "correct") -> dict[Any, list[float]]:
+def correct_by_item(
+    records: Iterable[Mapping[str, Any]], mode: str, key: str = "correct"
+) -> dict[Any, list[float]]:
     """``item -> [value of key for each response of that item in this mode]`` (insertion order)."""
     out: dict[Any, list[float]] = defaultdict(list)
     for r in records:
@@ -152,16 +157,23 @@ def summarize(records: Sequence[Mapping[str, Any]], ks: Sequence[int] = (1,)) ->
             continue
         for key in ("em", "f1"):
             if any(key in r for r in mode_records):
-                out[f"{prefix}_{key}"] = float(np.mean([float(r.get(key, 0.0)) for r in mode_records]))
+                out[f"{prefix}_{key}"] = float(
+                    np.mean([float(r.get(key, 0.0)) for r in mode_records])
+                )
         if any("tool_calls" in r for r in mode_records):
-            out[f"{prefix}_tool_use"] = float(np.mean([int(r.get("tool_calls", 0)) > 0 for r in mode_records]))
+            out[f"{prefix}_tool_use"] = float(
+                np.mean([int(r.get("tool_calls", 0)) > 0 for r in mode_records])
+            )
         if any("reward" in r for r in mode_records):
-            out[f"{prefix}_reward"] = float(np.mean([float(r.get("reward", 0.0)) for r in mode_records]))
+            out[f"{prefix}_reward"] = float(
+                np.mean([float(r.get("reward", 0.0)) for r in mode_records])
+            )
     return out
 
 
-def summarize_by_group(records: Sequence[Mapping[str, Any]], ks: Sequence[int] = (1,),
-                       group_key: str = "group") -> dict[Any, dict[str, float]]:
+def summarize_by_group(
+    records: Sequence[Mapping[str, Any]], ks: Sequence[int] = (1,), group_key: str = "group"
+) -> dict[Any, dict[str, float]]:
     """``summarize`` per value of ``group_key`` (e.g. K&K accuracy by number of people), plus ``"all"``."""
     groups: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
     for r in records:
@@ -171,7 +183,9 @@ def summarize_by_group(records: Sequence[Mapping[str, Any]], ks: Sequence[int] =
     return out
 
 
-def kk_accuracy_by_people(records: Sequence[Mapping[str, Any]], mode: str = "greedy") -> dict[int, float]:
+def kk_accuracy_by_people(
+    records: Sequence[Mapping[str, Any]], mode: str = "greedy"
+) -> dict[int, float]:
     """K&K accuracy per number of people (records carry ``n_people`` or ``group``), for one mode."""
     by_size: dict[int, dict[Any, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
@@ -185,7 +199,16 @@ def kk_accuracy_by_people(records: Sequence[Mapping[str, Any]], mode: str = "gre
 
 
 __all__ = [
-    "accuracy", "avg_at_k", "correct_by_item", "exact_match", "f1_score", "gold_answers",
-    "kk_accuracy_by_people", "mean_pass_at_k", "normalize_answer", "pass_at_k", "summarize",
+    "accuracy",
+    "avg_at_k",
+    "correct_by_item",
+    "exact_match",
+    "f1_score",
+    "gold_answers",
+    "kk_accuracy_by_people",
+    "mean_pass_at_k",
+    "normalize_answer",
+    "pass_at_k",
+    "summarize",
     "summarize_by_group",
 ]

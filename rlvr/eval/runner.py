@@ -13,6 +13,7 @@ rollout backend (``rlvr.agents.rollout.hf``; ``backend=generate`` swaps in ``mod
 its episode driver, so tool calls, observations and turn limits of multi-turn environments (search
 QA) match training exactly.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -73,8 +74,9 @@ class EvalConfig:
         if not self.greedy and self.k == 0:
             raise ValueError("EvalConfig: greedy=false and k=0 leaves nothing to evaluate")
         if self.k and self.temperature <= 0:
-            raise ValueError(f"EvalConfig.temperature must be > 0 to sample k={self.k}, "
-                             f"got {self.temperature}")
+            raise ValueError(
+                f"EvalConfig.temperature must be > 0 to sample k={self.k}, got {self.temperature}"
+            )
         if bool(self.group_by) != bool(self.group_values):
             raise ValueError("EvalConfig: group_by and group_values go together")
         bad = [k for k in self.pass_ks if k < 1 or (self.k and k > self.k)]
@@ -116,11 +118,16 @@ def make_generate_fn(model, tokenizer, cfg: EvalConfig) -> tuple[GenerateFn, str
     backend = make_backend(name, model, tokenizer)
 
     def generate(contexts, temperature, seed):
-        params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=temperature,
-                                top_p=cfg.top_p, stop=tuple(cfg.stop))
+        params = SamplingParams(
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=temperature,
+            top_p=cfg.top_p,
+            stop=tuple(cfg.stop),
+        )
         g = backend.generate(contexts, params, seed=seed)
-        return [Completion(t, list(ids), r)
-                for t, ids, r in zip(g.texts, g.token_ids, g.finish_reasons)]
+        return [
+            Completion(t, list(ids), r) for t, ids, r in zip(g.texts, g.token_ids, g.finish_reasons)
+        ]
 
     return generate, {"hf": "rollout.hf", "generate": "transformers.generate"}[name]
 
@@ -134,9 +141,12 @@ class CompletionBackend(RolloutBackend):
 
     def generate(self, contexts, params, *, seed, max_new_tokens=None) -> Generation:
         outs = self._generate(contexts, params.temperature, seed)
-        return Generation([list(c.token_ids) for c in outs],
-                          [[0.0] * len(c.token_ids) for c in outs],
-                          [c.finish_reason for c in outs], [c.text for c in outs])
+        return Generation(
+            [list(c.token_ids) for c in outs],
+            [[0.0] * len(c.token_ids) for c in outs],
+            [c.finish_reason for c in outs],
+            [c.text for c in outs],
+        )
 
 
 def _groups(cfg: EvalConfig) -> list[tuple[str, dict[str, Any]]]:
@@ -166,14 +176,35 @@ def _qa_scores(env_name: str, parsed: Any, ground_truth: Any) -> dict[str, float
     return {"em": exact_match(parsed, golds), "f1": f1_score(parsed, golds)}
 
 
-def _record(cfg: EvalConfig, group: str, index: int, mode: str, sample: int, prompt: str,
-            reset_info: dict, completion_text: str, token_ids: Sequence[int], finish: str,
-            reward: float, step_info: dict, extra: dict | None = None) -> dict[str, Any]:
+def _record(
+    cfg: EvalConfig,
+    group: str,
+    index: int,
+    mode: str,
+    sample: int,
+    prompt: str,
+    reset_info: dict,
+    completion_text: str,
+    token_ids: Sequence[int],
+    finish: str,
+    reward: float,
+    step_info: dict,
+    extra: dict | None = None,
+) -> dict[str, Any]:
     rec = {
-        "item": f"{group}/{index}", "index": index, "group": group, "mode": mode, "sample": sample,
-        "prompt": prompt, "response": completion_text, "n_tokens": len(token_ids),
-        "finish_reason": finish, "reward": float(reward), "correct": bool(step_info.get("correct")),
-        "reason": step_info.get("reason", ""), "parsed": _jsonable(step_info.get("parsed")),
+        "item": f"{group}/{index}",
+        "index": index,
+        "group": group,
+        "mode": mode,
+        "sample": sample,
+        "prompt": prompt,
+        "response": completion_text,
+        "n_tokens": len(token_ids),
+        "finish_reason": finish,
+        "reward": float(reward),
+        "correct": bool(step_info.get("correct")),
+        "reason": step_info.get("reason", ""),
+        "parsed": _jsonable(step_info.get("parsed")),
         "ground_truth": _jsonable(reset_info.get("ground_truth")),
         "components": _jsonable(step_info.get("reward_components", {})),
     }
@@ -210,6 +241,7 @@ def _single_turn_envs(cfg: EvalConfig, tasks: list[dict[str, Any]]):
 
 def _multi_turn_envs(cfg: EvalConfig, tasks: list[dict[str, Any]]):
     """``envs_for`` of multi-turn tasks: a fresh env per response, reset to its task."""
+
     def envs_for(part: list[Job]):
         envs = []
         for job in part:
@@ -226,8 +258,9 @@ def _close(envs) -> None:
         env.close()
 
 
-def _records(cfg: EvalConfig, model, tokenizer, tasks, multi_turn: bool,
-             bar) -> list[dict[str, Any]]:
+def _records(
+    cfg: EvalConfig, model, tokenizer, tasks, multi_turn: bool, bar
+) -> list[dict[str, Any]]:
     """Play every job (``rlvr.eval.loop``) and turn each episode into a record.
 
     Single-turn tasks sample with the seed of their chunk itself and list their records task by
@@ -237,19 +270,31 @@ def _records(cfg: EvalConfig, model, tokenizer, tasks, multi_turn: bool,
     base_seed = cfg.seed * 100_003
     if multi_turn:
         backend = make_backend(backend_name(cfg), model, tokenizer)
-        envs_for, release, seed_of = _multi_turn_envs(cfg, tasks), _close, (
-            lambda chunk: base_seed + chunk)
+        envs_for, release, seed_of = (
+            _multi_turn_envs(cfg, tasks),
+            _close,
+            (lambda chunk: base_seed + chunk),
+        )
     else:
         backend = CompletionBackend(make_generate_fn(model, tokenizer, cfg)[0])
         envs_for, pools = _single_turn_envs(cfg, tasks)
         release, seed_of = None, lambda chunk: episode_seed(base_seed + chunk)
-    greedy = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0, top_p=cfg.top_p,
-                            stop=tuple(cfg.stop))
+    greedy = SamplingParams(
+        max_new_tokens=cfg.max_new_tokens, temperature=0.0, top_p=cfg.top_p, stop=tuple(cfg.stop)
+    )
     params = {"greedy": greedy, "sample": dataclasses.replace(greedy, temperature=cfg.temperature)}
-    played = play(backend, tokenizer, plan(len(tasks), greedy=cfg.greedy, k=cfg.k),
-                  envs_for=envs_for, params=params, seed_of=seed_of,
-                  max_response_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
-                  release=release, on_part=bar.update)
+    played = play(
+        backend,
+        tokenizer,
+        plan(len(tasks), greedy=cfg.greedy, k=cfg.k),
+        envs_for=envs_for,
+        params=params,
+        seed_of=seed_of,
+        max_response_tokens=cfg.max_new_tokens,
+        batch_size=cfg.batch_size,
+        release=release,
+        on_part=bar.update,
+    )
     if not multi_turn:
         played.sort(key=lambda p: p[0].task)  # stable: greedy, then samples, per task
         for pool in pools.values():
@@ -261,11 +306,28 @@ def _records(cfg: EvalConfig, model, tokenizer, tasks, multi_turn: bool,
         if ep.error:
             info.update(correct=False, reason=f"error: {ep.error.splitlines()[0]}")
         generated = [i for i, keep in zip(ep.response_ids, ep.loss_mask) if keep]
-        extra = ({"turns": ep.turns, "tool_calls": ep.response_text.count("</search>")}
-                 if multi_turn else None)
-        records.append(_record(cfg, task["group"], task["index"], job.mode, job.sample,
-                               task["prompt"], task["info"], ep.response_text, generated,
-                               ep.finish_reason, ep.reward, info, extra=extra))
+        extra = (
+            {"turns": ep.turns, "tool_calls": ep.response_text.count("</search>")}
+            if multi_turn
+            else None
+        )
+        records.append(
+            _record(
+                cfg,
+                task["group"],
+                task["index"],
+                job.mode,
+                job.sample,
+                task["prompt"],
+                task["info"],
+                ep.response_text,
+                generated,
+                ep.finish_reason,
+                ep.reward,
+                info,
+                extra=extra,
+            )
+        )
     return records
 
 
@@ -291,11 +353,25 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
         n_items = cfg.n_items if available is None else min(cfg.n_items, int(available))
         for i in range(n_items):
             prompt, info = env.reset(seed=cfg.seed, options={"index": i})
-            tasks.append({"group": group, "index": i, "prompt": prompt, "info": info, "env": env,
-                          "env_kwargs": kwargs})
+            tasks.append(
+                {
+                    "group": group,
+                    "index": i,
+                    "prompt": prompt,
+                    "info": info,
+                    "env": env,
+                    "env_kwargs": kwargs,
+                }
+            )
     n_jobs = len(plan(len(tasks), greedy=cfg.greedy, k=cfg.k))
-    bar = tqdm(total=n_jobs, desc=f"eval {cfg.env}", unit="resp", disable=not progress,
-               dynamic_ncols=True, leave=False)
+    bar = tqdm(
+        total=n_jobs,
+        desc=f"eval {cfg.env}",
+        unit="resp",
+        disable=not progress,
+        dynamic_ncols=True,
+        leave=False,
+    )
     try:
         records = _records(cfg, model, tokenizer, tasks, multi_turn, bar)
     finally:
@@ -329,11 +405,29 @@ def save_result(result: EvalResult, out_dir: str | Path) -> Path:
     ``out_dir``."""
     out = Path(out_dir)
     write_jsonl(result.records, out / "responses.jsonl")
-    (out / "summary.json").write_text(json.dumps(_jsonable(
-        {"config": result.config, "seconds": round(result.seconds, 2), "summary": result.summary}),
-        indent=2))
+    (out / "summary.json").write_text(
+        json.dumps(
+            _jsonable(
+                {
+                    "config": result.config,
+                    "seconds": round(result.seconds, 2),
+                    "summary": result.summary,
+                }
+            ),
+            indent=2,
+        )
+    )
     return out
 
 
-__all__ = ["Completion", "EvalConfig", "EvalResult", "evaluate", "make_env", "make_generate_fn",
-           "read_jsonl", "save_result", "write_jsonl"]
+__all__ = [
+    "Completion",
+    "EvalConfig",
+    "EvalResult",
+    "evaluate",
+    "make_env",
+    "make_generate_fn",
+    "read_jsonl",
+    "save_result",
+    "write_jsonl",
+]

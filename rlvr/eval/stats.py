@@ -8,6 +8,7 @@ Percentile bootstrap (Efron & Tibshirani 1993, ch. 13): resample the values with
 take the (alpha/2, 1 - alpha/2) quantiles of the resampled means. Every function takes a ``seed``
 so that the same inputs always give the same interval.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -47,8 +48,13 @@ def _check(values: Any, name: str) -> np.ndarray:
     return arr
 
 
-def bootstrap_ci(values: Sequence[float], *, confidence: float = 0.95,
-                 n_resamples: int = N_RESAMPLES, seed: int = 0) -> Interval:
+def bootstrap_ci(
+    values: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+) -> Interval:
     """Mean of ``values`` with a seeded percentile-bootstrap interval (one value: a zero-width one)."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"bootstrap_ci: confidence={confidence} must lie in (0, 1)")
@@ -67,8 +73,14 @@ def bootstrap_ci(values: Sequence[float], *, confidence: float = 0.95,
     return Interval(mean, float(min(low, mean)), float(max(high, mean)), int(arr.size), confidence)
 
 
-def paired_difference(a: Sequence[float], b: Sequence[float], *, confidence: float = 0.95,
-                      n_resamples: int = N_RESAMPLES, seed: int = 0) -> Interval:
+def paired_difference(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+) -> Interval:
     """Mean per-item difference ``a - b`` with its bootstrap interval (items resampled jointly).
 
     ``a[i]`` and ``b[i]`` must score the same item (e.g. two methods' per-item accuracies,
@@ -78,7 +90,9 @@ def paired_difference(a: Sequence[float], b: Sequence[float], *, confidence: flo
     xa = _check(a, "paired_difference(a)")
     xb = _check(b, "paired_difference(b)")
     if xa.shape != xb.shape:
-        raise ValueError(f"paired_difference: a has {xa.size} items, b has {xb.size}; they must pair")
+        raise ValueError(
+            f"paired_difference: a has {xa.size} items, b has {xb.size}; they must pair"
+        )
     return bootstrap_ci(xa - xb, confidence=confidence, n_resamples=n_resamples, seed=seed)
 
 
@@ -90,8 +104,14 @@ def paired_by_key(a: Mapping[Any, float], b: Mapping[Any, float], **kwargs) -> I
     return paired_difference([a[k] for k in keys], [b[k] for k in keys], **kwargs)
 
 
-def hierarchical_bootstrap_ci(scores: Any, bases: Sequence[Any], *, confidence: float = 0.95,
-                              n_resamples: int = N_RESAMPLES, seed: int = 0) -> Interval:
+def hierarchical_bootstrap_ci(
+    scores: Any,
+    bases: Sequence[Any],
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+) -> Interval:
     """Mean with a percentile interval that covers every level a result was drawn at.
 
     ``scores[u, i]``: run ``u`` (one RL seed on one base build) on item ``i``, the same items
@@ -116,8 +136,9 @@ def hierarchical_bootstrap_ci(scores: Any, bases: Sequence[Any], *, confidence: 
     if not np.all(np.isfinite(arr)):
         raise ValueError("hierarchical_bootstrap_ci: scores must be finite")
     if len(bases) != arr.shape[0]:
-        raise ValueError(f"hierarchical_bootstrap_ci: {len(bases)} base labels for "
-                         f"{arr.shape[0]} runs")
+        raise ValueError(
+            f"hierarchical_bootstrap_ci: {len(bases)} base labels for {arr.shape[0]} runs"
+        )
     n_runs, n_items = arr.shape
     mean = float(arr.mean())
     n = n_runs if one_per_run else n_items
@@ -172,5 +193,13 @@ def verdict_close(diff: Interval, margin: float) -> str:
     return "inconclusive"
 
 
-__all__ = ["Interval", "N_RESAMPLES", "bootstrap_ci", "hierarchical_bootstrap_ci",
-           "paired_by_key", "paired_difference", "verdict_close", "verdict_greater"]
+__all__ = [
+    "Interval",
+    "N_RESAMPLES",
+    "bootstrap_ci",
+    "hierarchical_bootstrap_ci",
+    "paired_by_key",
+    "paired_difference",
+    "verdict_close",
+    "verdict_greater",
+]

@@ -7,6 +7,7 @@ the response text is rebuilt from the per-token pieces, words are maximal runs o
 that overlap it. ``WordStats`` accumulates occurrences; ``extreme_words`` returns the frequent
 words (seen at least ``min_count`` times) with the highest and the lowest mean probability.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,8 +22,9 @@ _WORD = re.compile(r"\w+")
 
 
 @torch.no_grad()
-def token_probabilities(model, prompt_ids: Sequence[int], response_ids: Sequence[int],
-                        chunk: int = 1024) -> np.ndarray:
+def token_probabilities(
+    model, prompt_ids: Sequence[int], response_ids: Sequence[int], chunk: int = 1024
+) -> np.ndarray:
     """Probability under ``model`` of each token of ``response_ids`` given the prompt and the
     response prefix; computed over ``chunk`` positions at a time so that at most a
     ``[chunk, vocab]`` slice of logits is normalised at once."""
@@ -33,7 +35,7 @@ def token_probabilities(model, prompt_ids: Sequence[int], response_ids: Sequence
     device = next(model.parameters()).device
     ids = torch.tensor([list(prompt_ids) + list(response_ids)], device=device)
     start = len(prompt_ids) - 1  # position whose logits predict the first response token
-    targets = ids[0, len(prompt_ids):]
+    targets = ids[0, len(prompt_ids) :]
     split_head = hasattr(model, "model") and hasattr(model, "lm_head")
     if split_head:  # run the body once, the vocabulary projection chunk by chunk
         hidden = model.model(input_ids=ids).last_hidden_state[0]
@@ -43,9 +45,9 @@ def token_probabilities(model, prompt_ids: Sequence[int], response_ids: Sequence
     for s in range(0, len(response_ids), chunk):
         e = min(s + chunk, len(response_ids))
         if split_head:
-            logits = model.lm_head(hidden[start + s:start + e]).float()
+            logits = model.lm_head(hidden[start + s : start + e]).float()
         else:
-            logits = full_logits[start + s:start + e].float()
+            logits = full_logits[start + s : start + e].float()
         logp = torch.log_softmax(logits, dim=-1).gather(-1, targets[s:e, None])[:, 0]
         out.append(logp.exp().cpu())
     return torch.cat(out).numpy()
@@ -90,11 +92,14 @@ class WordStats:
 
     def rows(self) -> list[tuple[str, int, float]]:
         """``(word, count, mean probability)`` sorted by count, then word."""
-        return sorted(((w, c, self.mean(w)) for w, c in self.count.items()), key=lambda r: (-r[1], r[0]))
+        return sorted(
+            ((w, c, self.mean(w)) for w, c in self.count.items()), key=lambda r: (-r[1], r[0])
+        )
 
 
-def extreme_words(stats: WordStats, n: int = 100, min_count: int = 3
-                  ) -> tuple[list[tuple[str, int, float]], list[tuple[str, int, float]]]:
+def extreme_words(
+    stats: WordStats, n: int = 100, min_count: int = 3
+) -> tuple[list[tuple[str, int, float]], list[tuple[str, int, float]]]:
     """The ``n`` words seen at least ``min_count`` times with the highest and the lowest mean
     probability (ties broken by frequency, then alphabetically). When fewer than ``2n`` words
     qualify, the two lists split them (the top half high, the bottom half low) so no word is in both."""
@@ -102,12 +107,13 @@ def extreme_words(stats: WordStats, n: int = 100, min_count: int = 3
     rows.sort(key=lambda r: (-r[2], -r[1], r[0]))
     k = min(n, len(rows) // 2) if len(rows) < 2 * n else n
     high = rows[:k]
-    low = sorted(rows[len(rows) - k:], key=lambda r: (r[2], -r[1], r[0])) if k else []
+    low = sorted(rows[len(rows) - k :], key=lambda r: (r[2], -r[1], r[0])) if k else []
     return high, low
 
 
-def collect_word_stats(model, tokenizer, episodes: Iterable[tuple[Sequence[int], Sequence[int]]]
-                       ) -> WordStats:
+def collect_word_stats(
+    model, tokenizer, episodes: Iterable[tuple[Sequence[int], Sequence[int]]]
+) -> WordStats:
     """``WordStats`` over ``(prompt_ids, response_ids)`` pairs scored by ``model``."""
     stats = WordStats()
     for prompt_ids, response_ids in episodes:
@@ -116,5 +122,11 @@ def collect_word_stats(model, tokenizer, episodes: Iterable[tuple[Sequence[int],
     return stats
 
 
-__all__ = ["WordStats", "collect_word_stats", "extreme_words", "token_pieces",
-           "token_probabilities", "word_probabilities"]
+__all__ = [
+    "WordStats",
+    "collect_word_stats",
+    "extreme_words",
+    "token_pieces",
+    "token_probabilities",
+    "word_probabilities",
+]

@@ -8,6 +8,7 @@ or scores one itself. Which envs exist comes from the registry (``rlvr.envs.ENV_
 envs are multi-turn from their class (``SingleTurnEnv`` or not), and their tools from
 ``rlvr.envs.ENV_TOOLS``: a new env registered there appears in every adapter.
 """
+
 from __future__ import annotations
 
 import math
@@ -97,8 +98,9 @@ class Episode:
         """Start an episode: task ``index`` of the env's split when given (``options["index"]``,
         which every rlvr env accepts), else one drawn with ``seed``."""
         options = {} if index is None else {"index": _as_index(index)}
-        self.prompt, self.info = self.env.reset(seed=None if seed is None else int(seed),
-                                                options=options)
+        self.prompt, self.info = self.env.reset(
+            seed=None if seed is None else int(seed), options=options
+        )
         self.steps = []
         return self.prompt, self.info
 
@@ -125,8 +127,10 @@ class Episode:
         episode ended is not stepped and returns the last transition."""
         self._check_started()
         if name not in self.tools:
-            raise ValueError(f"tool: {name!r} is not a tool of {self.name} "
-                             f"(tools: {sorted(self.tools) or 'none'})")
+            raise ValueError(
+                f"tool: {name!r} is not a tool of {self.name} "
+                f"(tools: {sorted(self.tools) or 'none'})"
+            )
         if self.done:
             return self.steps[-1]
         return self.step(self.tools[name].action(value))
@@ -162,8 +166,9 @@ def _as_index(index: Any) -> int:
     return int(index.__index__())
 
 
-def episode_rows(env: str, n: int, *, seed: int = 0, start: int = 0,
-                 env_kwargs: dict | None = None) -> list[dict]:
+def episode_rows(
+    env: str, n: int, *, seed: int = 0, start: int = 0, env_kwargs: dict | None = None
+) -> list[dict]:
     """Rows ``{"prompt": chat messages, "index": i, "seed": seed}`` for tasks ``start..start+n``
     of ``env``: what a stack's dataset needs to reset an ``Episode`` on the same task."""
     if n < 0:

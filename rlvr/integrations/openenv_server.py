@@ -23,6 +23,7 @@ unless the server is started with ``expose_info=True`` (the whole ``info``, JSON
         result = client.reset(seed=0, index=3)
         result = client.step(TextAction(text="<search> ... </search>"))
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,6 @@ from openenv.core.env_server.types import Action, EnvironmentMetadata, Observati
 from pydantic import Field
 
 from rlvr.integrations.episodes import Episode, check_env_name, env_names, jsonable
-
 
 #: The ``info`` keys sent with observations by default: none of them reveals the answer.
 PUBLIC_RESET_KEYS = ("index", "id", "messages")
@@ -67,23 +67,38 @@ class RlvrEnvironment(Environment[TextAction, TextObservation, State]):
         self._expose_info = bool(expose_info)
         self._state = State(episode_id=None, step_count=0)
 
-    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None,
-              index: Optional[int] = None, **kwargs: Any) -> TextObservation:
+    def reset(
+        self,
+        seed: Optional[int] = None,
+        episode_id: Optional[str] = None,
+        index: Optional[int] = None,
+        **kwargs: Any,
+    ) -> TextObservation:
         if kwargs:
             raise ValueError(f"reset: unknown arguments {sorted(kwargs)} (takes seed, index)")
         prompt, info = self._episode.reset(seed=seed, index=index)
-        self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0,
-                            env=self._episode.name, index=info.get("index"))
-        return TextObservation(text=prompt, done=False, reward=None,
-                               metadata=self._metadata(info, PUBLIC_RESET_KEYS))
+        self._state = State(
+            episode_id=episode_id or uuid.uuid4().hex,
+            step_count=0,
+            env=self._episode.name,
+            index=info.get("index"),
+        )
+        return TextObservation(
+            text=prompt, done=False, reward=None, metadata=self._metadata(info, PUBLIC_RESET_KEYS)
+        )
 
-    def step(self, action: TextAction, timeout_s: Optional[float] = None,
-             **kwargs: Any) -> TextObservation:
+    def step(
+        self, action: TextAction, timeout_s: Optional[float] = None, **kwargs: Any
+    ) -> TextObservation:
         t = self._episode.step(action.text)
         self._state.step_count += 1
         info = {**t.info, "terminated": t.terminated, "truncated": t.truncated}
-        return TextObservation(text=t.observation, done=t.done, reward=t.reward,
-                               metadata=self._metadata(info, PUBLIC_STEP_KEYS))
+        return TextObservation(
+            text=t.observation,
+            done=t.done,
+            reward=t.reward,
+            metadata=self._metadata(info, PUBLIC_STEP_KEYS),
+        )
 
     def _metadata(self, info: dict, public: tuple[str, ...]) -> dict:
         return jsonable(info if self._expose_info else {k: info[k] for k in public if k in info})
@@ -94,9 +109,11 @@ class RlvrEnvironment(Environment[TextAction, TextObservation, State]):
 
     def get_metadata(self) -> EnvironmentMetadata:
         doc = (type(self._episode.env.unwrapped).__doc__ or "").strip().splitlines()
-        return EnvironmentMetadata(name=self._episode.env_id,
-                                   description=doc[0] if doc else self._episode.env_id,
-                                   version=_rlvr_version())
+        return EnvironmentMetadata(
+            name=self._episode.env_id,
+            description=doc[0] if doc else self._episode.env_id,
+            version=_rlvr_version(),
+        )
 
     def close(self) -> None:
         self._episode.close()
@@ -108,8 +125,9 @@ def _rlvr_version() -> str:
     return rlvr.__version__
 
 
-def make_app(env: str, *, max_concurrent_envs: int = 8, expose_info: bool = False,
-             **env_kwargs: Any):
+def make_app(
+    env: str, *, max_concurrent_envs: int = 8, expose_info: bool = False, **env_kwargs: Any
+):
     """The FastAPI app serving ``env`` (``kk``, ``math``, ``searchqa``, ...) with its kwargs;
     ``expose_info=True`` sends the env's whole ``info`` (answers included) as metadata."""
     check_env_name(env)
@@ -120,8 +138,13 @@ def make_app(env: str, *, max_concurrent_envs: int = 8, expose_info: bool = Fals
     def factory() -> RlvrEnvironment:
         return RlvrEnvironment(env, expose_info=expose_info, **env_kwargs)
 
-    return create_fastapi_app(factory, TextAction, TextObservation, env_name=f"rlvr-{env}",
-                              max_concurrent_envs=max_concurrent_envs)
+    return create_fastapi_app(
+        factory,
+        TextAction,
+        TextObservation,
+        env_name=f"rlvr-{env}",
+        max_concurrent_envs=max_concurrent_envs,
+    )
 
 
 class RlvrEnvClient(EnvClient[TextAction, TextObservation, State]):
@@ -133,10 +156,18 @@ class RlvrEnvClient(EnvClient[TextAction, TextObservation, State]):
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[TextObservation]:
         obs = payload.get("observation") or {}
         metadata = payload.get("metadata", obs.get("metadata")) or {}
-        observation = TextObservation(text=obs.get("text", ""), done=payload.get("done", False),
-                                      reward=payload.get("reward"), metadata=metadata)
-        return StepResult(observation=observation, reward=payload.get("reward"),
-                          done=payload.get("done", False), metadata=metadata)
+        observation = TextObservation(
+            text=obs.get("text", ""),
+            done=payload.get("done", False),
+            reward=payload.get("reward"),
+            metadata=metadata,
+        )
+        return StepResult(
+            observation=observation,
+            reward=payload.get("reward"),
+            done=payload.get("done", False),
+            metadata=metadata,
+        )
 
     def _parse_state(self, payload: dict[str, Any]) -> State:
         return State(**payload)
@@ -155,20 +186,29 @@ def _parse_kv(items: list[str]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m rlvr.integrations.openenv_server",
-                                description="Serve an rlvr env over OpenEnv's HTTP/WebSocket API.")
+    p = argparse.ArgumentParser(
+        prog="python -m rlvr.integrations.openenv_server",
+        description="Serve an rlvr env over OpenEnv's HTTP/WebSocket API.",
+    )
     p.add_argument("--env", required=True, choices=env_names())
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-concurrent-envs", type=int, default=8)
-    p.add_argument("--expose-info", action="store_true",
-                   help="send the env's whole info (answers included) as observation metadata")
+    p.add_argument(
+        "--expose-info",
+        action="store_true",
+        help="send the env's whole info (answers included) as observation metadata",
+    )
     p.add_argument("env_args", nargs="*", help="env arguments as key=value (YAML values)")
     args = p.parse_args(argv)
     import uvicorn
 
-    app = make_app(args.env, max_concurrent_envs=args.max_concurrent_envs,
-                   expose_info=args.expose_info, **_parse_kv(args.env_args))
+    app = make_app(
+        args.env,
+        max_concurrent_envs=args.max_concurrent_envs,
+        expose_info=args.expose_info,
+        **_parse_kv(args.env_args),
+    )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 

@@ -25,6 +25,7 @@ chat template's tool-call format. Reward functions receive the per-rollout insta
 A tool call is the env step it stands for (``search(query)`` is ``<search> query </search>``),
 so turn limits, observation text and the reward are the env's own.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -60,21 +61,29 @@ def _tool_method(tool: Tool) -> Callable[..., str]:
         if args:
             kwargs.setdefault(tool.argument, args[0])
         if set(kwargs) != {tool.argument}:
-            raise ValueError(f"{tool.name} takes one argument {tool.argument!r}, "
-                             f"got {sorted(kwargs)}")
+            raise ValueError(
+                f"{tool.name} takes one argument {tool.argument!r}, got {sorted(kwargs)}"
+            )
         t = self._episode.call_tool(tool.name, kwargs[tool.argument])
         if t.done and not t.observation:
             return "The episode is over (turn limit reached); no more tool calls."
         return t.observation
 
     method.__name__ = method.__qualname__ = tool.name
-    method.__doc__ = (f"{tool.description}\n\nArgs:\n    {tool.argument}: {tool.argument_doc}\n\n"
-                      f"Returns:\n    {tool.returns}\n")
+    method.__doc__ = (
+        f"{tool.description}\n\nArgs:\n    {tool.argument}: {tool.argument_doc}\n\n"
+        f"Returns:\n    {tool.returns}\n"
+    )
     method.__annotations__ = {tool.argument: str, "return": str}
     method.__signature__ = inspect.Signature(
-        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-         inspect.Parameter(tool.argument, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str)],
-        return_annotation=str)
+        [
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            inspect.Parameter(
+                tool.argument, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str
+            ),
+        ],
+        return_annotation=str,
+    )
     return method
 
 
@@ -85,8 +94,11 @@ def environment_class(env: str) -> type:
     """The TRL environment class of a registered env (one class per env, cached)."""
     check_env_name(env)
     if env not in _CLASSES:
-        members: dict[str, Any] = {"_env_name": env, "__module__": __name__,
-                                   "__doc__": f"rlvr's {env} environment for TRL's GRPOTrainer."}
+        members: dict[str, Any] = {
+            "_env_name": env,
+            "__module__": __name__,
+            "__doc__": f"rlvr's {env} environment for TRL's GRPOTrainer.",
+        }
         for tool in env_tools(env):
             members[tool.name] = _tool_method(tool)
         name = "".join(part.capitalize() for part in env.split("_")) + "Environment"
@@ -119,10 +131,14 @@ def final_assistant_text(completion: Any) -> str:
     return ""
 
 
-def episode_reward(prompts: Sequence[Any], completions: Sequence[Any], *,
-                   environments: Sequence[RlvrEnvironment] | None = None,
-                   log_metric: Callable[[str, float], None] | None = None,
-                   **kwargs: Any) -> list[float]:
+def episode_reward(
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    *,
+    environments: Sequence[RlvrEnvironment] | None = None,
+    log_metric: Callable[[str, float], None] | None = None,
+    **kwargs: Any,
+) -> list[float]:
     """TRL reward function: each rollout's episode ended with its final assistant message; the
     Gymnasium env's reward. Needs ``environment_factory`` (TRL passes ``environments``)."""
     if environments is None:

@@ -17,6 +17,7 @@ dataset) or a list of messages (conversational dataset; with tools, the assistan
   ``searchqa_reward`` on the assistant's text. TRL drives tools through the chat template's
   tool-call format (e.g. Qwen2.5's ``<tool_call>`` JSON), not Search-R1's ``<search>`` tags.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
@@ -67,8 +68,10 @@ def kk_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any)
     n = len(completions)
     gts = _ground_truths(kwargs, n)
     prefilled = _column(kwargs, "prefilled_think", n, False)
-    return [float(score(completion_text(c), gt, prefilled_think=bool(p)).reward)
-            for c, gt, p in zip(completions, gts, prefilled)]
+    return [
+        float(score(completion_text(c), gt, prefilled_think=bool(p)).reward)
+        for c, gt, p in zip(completions, gts, prefilled)
+    ]
 
 
 def math_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
@@ -90,7 +93,9 @@ def math_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: An
     return out
 
 
-def searchqa_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+def searchqa_reward(
+    prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+) -> list[float]:
     """Search QA exact match 1/0 of the last ``<answer>`` in the assistant's text against any
     gold answer (``ground_truth``: a list of answers or ``{"target": [...]}``)."""
     from rlvr.envs.searchqa.reward import score
@@ -114,8 +119,16 @@ def reward_func(env: str) -> Callable[..., list[float]]:
     return REWARD_FUNCS[env]
 
 
-def trl_rows(env: str, n: int, *, split: str = "train", seed: int = 0, start: int = 0,
-             env_kwargs: Optional[dict] = None, conversational: bool = True) -> list[dict]:
+def trl_rows(
+    env: str,
+    n: int,
+    *,
+    split: str = "train",
+    seed: int = 0,
+    start: int = 0,
+    env_kwargs: Optional[dict] = None,
+    conversational: bool = True,
+) -> list[dict]:
     """Rows for a TRL prompt-only dataset: ``prompt`` plus ``ground_truth`` and scoring columns.
 
     ``conversational=True``: ``prompt`` is the chat messages (TRL applies the model's chat
@@ -140,13 +153,16 @@ def trl_rows(env: str, n: int, *, split: str = "train", seed: int = 0, start: in
             gt = encode_ground_truth(env, info)
             row: dict[str, Any] = {
                 "prompt": [{"role": m["role"], "content": m["content"]} for m in info["messages"]]
-                if conversational else prompt,
+                if conversational
+                else prompt,
                 "ground_truth": gt["target"] if env == "searchqa" else gt,
                 "data_source": f"rlvr/{env}",
                 "index": i,
             }
             if env == "kk":
-                row["prefilled_think"] = (not conversational) and prompt.rstrip().endswith("<think>")
+                row["prefilled_think"] = (not conversational) and prompt.rstrip().endswith(
+                    "<think>"
+                )
             elif env == "math":
                 row["require_think"] = bool(kwargs.get("require_think", False))
             rows.append(row)
@@ -201,12 +217,18 @@ class SearchToolEnvironment:
         if not query.strip():
             return "Empty query: write what to search for."
         hits = self._retriever.search([query], k=self._top_k)[0]
-        return "\n".join(
-            f"Doc {i}(Title: {h.passage.title}) {h.passage.text}" for i, h in enumerate(hits, start=1)
-        ) or "No results."
+        return (
+            "\n".join(
+                f"Doc {i}(Title: {h.passage.title}) {h.passage.text}"
+                for i, h in enumerate(hits, start=1)
+            )
+            or "No results."
+        )
 
 
-def search_environment_factory(retriever: Any, **kwargs: Any) -> Callable[[], SearchToolEnvironment]:
+def search_environment_factory(
+    retriever: Any, **kwargs: Any
+) -> Callable[[], SearchToolEnvironment]:
     """``environment_factory`` for TRL: a zero-argument callable making ``SearchToolEnvironment``s
     that share one (read-only) ``retriever``."""
 

@@ -27,13 +27,14 @@ which re-exports this module.
 
 or in Python ``load_environment(env="searchqa", dataset="synthetic")``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterator
 
 import verifiers.v1 as vf
 from pydantic import Field, field_validator
-from verifiers.v1.harnesses.null import NullHarness, NullHarnessConfig
+from verifiers.v1.harnesses.null import NullHarness
 
 from rlvr.integrations.episodes import Episode, check_env_name, jsonable
 
@@ -78,14 +79,21 @@ class RlvrTaskset(vf.Taskset[RlvrTask, RlvrTasksetConfig]):
                 messages = episode.messages
                 system = next((m["content"] for m in messages if m["role"] == "system"), None)
                 user = [m for m in messages if m["role"] != "system"]
-                yield RlvrTask(RlvrData(
-                    name=f"{c.env}#{i}",
-                    id=str(episode.info.get("id", i)),
-                    prompt=user[0]["content"] if len(user) == 1 else user,
-                    system_prompt=system,
-                    info={"env": c.env, "env_kwargs": jsonable(c.env_kwargs), "index": i,
-                          "seed": c.seed},
-                ), c.task)
+                yield RlvrTask(
+                    RlvrData(
+                        name=f"{c.env}#{i}",
+                        id=str(episode.info.get("id", i)),
+                        prompt=user[0]["content"] if len(user) == 1 else user,
+                        system_prompt=system,
+                        info={
+                            "env": c.env,
+                            "env_kwargs": jsonable(c.env_kwargs),
+                            "index": i,
+                            "seed": c.seed,
+                        },
+                    ),
+                    c.task,
+                )
         finally:
             episode.close()
 
@@ -134,13 +142,23 @@ class RlvrHarness(NullHarness):
     """verifiers' tool-less chat loop (``null``) as this taskset's default harness."""
 
 
-def load_environment(env: str = "kk", *, n: int = 100, start: int = 0, seed: int = 0,
-                     **env_kwargs: Any) -> vf.Env:
+def load_environment(
+    env: str = "kk", *, n: int = 100, start: int = 0, seed: int = 0, **env_kwargs: Any
+) -> vf.Env:
     """The verifiers environment of a registered rlvr env: ``RlvrEnv`` over ``RlvrTaskset``
     (``n`` tasks from ``start``), with ``env_kwargs`` passed to the Gymnasium env."""
-    config = vf.resolve_env_config({"taskset": {
-        "id": TASKSET_ID, "env": env, "env_kwargs": env_kwargs, "n": n, "start": start,
-        "seed": seed}})
+    config = vf.resolve_env_config(
+        {
+            "taskset": {
+                "id": TASKSET_ID,
+                "env": env,
+                "env_kwargs": env_kwargs,
+                "n": n,
+                "start": start,
+                "seed": seed,
+            }
+        }
+    )
     return vf.load_environment(config)
 
 

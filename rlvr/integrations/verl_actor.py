@@ -33,6 +33,7 @@ rollout temperature; ``RlvrActorLoss`` answers that call with the raw logit of e
 ``docs/algorithms.md``), so a trainer that sets ``distillation_use_topk=True`` on the
 actor-update batch gets logit-shaped weights.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -100,8 +101,15 @@ class RlvrActorLoss:
     ``upper``, ``ar_alpha``, ``fraction``, ``eta``); ``weight_position`` as in ``policy_loss``.
     """
 
-    def __init__(self, config: Any, scheme: str = "grpo", *, stage: Optional[str] = None,
-                 weight_position: str = "surrogate", **params: Any):
+    def __init__(
+        self,
+        config: Any,
+        scheme: str = "grpo",
+        *,
+        stage: Optional[str] = None,
+        weight_position: str = "surrogate",
+        **params: Any,
+    ):
         if scheme not in SCHEMES:
             raise ValueError(f"scheme: {scheme!r} is not one of {list(SCHEMES)}")
         if stage not in (None, "low", "high"):
@@ -115,13 +123,20 @@ class RlvrActorLoss:
         self.params = self.algorithm.params(self.weight_config)  # validated now, not on a worker
 
     # -- verl's logits hook ------------------------------------------------------------------
-    def logits_outputs(self, student_logits: torch.Tensor, data: TensorDict) -> dict[str, torch.Tensor]:
+    def logits_outputs(
+        self, student_logits: torch.Tensor, data: TensorDict
+    ) -> dict[str, torch.Tensor]:
         with torch.no_grad():
             return {SAMPLED_LOGIT_KEY: sampled_token_logits(student_logits, data)}
 
     # -- the loss ------------------------------------------------------------------------------
-    def __call__(self, model_output=None, data: Optional[TensorDict] = None, dp_group=None,
-                 student_logits: Optional[torch.Tensor] = None):
+    def __call__(
+        self,
+        model_output=None,
+        data: Optional[TensorDict] = None,
+        dp_group=None,
+        student_logits: Optional[torch.Tensor] = None,
+    ):
         if student_logits is not None:
             return self.logits_outputs(student_logits, data)
         return self.loss(model_output, data)
@@ -130,8 +145,9 @@ class RlvrActorLoss:
         """Lopti's stage tokens (bool ``[B, T]``)."""
         stage = tu.get_non_tensor_data(data=data, key=LOPTI_STAGE_KEY, default=None) or self.stage
         if stage not in ("low", "high"):
-            raise ValueError(f"{LOPTI_STAGE_KEY}: Lopti needs the stage 'low' or 'high', "
-                             f"got {stage!r}")
+            raise ValueError(
+                f"{LOPTI_STAGE_KEY}: Lopti needs the stage 'low' or 'high', got {stage!r}"
+            )
         low, high = lopti_masks(old_log_prob, mask, eta=self.params["eta"])
         return (low if stage == "low" else high).to(torch.bool)
 
@@ -144,8 +160,15 @@ class RlvrActorLoss:
                 "the batch's non-tensor distillation_use_topk=True so verl calls this loss's "
                 "logits hook"
             )
-        return token_weights(self.algorithm.weight, logprobs=log_prob, mask=mask, logits=logits,
-                             old_logprobs=old_log_prob, entropy=entropy, **self.params)
+        return token_weights(
+            self.algorithm.weight,
+            logprobs=log_prob,
+            mask=mask,
+            logits=logits,
+            old_logprobs=old_log_prob,
+            entropy=entropy,
+            **self.params,
+        )
 
     def loss(self, model_output: dict, data: TensorDict):
         config = self.config
@@ -162,8 +185,12 @@ class RlvrActorLoss:
         config.global_batch_info["batch_num_tokens"] = data["batch_num_tokens"]
         config.global_batch_info["global_batch_size"] = data["global_batch_size"]
         config.global_batch_info["loss_scale_factor"] = config.loss_scale_factor
-        global_norm = (data["dp_size"] > 1 or data["batch_num_tokens"] is not None
-                       or data["global_batch_size"] is not None or config.loss_scale_factor is not None)
+        global_norm = (
+            data["dp_size"] > 1
+            or data["batch_num_tokens"] is not None
+            or data["global_batch_size"] is not None
+            or config.loss_scale_factor is not None
+        )
         metric_aggregation = AggregationType.SUM if global_norm else AggregationType.MEAN
 
         fields = ["response_mask", "old_log_probs", "advantages"]
@@ -181,20 +208,31 @@ class RlvrActorLoss:
         pg_mask, pg_batch_info = mask, dict(config.global_batch_info)
         if self.algorithm.select_tokens is not None:
             if entropy is None:
-                raise ValueError("entropy: 80/20 needs verl's per-token entropy; set "
-                                 "actor.calculate_entropy=True")
+                raise ValueError(
+                    "entropy: 80/20 needs verl's per-token entropy; set "
+                    "actor.calculate_entropy=True"
+                )
             pg_mask = mask & self.algorithm.select_tokens(entropy, mask, self.params)
             if pg_batch_info.get("batch_num_tokens") is not None:  # the kept tokens' count
                 total = int(pg_batch_info["batch_num_tokens"])
                 pg_batch_info["batch_num_tokens"] = n_kept(self.params["fraction"], total)
         clip_low, clip_high, clip_c = clip_settings(config)
-        terms = clipped_surrogate(log_prob, old_log_prob, advantages, weights=weights, clip_low=clip_low,
-                                  clip_high=clip_high, dual_clip=clip_c, weight_position=self.weight_position)
+        terms = clipped_surrogate(
+            log_prob,
+            old_log_prob,
+            advantages,
+            weights=weights,
+            clip_low=clip_low,
+            clip_high=clip_high,
+            dual_clip=clip_c,
+            weight_position=self.weight_position,
+        )
         pg = terms["pg"]
         if rollout_is_weights is not None:
             pg = pg * rollout_is_weights
-        pg_loss = agg_loss(loss_mat=pg, loss_mask=pg_mask, loss_agg_mode=config.loss_agg_mode,
-                           **pg_batch_info)
+        pg_loss = agg_loss(
+            loss_mat=pg, loss_mask=pg_mask, loss_agg_mode=config.loss_agg_mode, **pg_batch_info
+        )
 
         with torch.no_grad():
             n = mask.sum().clamp(min=1)
@@ -213,17 +251,28 @@ class RlvrActorLoss:
         if entropy is not None:
             if stage is not None:
                 entropy = entropy * stage
-            entropy_loss = agg_loss(loss_mat=entropy, loss_mask=mask, loss_agg_mode=config.loss_agg_mode,
-                                    **config.global_batch_info)
+            entropy_loss = agg_loss(
+                loss_mat=entropy,
+                loss_mask=mask,
+                loss_agg_mode=config.loss_agg_mode,
+                **config.global_batch_info,
+            )
             policy_loss = policy_loss - config.entropy_coeff * entropy_loss
-            metrics["actor/entropy_loss"] = Metric(value=entropy_loss, aggregation=metric_aggregation)
+            metrics["actor/entropy_loss"] = Metric(
+                value=entropy_loss, aggregation=metric_aggregation
+            )
         if config.use_kl_loss:
-            kld = kl_penalty(logprob=log_prob, ref_logprob=padded["ref_log_prob"],
-                             kl_penalty=config.kl_loss_type)
+            kld = kl_penalty(
+                logprob=log_prob, ref_logprob=padded["ref_log_prob"], kl_penalty=config.kl_loss_type
+            )
             if stage is not None:
                 kld = kld * stage
-            kl_loss = agg_loss(loss_mat=kld, loss_mask=mask, loss_agg_mode=config.loss_agg_mode,
-                               **config.global_batch_info)
+            kl_loss = agg_loss(
+                loss_mat=kld,
+                loss_mask=mask,
+                loss_agg_mode=config.loss_agg_mode,
+                **config.global_batch_info,
+            )
             policy_loss = policy_loss + kl_loss * config.kl_loss_coef
             metrics["kl_loss"] = Metric(value=kl_loss, aggregation=metric_aggregation)
             metrics["kl_coef"] = config.kl_loss_coef

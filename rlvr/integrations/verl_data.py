@@ -19,6 +19,7 @@ One row per task, in the layout of verl's ``examples/data_preprocess`` scripts, 
 Tasks come from the environment itself (``gymnasium.make`` + ``reset(seed, options={"index": i})``),
 so generators and dataset-backed environments export the same way and the rows are reproducible.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,7 +52,9 @@ def kk_ground_truth(info: dict) -> str:
     if text:
         return str(text)
     gt = info["ground_truth"]
-    return "\n".join(f"({i}) {name} is a {role}" for i, (name, role) in enumerate(gt.items(), start=1))
+    return "\n".join(
+        f"({i}) {name} is a {role}" for i, (name, role) in enumerate(gt.items(), start=1)
+    )
 
 
 def encode_ground_truth(env: str, info: dict) -> Any:
@@ -78,8 +81,15 @@ def _extra_info(env: str, split: str, index: int, env_kwargs: dict) -> dict:
     return extra
 
 
-def verl_rows(env: str, n: int, *, split: str = "train", seed: int = 0, start: int = 0,
-              env_kwargs: dict | None = None) -> Iterator[dict]:
+def verl_rows(
+    env: str,
+    n: int,
+    *,
+    split: str = "train",
+    seed: int = 0,
+    start: int = 0,
+    env_kwargs: dict | None = None,
+) -> Iterator[dict]:
     """Rows ``start .. start+n-1`` of ``env``'s ``split`` in verl's parquet layout (module docstring)."""
     import gymnasium as gym
 
@@ -129,13 +139,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="train", help="environment split (default train)")
     parser.add_argument("--seed", type=int, default=0, help="reset seed (default 0)")
     parser.add_argument("--start", type=int, default=0, help="first task index (default 0)")
-    parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE",
-                        help="environment keyword argument, e.g. n_people=5 or dataset=aime24 (repeatable)")
+    parser.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment keyword argument, e.g. n_people=5 or dataset=aime24 (repeatable)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    rows = list(verl_rows(args.env, args.n, split=args.split, seed=args.seed, start=args.start,
-                          env_kwargs=parse_env_args(args.env_arg)))
+    rows = list(
+        verl_rows(
+            args.env,
+            args.n,
+            split=args.split,
+            seed=args.seed,
+            start=args.start,
+            env_kwargs=parse_env_args(args.env_arg),
+        )
+    )
     path = write_parquet(rows, args.out)
     print(f"wrote {len(rows)} {args.env} tasks ({args.split}) to {path}")
     return 0

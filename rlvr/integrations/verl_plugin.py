@@ -34,6 +34,7 @@ unknown keys, so point its ``_target_`` at ``RlvrPolicyLossConfig`` (a subclass 
 
 Keys left unset take the defaults of ``rlvr.agents.config`` (``GRPO_SG_DEFAULTS`` etc.).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,7 +51,16 @@ from rlvr.agents.weights import token_weights
 #: The policy-loss names this plugin registers in verl (``loss_mode``) -> our weight scheme.
 PLUGIN_LOSSES = ("grpo_sg", "reverse", "ar")
 #: The keys read from ``config.policy_loss`` (fields of ``WeightConfig`` plus the weight position).
-CONFIG_KEYS = ("shaping_input", "alpha", "tau", "mu", "lower", "upper", "ar_alpha", "weight_position")
+CONFIG_KEYS = (
+    "shaping_input",
+    "alpha",
+    "tau",
+    "mu",
+    "lower",
+    "upper",
+    "ar_alpha",
+    "weight_position",
+)
 
 
 @dataclass
@@ -82,7 +92,9 @@ def weight_config(scheme: str, config: Any) -> tuple[WeightConfig, str]:
     loss sees no logits (use ``rlvr.integrations.verl_actor`` for the logit form).
     """
     if scheme not in PLUGIN_LOSSES:
-        raise ValueError(f"loss_mode: {scheme!r} is not an rlvr plugin loss; known: {list(PLUGIN_LOSSES)}")
+        raise ValueError(
+            f"loss_mode: {scheme!r} is not an rlvr plugin loss; known: {list(PLUGIN_LOSSES)}"
+        )
     pl = _get(config, "policy_loss")
     shaping_input = _get(pl, "shaping_input", "prob")
     if scheme in ("grpo_sg", "reverse") and shaping_input != "prob":
@@ -129,10 +141,18 @@ def rlvr_policy_loss(
     wc, weight_position = weight_config(scheme, config)
     clip_low, clip_high, clip_c = clip_settings(config)
     mask = response_mask.to(torch.bool)
-    weights = token_weights(scheme, logprobs=log_prob, mask=mask, old_logprobs=old_log_prob, **wc.params(scheme))
+    weights = token_weights(
+        scheme, logprobs=log_prob, mask=mask, old_logprobs=old_log_prob, **wc.params(scheme)
+    )
     terms = clipped_surrogate(
-        log_prob, old_log_prob.detach(), advantages.detach(), weights=weights,
-        clip_low=clip_low, clip_high=clip_high, dual_clip=clip_c, weight_position=weight_position,
+        log_prob,
+        old_log_prob.detach(),
+        advantages.detach(),
+        weights=weights,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        dual_clip=clip_c,
+        weight_position=weight_position,
     )
     pg = terms["pg"]
     if rollout_is_weights is not None:
@@ -155,24 +175,69 @@ def rlvr_policy_loss(
 
 
 @register_policy_loss("grpo_sg")
-def compute_policy_loss_grpo_sg(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                                config=None, rollout_is_weights=None):
+def compute_policy_loss_grpo_sg(
+    old_log_prob,
+    log_prob,
+    advantages,
+    response_mask,
+    loss_agg_mode="token-mean",
+    config=None,
+    rollout_is_weights=None,
+):
     """TR-GRPO / GRPO-SG with ``shaping_input="prob"`` (``rlvr_policy_loss``)."""
-    return rlvr_policy_loss("grpo_sg", old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
-                            rollout_is_weights)
+    return rlvr_policy_loss(
+        "grpo_sg",
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode,
+        config,
+        rollout_is_weights,
+    )
 
 
 @register_policy_loss("reverse")
-def compute_policy_loss_reverse(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                                config=None, rollout_is_weights=None):
+def compute_policy_loss_reverse(
+    old_log_prob,
+    log_prob,
+    advantages,
+    response_mask,
+    loss_agg_mode="token-mean",
+    config=None,
+    rollout_is_weights=None,
+):
     """Reverse shaping (emphasises low-probability tokens) on the probability (``rlvr_policy_loss``)."""
-    return rlvr_policy_loss("reverse", old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
-                            rollout_is_weights)
+    return rlvr_policy_loss(
+        "reverse",
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode,
+        config,
+        rollout_is_weights,
+    )
 
 
 @register_policy_loss("ar")
-def compute_policy_loss_ar(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                           config=None, rollout_is_weights=None):
+def compute_policy_loss_ar(
+    old_log_prob,
+    log_prob,
+    advantages,
+    response_mask,
+    loss_agg_mode="token-mean",
+    config=None,
+    rollout_is_weights=None,
+):
     """Advantage reweighting ``(alpha * p_old + 1 - alpha) * A`` (``rlvr_policy_loss``)."""
-    return rlvr_policy_loss("ar", old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
-                            rollout_is_weights)
+    return rlvr_policy_loss(
+        "ar",
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode,
+        config,
+        rollout_is_weights,
+    )

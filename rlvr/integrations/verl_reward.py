@@ -20,6 +20,7 @@ QA set names, common math sets), so their existing data also scores with our rew
 Each call returns ``{"score", "acc", "format"}``: the same three keys for every environment, so a
 batch that mixes environments still gives verl uniform ``reward_extra_info`` columns.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
@@ -43,8 +44,20 @@ DATA_SOURCE_ALIASES = {
     "aime24": "math",
     "amc23": "math",
     # Search-R1 (``scripts/data_process/qa_search_*.py``) names its sources after the QA sets.
-    **{name: "searchqa" for name in ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique",
-                                     "bamboogle", "searchR1_nq", "searchR1_hotpotqa")},
+    **{
+        name: "searchqa"
+        for name in (
+            "nq",
+            "triviaqa",
+            "popqa",
+            "hotpotqa",
+            "2wikimultihopqa",
+            "musique",
+            "bamboogle",
+            "searchR1_nq",
+            "searchR1_hotpotqa",
+        )
+    },
 }
 ENVS = ("kk", "math", "searchqa")
 
@@ -83,7 +96,9 @@ def _kk_score(solution_str: Any, ground_truth: Any, extra: dict) -> Score:
 
     # Logic-RL prompts end with an assistant-turn "<think>" that verl does not pass back with the
     # response; count it unless the export said the prompt was not prefilled.
-    return score(solution_str, ground_truth, prefilled_think=bool(extra.get("prefilled_think", True)))
+    return score(
+        solution_str, ground_truth, prefilled_think=bool(extra.get("prefilled_think", True))
+    )
 
 
 def _searchqa_score(solution_str: Any, ground_truth: Any, extra: dict) -> Score:
@@ -156,8 +171,12 @@ def compute_score_batch(
         from rlvr.envs.math import score_batch
 
         for (require_think, timeout_s), idx in math_groups.items():
-            scores = score_batch([solution_strs[i] for i in idx], [ground_truths[i] for i in idx],
-                                 require_think=require_think, timeout_s=timeout_s)
+            scores = score_batch(
+                [solution_strs[i] for i in idx],
+                [ground_truths[i] for i in idx],
+                require_think=require_think,
+                timeout_s=timeout_s,
+            )
             for i, s in zip(idx, scores):
                 out[i] = _as_result(s)
     return out  # type: ignore[return-value]

@@ -6,6 +6,7 @@
 ``rlvr.models.build``), a local directory saved with ``save_pretrained``, or a Hugging Face hub
 name (needs a network, or a populated hub cache).
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -9,6 +9,7 @@ written under a temporary name and renamed into place (atomic on one file system
 directory has ``build.json`` with the configuration, timings, statistics, the SHA-256 of its
 weights (``rlvr.repro.weights_sha256``) and the machine it was built on.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,13 +66,16 @@ class BuildConfig:
 
     def __post_init__(self):
         if self.task not in traces.TASKS:
-            raise ConfigError(f"BuildConfig.task must be one of {sorted(traces.TASKS)}, "
-                              f"got {self.task!r}")
+            raise ConfigError(
+                f"BuildConfig.task must be one of {sorted(traces.TASKS)}, got {self.task!r}"
+            )
         unknown = set(self.tokenizer.tasks) - set(traces.TASKS)
         if unknown:
             raise ConfigError(f"BuildConfig.tokenizer.tasks has unknown task(s) {sorted(unknown)}")
         if not self.name or "/" in self.name:
-            raise ConfigError(f"BuildConfig.name must be a non-empty name without '/', got {self.name!r}")
+            raise ConfigError(
+                f"BuildConfig.name must be a non-empty name without '/', got {self.name!r}"
+            )
 
 
 def tokenizer_corpus(cfg: TokenizerConfig, per_task: int | None = None) -> list[str]:
@@ -80,8 +84,9 @@ def tokenizer_corpus(cfg: TokenizerConfig, per_task: int | None = None) -> list[
     for task in cfg.tasks:
         if task not in cfg.settings:
             raise ConfigError(f"tokenizer.settings has no entry for task {task!r}")
-        texts += traces.tokenizer_texts(task, cfg.settings[task], per_task or cfg.texts_per_task,
-                                        seed=cfg.seed)
+        texts += traces.tokenizer_texts(
+            task, cfg.settings[task], per_task or cfg.texts_per_task, seed=cfg.seed
+        )
     return texts
 
 
@@ -97,8 +102,11 @@ def data_fingerprint(cfg: BuildConfig, n: int = 16) -> str:
 
 def build_key(cfg: BuildConfig) -> str:
     """``<name>-<12 hex>``: hash of the full configuration plus the data fingerprint."""
-    blob = json.dumps({"format": BUILD_FORMAT, "config": to_dict(cfg),
-                       "data": data_fingerprint(cfg)}, sort_keys=True, default=str)
+    blob = json.dumps(
+        {"format": BUILD_FORMAT, "config": to_dict(cfg), "data": data_fingerprint(cfg)},
+        sort_keys=True,
+        default=str,
+    )
     return f"{cfg.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
@@ -118,8 +126,16 @@ def build(cfg: BuildConfig, out_dir: str | Path, progress: bool = True) -> dict[
     if cfg.unique_examples:
         from tqdm.auto import tqdm
 
-        pool = traces.take(tqdm(stream, total=cfg.unique_examples, desc=f"{cfg.name} examples",
-                                disable=not progress, leave=False), cfg.unique_examples)
+        pool = traces.take(
+            tqdm(
+                stream,
+                total=cfg.unique_examples,
+                desc=f"{cfg.name} examples",
+                disable=not progress,
+                leave=False,
+            ),
+            cfg.unique_examples,
+        )
         stream = traces.epochs(pool, seed=cfg.seed)
     else:
         stream = traces.prefetch(stream)
@@ -144,8 +160,9 @@ def build(cfg: BuildConfig, out_dir: str | Path, progress: bool = True) -> dict[
     return record
 
 
-def ensure_built(cfg: BuildConfig, home: str | Path | None = None, progress: bool = True,
-                 rebuild: bool = False) -> Path:
+def ensure_built(
+    cfg: BuildConfig, home: str | Path | None = None, progress: bool = True, rebuild: bool = False
+) -> Path:
     """The cached directory of ``cfg``, built first when missing (or when ``rebuild``)."""
     root = models_dir(home)
     root.mkdir(parents=True, exist_ok=True)

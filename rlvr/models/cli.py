@@ -7,6 +7,7 @@
 Overrides are ``key=value`` on the preset's ``BuildConfig`` (``sft.steps``, ``arch.hidden_size``,
 ``data.<setting>`` ...); any override changes the cache key, so it builds a new directory.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("name", choices=sorted(PRESETS), help="preset to build")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="BuildConfig overrides")
-    p.add_argument("--base-seed", type=int, default=0,
-                   help="build the preset from another seed (the base <name>@N of reproduce)")
+    p.add_argument(
+        "--base-seed",
+        type=int,
+        default=0,
+        help="build the preset from another seed (the base <name>@N of reproduce)",
+    )
     p.add_argument("--home", default=None, help="models directory (default: $RLVR_HOME/models)")
     p.add_argument("--rebuild", action="store_true", help="build even when a cached copy exists")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -42,11 +47,18 @@ def run(args) -> int:
     path = ensure_built(cfg, home=args.home, progress=not args.quiet, rebuild=args.rebuild)
     record = json.loads((path / "build.json").read_text())
     print(path)
-    print(json.dumps({k: record[k] for k in ("parameters", "vocab_size", "seconds", "sft",
-                                             "weights_sha256") if k in record}))
+    print(
+        json.dumps(
+            {
+                k: record[k]
+                for k in ("parameters", "vocab_size", "seconds", "sft", "weights_sha256")
+                if k in record
+            }
+        )
+    )
     if args.eval:
-        from rlvr.models.evaluate import evaluate_base
         from rlvr.models import load_model
+        from rlvr.models.evaluate import evaluate_base
 
         model, tokenizer = load_model(str(path))
         for row in evaluate_base(model, tokenizer, cfg.task, cfg.data, n=args.eval_n):

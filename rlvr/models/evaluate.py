@@ -5,6 +5,7 @@ A small check for building and tuning the tiny bases; the full evaluation runner
 rollout backend and episode driver) and are scored by the environment's own ``step``; search QA
 also reports the share of episodes that called the search tool.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -56,9 +57,20 @@ def _format(info: dict[str, Any]) -> float:
     return (info.get("reward_components") or {}).get("format", 0.0)
 
 
-def evaluate_base(model, tokenizer, task: str, settings: dict[str, Any], *, n: int = 100,
-                  k: int = 1, temperature: float = 0.0, split: str = "test", seed: int = 0,
-                  max_new_tokens: int | None = None, batch_size: int = 64) -> list[dict[str, Any]]:
+def evaluate_base(
+    model,
+    tokenizer,
+    task: str,
+    settings: dict[str, Any],
+    *,
+    n: int = 100,
+    k: int = 1,
+    temperature: float = 0.0,
+    split: str = "test",
+    seed: int = 0,
+    max_new_tokens: int | None = None,
+    batch_size: int = 64,
+) -> list[dict[str, Any]]:
     """One row per item group (K&K: per size): accuracy (avg@k), format rate, mean length."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -66,20 +78,33 @@ def evaluate_base(model, tokenizer, task: str, settings: dict[str, Any], *, n: i
         raise ValueError("k > 1 samples need temperature > 0 (greedy samples are identical)")
     items = traces.eval_items(task, settings, n, split)
     budget = max_new_tokens or MAX_NEW_TOKENS[task]
-    params = SamplingParams(max_new_tokens=budget, temperature=temperature,
-                            stop=SEARCH_STOP if task == "searchqa" else ())
+    params = SamplingParams(
+        max_new_tokens=budget,
+        temperature=temperature,
+        stop=SEARCH_STOP if task == "searchqa" else (),
+    )
     mode = "greedy" if temperature == 0 else "sample"
     jobs = plan(len(items), greedy=mode == "greedy", k=0 if mode == "greedy" else k)
     # Search QA plays every episode in one driver call seeded with ``seed``; the single-turn
     # tasks go ``batch_size`` responses at a time, seeded ``seed + chunk``.
     chunk = 0 if task == "searchqa" else batch_size
-    played = play(make_backend("hf", model, tokenizer), tokenizer, jobs,
-                  envs_for=_item_envs(task, settings, items, split), params={mode: params},
-                  seed_of=lambda c: seed + c, max_response_tokens=budget, batch_size=chunk)
+    played = play(
+        make_backend("hf", model, tokenizer),
+        tokenizer,
+        jobs,
+        envs_for=_item_envs(task, settings, items, split),
+        params={mode: params},
+        seed_of=lambda c: seed + c,
+        max_response_tokens=budget,
+        batch_size=chunk,
+    )
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for job, ep in played:
-        r = {"correct": bool(ep.info.get("correct")), "format": _format(ep.info),
-             "reward": ep.reward}
+        r = {
+            "correct": bool(ep.info.get("correct")),
+            "format": _format(ep.info),
+            "reward": ep.reward,
+        }
         if task == "searchqa":
             r.update(length=ep.n_generated, searches=ep.info.get("n_searches", 0))
         else:  # the response text's tokens (an end token is not text)
@@ -87,13 +112,21 @@ def evaluate_base(model, tokenizer, task: str, settings: dict[str, Any], *, n: i
         groups[items[job.task].group].append(r)
     rows = []
     for group, rs in groups.items():
-        rows.append({
-            "group": group, "items": len(rs) // k, "k": k, "temperature": temperature,
-            "accuracy": round(sum(r["correct"] for r in rs) / len(rs), 4),
-            "format_ok": round(sum(r["format"] > 0 for r in rs) / len(rs), 4),
-            "reward": round(sum(r["reward"] for r in rs) / len(rs), 4),
-            "length": round(sum(r["length"] for r in rs) / len(rs), 1),
-            **({"tool_calls": round(sum(r["searches"] > 0 for r in rs) / len(rs), 4)}
-               if rs and "searches" in rs[0] else {}),
-        })
+        rows.append(
+            {
+                "group": group,
+                "items": len(rs) // k,
+                "k": k,
+                "temperature": temperature,
+                "accuracy": round(sum(r["correct"] for r in rs) / len(rs), 4),
+                "format_ok": round(sum(r["format"] > 0 for r in rs) / len(rs), 4),
+                "reward": round(sum(r["reward"] for r in rs) / len(rs), 4),
+                "length": round(sum(r["length"] for r in rs) / len(rs), 1),
+                **(
+                    {"tool_calls": round(sum(r["searches"] > 0 for r in rs) / len(rs), 4)}
+                    if rs and "searches" in rs[0]
+                    else {}
+                ),
+            }
+        )
     return rows

@@ -2,6 +2,7 @@
 with a byte-level tokenizer, built in about a second with no download. For tests and smoke runs;
 the trained tiny base models live beside it in ``rlvr.models``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -36,9 +37,15 @@ def wrap_tokenizer(tok: Tokenizer) -> PreTrainedTokenizerFast:
     return fast
 
 
-def micro_config(vocab_size: int, hidden_size: int = 96, num_layers: int = 3,
-                 num_heads: int = 4, num_kv_heads: int = 2, intermediate_size: int = 192,
-                 max_position_embeddings: int = 2048) -> Qwen2Config:
+def micro_config(
+    vocab_size: int,
+    hidden_size: int = 96,
+    num_layers: int = 3,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 192,
+    max_position_embeddings: int = 2048,
+) -> Qwen2Config:
     return Qwen2Config(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
@@ -53,7 +60,9 @@ def micro_config(vocab_size: int, hidden_size: int = 96, num_layers: int = 3,
     )
 
 
-def build_micro(seed: int = 0, **config_overrides) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+def build_micro(
+    seed: int = 0, **config_overrides
+) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
     """A fresh random micro model and its tokenizer; the same ``seed`` gives the same weights."""
     tokenizer = byte_level_tokenizer()
     config = micro_config(len(tokenizer), **config_overrides)

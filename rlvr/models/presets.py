@@ -6,6 +6,7 @@ the cached directory afterwards; ``tiny-kk@1`` is the same recipe built from bas
 follow measurements on the project's 2-core CPU (see ``rlvr.models.tiny`` and
 ``docs/tiny_models.md`` for the figures behind each number).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,16 +17,26 @@ from rlvr.models.traces import TINY_SETTINGS
 
 PRESETS: dict[str, BuildConfig] = {
     "tiny-kk": BuildConfig(
-        name="tiny-kk", task="kk", data={**TINY_SETTINGS["kk"], "copy_aux": 0.5},
-        sft=SFTConfig(steps=3000, batch_size=16, lr=3e-3, min_lr_ratio=0.2, warmup_steps=100,
-                      context_loss_weight=0.5),
+        name="tiny-kk",
+        task="kk",
+        data={**TINY_SETTINGS["kk"], "copy_aux": 0.5},
+        sft=SFTConfig(
+            steps=3000,
+            batch_size=16,
+            lr=3e-3,
+            min_lr_ratio=0.2,
+            warmup_steps=100,
+            context_loss_weight=0.5,
+        ),
     ),
     # 30 % of the worked solutions box a near miss (``slip_frac``, traces.slipped_solution): on
     # clean traces the base's errors were missing arithmetic and GRPO gained +1.9 points of avg@4
     # at most; with slips it has a behaviour to remove (+7.8, 3 seeds; docs/tiny_models.md).
     # 2,800 steps (7.0 min at 2 threads) give a base near greedy 0.37 rather than 0.14.
     "tiny-math": BuildConfig(
-        name="tiny-math", task="math", data={**TINY_SETTINGS["math"], "slip_frac": 0.3},
+        name="tiny-math",
+        task="math",
+        data={**TINY_SETTINGS["math"], "slip_frac": 0.3},
         # sympy makes ~60 problems/s here, slower than training consumes them: draw 8,000 once.
         unique_examples=8000,
         sft=SFTConfig(steps=2800, batch_size=32, lr=2e-3, warmup_steps=50),
@@ -36,10 +47,17 @@ PRESETS: dict[str, BuildConfig] = {
     # memory: a base that always searched left RL no tool-use share to raise (measured 1.00).
     # 1,800 steps keep ~14k search traces (9.6 min at 2 threads).
     "tiny-searchqa": BuildConfig(
-        name="tiny-searchqa", task="searchqa", data={**TINY_SETTINGS["searchqa"], "trace_worlds": 256,
-                                                     "direct_frac": 0.5},
-        sft=SFTConfig(steps=1800, batch_size=16, lr=3e-3, min_lr_ratio=0.2, warmup_steps=50,
-                      context_loss_weight=0.5),
+        name="tiny-searchqa",
+        task="searchqa",
+        data={**TINY_SETTINGS["searchqa"], "trace_worlds": 256, "direct_frac": 0.5},
+        sft=SFTConfig(
+            steps=1800,
+            batch_size=16,
+            lr=3e-3,
+            min_lr_ratio=0.2,
+            warmup_steps=50,
+            context_loss_weight=0.5,
+        ),
     ),
 }
 

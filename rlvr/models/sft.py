@@ -16,6 +16,7 @@ cosine decay to ``min_lr_ratio * lr``. A fixed step budget keeps a build determi
 is 0 in Qwen2, data order comes from the seeded example stream); ``max_seconds`` is a safety cap
 only.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,7 +62,9 @@ class SFTConfig:
         if not 0 <= self.min_lr_ratio <= 1:
             raise ValueError(f"SFTConfig.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if self.context_loss_weight < 0:
-            raise ValueError(f"SFTConfig.context_loss_weight must be >= 0, got {self.context_loss_weight}")
+            raise ValueError(
+                f"SFTConfig.context_loss_weight must be >= 0, got {self.context_loss_weight}"
+            )
         if self.length_groups < 1:
             raise ValueError(f"SFTConfig.length_groups must be >= 1, got {self.length_groups}")
         if self.max_length < 2:
@@ -96,7 +99,12 @@ def collate(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict
         trainable = torch.tensor(mask, dtype=torch.bool)
         labels[row, :n] = torch.where(trainable, torch.tensor(ids), torch.tensor(-100))
         context[row, :n] = ~trainable
-    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels, "context": context}
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention,
+        "labels": labels,
+        "context": context,
+    }
 
 
 def length_grouped_batches(pool: list, batch_size: int, rng: random.Random) -> list[list]:
@@ -107,7 +115,7 @@ def length_grouped_batches(pool: list, batch_size: int, rng: random.Random) -> l
     ``group_by_length``) keeps the compute on real tokens. Returned in pop() order.
     """
     ordered = sorted(pool, key=lambda e: len(e[0]))
-    batches = [ordered[i:i + batch_size] for i in range(0, len(ordered), batch_size)]
+    batches = [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
     rng.shuffle(batches)
     return batches
 
@@ -122,13 +130,15 @@ def lr_at(step: int, cfg: SFTConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
 
 
-def response_loss(model, batch: dict[str, torch.Tensor],
-                  context_weight: float = 0.0) -> tuple[torch.Tensor, int, float]:
+def response_loss(
+    model, batch: dict[str, torch.Tensor], context_weight: float = 0.0
+) -> tuple[torch.Tensor, int, float]:
     """Next-token cross-entropy: weight 1 on trainable targets, ``context_weight`` on the other
     real tokens; returns (weighted token-mean loss, trainable tokens, response-only loss)."""
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     ce = torch.nn.functional.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.size(-1)), batch["input_ids"][:, 1:].reshape(-1),
+        logits[:, :-1].reshape(-1, logits.size(-1)),
+        batch["input_ids"][:, 1:].reshape(-1),
         reduction="none",
     ).view(logits.size(0), -1)
     response = (batch["labels"][:, 1:] != -100).to(ce.dtype)
@@ -139,8 +149,14 @@ def response_loss(model, batch: dict[str, torch.Tensor],
     return loss, n_tokens, response_ce
 
 
-def sft(model, tokenizer, examples: Iterator[Sequence[Segment]], cfg: SFTConfig,
-        progress: bool = True, desc: str = "sft") -> dict[str, float]:
+def sft(
+    model,
+    tokenizer,
+    examples: Iterator[Sequence[Segment]],
+    cfg: SFTConfig,
+    progress: bool = True,
+    desc: str = "sft",
+) -> dict[str, float]:
     """Train ``model`` in place on ``examples`` for ``cfg.steps`` steps; returns run statistics.
 
     Examples longer than ``cfg.max_length`` tokens are skipped (and counted), never cut: a cut
@@ -152,9 +168,12 @@ def sft(model, tokenizer, examples: Iterator[Sequence[Segment]], cfg: SFTConfig,
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     optim = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay},
-         {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=cfg.betas,
+        [
+            {"params": decay, "weight_decay": cfg.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=cfg.lr,
+        betas=cfg.betas,
     )
     start = time.perf_counter()
     seen_tokens = trained_tokens = skipped = run_of_skips = 0
@@ -179,7 +198,8 @@ def sft(model, tokenizer, examples: Iterator[Sequence[Segment]], cfg: SFTConfig,
                             raise ValueError(
                                 f"{run_of_skips} examples in a row are longer than max_length="
                                 f"{cfg.max_length} tokens (the last: {len(ids)}): raise "
-                                "SFTConfig.max_length or shorten the examples")
+                                "SFTConfig.max_length or shorten the examples"
+                            )
                         continue
                     run_of_skips = 0
                     pool.append((ids, mask))
@@ -201,7 +221,9 @@ def sft(model, tokenizer, examples: Iterator[Sequence[Segment]], cfg: SFTConfig,
             bar.update(1)
             if step % 10 == 0:
                 elapsed = time.perf_counter() - start
-                bar.set_postfix(loss=f"{ema_loss:.3f}", tok_s=f"{seen_tokens / max(elapsed, 1e-9):.0f}")
+                bar.set_postfix(
+                    loss=f"{ema_loss:.3f}", tok_s=f"{seen_tokens / max(elapsed, 1e-9):.0f}"
+                )
     bar.close()
     model.eval()
     elapsed = time.perf_counter() - start

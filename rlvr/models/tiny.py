@@ -6,6 +6,7 @@ that serves the paper-scale models. The default size comes from measurements on 
 on 2/3/4/5 people after 10 minutes of training at ~6.8k tokens/s, while a 5M model was ~3x slower
 per token and no better at equal wall time.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,16 +29,26 @@ class ArchConfig:
     max_position_embeddings: int = 1024
 
     def __post_init__(self):
-        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads",
-                     "intermediate_size", "max_position_embeddings"):
+        for name in (
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"ArchConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.hidden_size % self.num_heads:
-            raise ValueError(f"ArchConfig.hidden_size={self.hidden_size} is not a multiple of "
-                             f"num_heads={self.num_heads}")
+            raise ValueError(
+                f"ArchConfig.hidden_size={self.hidden_size} is not a multiple of "
+                f"num_heads={self.num_heads}"
+            )
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"ArchConfig.num_heads={self.num_heads} is not a multiple of "
-                             f"num_kv_heads={self.num_kv_heads}")
+            raise ValueError(
+                f"ArchConfig.num_heads={self.num_heads} is not a multiple of "
+                f"num_kv_heads={self.num_kv_heads}"
+            )
 
 
 def build_tiny(arch: ArchConfig, tokenizer, seed: int = 0) -> Qwen2ForCausalLM:

@@ -10,6 +10,7 @@ spell them out piece by piece.
 
 Training is deterministic: the same texts in the same order give the same vocabulary and merges.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -21,13 +22,20 @@ from rlvr.models.micro import SPECIAL_TOKENS, wrap_tokenizer
 
 #: Tags of the three tasks' response formats (docs/design.md §3-4), one token each.
 TAG_TOKENS = (
-    "<think>", "</think>", "<answer>", "</answer>",
-    "<search>", "</search>", "<information>", "</information>",
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",
+    "<search>",
+    "</search>",
+    "<information>",
+    "</information>",
 )
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024,
-                    min_frequency: int = 2) -> PreTrainedTokenizerFast:
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 1024, min_frequency: int = 2
+) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer of ``vocab_size`` entries (specials and tags included)."""
     if vocab_size < 256 + len(SPECIAL_TOKENS) + len(TAG_TOKENS):
         raise ValueError(
@@ -37,10 +45,12 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024,
     if min_frequency < 1:
         raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - len(TAG_TOKENS),

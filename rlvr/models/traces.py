@@ -26,6 +26,7 @@ environment's keyword arguments plus the trace options below. Targets:
 
 An example is a list of ``(text, trainable)`` segments (``rlvr.models.sft``).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -42,7 +43,11 @@ from rlvr.models.sft import Segment
 TASKS = ("kk", "math", "searchqa")
 
 #: Trace options per task (everything else in ``settings`` goes to the environment).
-TRACE_OPTIONS = {"kk": ("think", "copy_aux"), "math": ("slip_frac",), "searchqa": ("trace_worlds", "direct_frac")}
+TRACE_OPTIONS = {
+    "kk": ("think", "copy_aux"),
+    "math": ("slip_frac",),
+    "searchqa": ("trace_worlds", "direct_frac"),
+}
 KK_THINK = ("none", "names", "solver")
 
 #: The tiny profile's settings per task: the ``plain`` template and no system turn. A model
@@ -50,10 +55,19 @@ KK_THINK = ("none", "names", "solver")
 #: and training cost is linear in tokens: the shortest system prompt (46 tokens) would be ~30 %
 #: of a 3-person K&K example.
 TINY_SETTINGS: dict[str, dict[str, Any]] = {
-    "kk": {"n_people": [2, 3, 4, 5], "template": "plain", "prefill_think": True,
-           "system_prompt": "", "think": "names"},
-    "math": {"dataset": "synthetic", "difficulty": [1, 2, 3, 4, 5], "template": "plain",
-             "system_prompt": ""},
+    "kk": {
+        "n_people": [2, 3, 4, 5],
+        "template": "plain",
+        "prefill_think": True,
+        "system_prompt": "",
+        "think": "names",
+    },
+    "math": {
+        "dataset": "synthetic",
+        "difficulty": [1, 2, 3, 4, 5],
+        "template": "plain",
+        "system_prompt": "",
+    },
     "searchqa": {"dataset": "synthetic", "template": "plain", "topk": 2, "max_turns": 3},
 }
 
@@ -169,8 +183,11 @@ def kk_response(info: dict[str, Any], think: str = "names", prefilled_think: boo
     if think not in KK_THINK:
         raise ValueError(f"think must be one of {KK_THINK}, got {think!r}")
     head = "" if prefilled_think else "<think>"
-    thought = {"none": "", "names": f"The inhabitants are {join_names(info['names'])}.",
-               "solver": f"{info['cot']}\n"}[think]
+    thought = {
+        "none": "",
+        "names": f"The inhabitants are {join_names(info['names'])}.",
+        "solver": f"{info['cot']}\n",
+    }[think]
     return f"{head}{thought}</think><answer>{info['solution_text_format']}</answer>"
 
 
@@ -210,8 +227,9 @@ def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[li
         yield [(prompt, False), (kk_response(info, think, prefill), True)]
 
 
-def _grouped_eval_items(task: str, key: str, values, settings: dict[str, Any], n: int,
-                        split: str) -> list[EvalItem]:
+def _grouped_eval_items(
+    task: str, key: str, values, settings: dict[str, Any], n: int, split: str
+) -> list[EvalItem]:
     """Items ``0..n-1`` of the ``split`` for each value of the env kwarg ``key`` (one group each)."""
     values = [values] if isinstance(values, int) else list(values)
     items = []
@@ -249,7 +267,7 @@ def slipped_solution(solution: str, rng: random.Random) -> str:
     step = rng.choice((-3, -2, -1, 1, 2, 3))
     if value + step == 0:
         step = -step
-    return f"{solution[:m.start()]}\\boxed{{{value + step}{m.group(3) or ''}}}."
+    return f"{solution[: m.start()]}\\boxed{{{value + step}{m.group(3) or ''}}}."
 
 
 def _math_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[list[Segment]]:
@@ -333,7 +351,9 @@ TRACES_PER_WORLD = 32
 def _search_passages(settings: dict[str, Any]) -> dict[str, Any]:
     from rlvr.envs.searchqa.synthetic import synthetic_task
 
-    corpus, _ = synthetic_task(int(settings.get("seed", 0)), "train", **dict(settings.get("synthetic") or {}))
+    corpus, _ = synthetic_task(
+        int(settings.get("seed", 0)), "train", **dict(settings.get("synthetic") or {})
+    )
     return {p.title: p for p in corpus}
 
 
@@ -359,8 +379,10 @@ def _searchqa_examples(settings: dict[str, Any], seed: int, split: str) -> Itera
         raise ValueError(f"trace_worlds must be >= 0, got {n_worlds}")
     direct_frac = _share(settings, "direct_frac")
     if direct_frac and not n_worlds:
-        raise ValueError("direct_frac needs trace_worlds > 0: on the RL world itself the gold "
-                         "answers of answer-only traces would be memorised facts, not guesses")
+        raise ValueError(
+            "direct_frac needs trace_worlds > 0: on the RL world itself the gold "
+            "answers of answer-only traces would be memorised facts, not guesses"
+        )
     home = int(settings.get("seed", 0))
     rng = random.Random(seed)
     world_seed = home
@@ -382,7 +404,9 @@ def _searchqa_examples(settings: dict[str, Any], seed: int, split: str) -> Itera
             else:
                 misses += 1
                 if misses > 1000:
-                    raise RuntimeError("no retrievable search QA item in 1000 draws: check topk/retriever")
+                    raise RuntimeError(
+                        "no retrievable search QA item in 1000 draws: check topk/retriever"
+                    )
 
 
 def _searchqa_eval_items(settings: dict[str, Any], n: int, split: str) -> list[EvalItem]:
@@ -390,8 +414,11 @@ def _searchqa_eval_items(settings: dict[str, Any], n: int, split: str) -> list[E
     items = []
     for i in range(min(n, len(env.items))):
         prompt, info = env.reset(seed=0, options={"index": i})
-        items.append(EvalItem(prompt, info["ground_truth"], "searchqa",
-                              {"index": i, "hops": info.get("hops", 1)}))
+        items.append(
+            EvalItem(
+                prompt, info["ground_truth"], "searchqa", {"index": i, "hops": info.get("hops", 1)}
+            )
+        )
     return items
 
 
@@ -400,8 +427,9 @@ _EXAMPLES = {"kk": _kk_examples, "math": _math_examples, "searchqa": _searchqa_e
 _EVAL_ITEMS = {"kk": _kk_eval_items, "math": _math_eval_items, "searchqa": _searchqa_eval_items}
 
 
-def example_stream(task: str, settings: dict[str, Any], seed: int = 0,
-                   split: str = "train") -> Iterator[list[Segment]]:
+def example_stream(
+    task: str, settings: dict[str, Any], seed: int = 0, split: str = "train"
+) -> Iterator[list[Segment]]:
     """An endless, seeded stream of training examples for ``task``."""
     _check_task(task)
     return _EXAMPLES[task](settings, seed, split)

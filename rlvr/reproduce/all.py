@@ -3,6 +3,7 @@
 Scripts share the run cache, so each training run (e.g. K&K GRPO, seed 0) is trained once and
 used by fig1, fig2, fig3, fig4, table_kk and the sweep.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -16,6 +16,7 @@ evaluates it, and says per number:
 Runs are sampled in a fixed order: base seed, RL seed, then GRPO before the other methods and
 K&K before math and search QA (the first is the README's main job's run).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,8 @@ from rlvr.eval.stats import hierarchical_bootstrap_ci
 from rlvr.reproduce.common import markdown_table
 
 _LABEL = re.compile(
-    r"^(?P<setting>[\w-]+)/(?P<what>[\w-]+)/(?:base(?P<base>\d+)/)?seed(?P<seed>\d+)$")
+    r"^(?P<setting>[\w-]+)/(?P<what>[\w-]+)/(?:base(?P<base>\d+)/)?seed(?P<seed>\d+)$"
+)
 _SETTING_ORDER = ("kk", "math", "searchqa")
 _METHOD_ORDER = ("grpo", "grpo_sg", "reverse", "ar", "lopti", "entropy_top")
 
@@ -44,9 +46,11 @@ def load_records(folder: Path) -> tuple[dict[str, Any], dict[str, dict], dict[st
             records.setdefault(label, {}).update(rec)
         bases.update({m: b for m, b in meta.get("bases", {}).items() if b})
     if not records:
-        raise SystemExit(f"--check {folder}: its meta.json files record no per-run numbers or "
-                         "hashes (written by an older rlvr); regenerate it with `rlvr reproduce "
-                         "... --out` first")
+        raise SystemExit(
+            f"--check {folder}: its meta.json files record no per-run numbers or "
+            "hashes (written by an older rlvr); regenerate it with `rlvr reproduce "
+            "... --out` first"
+        )
     return metas[0], records, bases
 
 
@@ -54,20 +58,28 @@ def parse_label(label: str) -> dict[str, Any] | None:
     m = _LABEL.match(label)
     if not m:
         return None
-    return {"setting": m["setting"], "what": m["what"], "base": int(m["base"] or 0),
-            "seed": int(m["seed"])}
+    return {
+        "setting": m["setting"],
+        "what": m["what"],
+        "base": int(m["base"] or 0),
+        "seed": int(m["seed"]),
+    }
 
 
 def sample_labels(records: dict[str, dict], n: int) -> list[str]:
     """The first ``n`` rerunnable runs in the fixed order of the module docstring."""
+
     def order(label: str):
         p = parse_label(label)
-        return (p["base"], p["seed"],
-                _METHOD_ORDER.index(p["what"]) if p["what"] in _METHOD_ORDER else 99,
-                _SETTING_ORDER.index(p["setting"]) if p["setting"] in _SETTING_ORDER else 99)
+        return (
+            p["base"],
+            p["seed"],
+            _METHOD_ORDER.index(p["what"]) if p["what"] in _METHOD_ORDER else 99,
+            _SETTING_ORDER.index(p["setting"]) if p["setting"] in _SETTING_ORDER else 99,
+        )
 
     ok = [lab for lab in records if (p := parse_label(lab)) and p["what"] in _METHOD_ORDER]
-    return sorted(ok, key=order)[:max(0, n)]
+    return sorted(ok, key=order)[: max(0, n)]
 
 
 def stated_interval(records: dict[str, dict], label: str, metric: str):
@@ -76,8 +88,11 @@ def stated_interval(records: dict[str, dict], label: str, metric: str):
     values, bases = [], []
     for other, rec in records.items():
         q = parse_label(other)
-        if q and (q["setting"], q["what"]) == (p["setting"], p["what"]) \
-                and metric in rec.get("numbers", {}):
+        if (
+            q
+            and (q["setting"], q["what"]) == (p["setting"], p["what"])
+            and metric in rec.get("numbers", {})
+        ):
             values.append(float(rec["numbers"][metric]))
             bases.append(q["base"])
     return hierarchical_bootstrap_ci(values, bases) if values else None
@@ -91,16 +106,24 @@ def verdict(committed: float, rerun: float, interval) -> str:
     return "outside"
 
 
-def run_check(folder: Path, *, sample: int = 1, cache: Path | None = None,
-              progress: bool = True) -> int:
+def run_check(
+    folder: Path, *, sample: int = 1, cache: Path | None = None, progress: bool = True
+) -> int:
     """Rerun ``sample`` runs recorded in ``folder`` and print the comparison. Returns 1 when a
     number lies outside its interval or a run's config no longer matches, else 0 (differing
     weight hashes alone are reported, not failed: other machines may differ in threads)."""
     from rlvr.data_paths import rlvr_home
     from rlvr.repro import machine_info, machine_line
     from rlvr.reproduce.profiles import get_profile
-    from rlvr.reproduce.runs import (DONE, base_weights, ensure_eval, ensure_run, eval_config,
-                                     run_key, train_config)
+    from rlvr.reproduce.runs import (
+        DONE,
+        base_weights,
+        ensure_eval,
+        ensure_run,
+        eval_config,
+        run_key,
+        train_config,
+    )
 
     meta, records, bases = load_records(folder)
     profile = get_profile(meta["profile"], smoke=bool(meta.get("smoke")))
@@ -116,8 +139,15 @@ def run_check(folder: Path, *, sample: int = 1, cache: Path | None = None,
         setting = profile.settings[p["setting"]]
         cfg = train_config(setting, p["what"], p["seed"], base_seed=p["base"])
         if run_key(cfg) != rec["key"]:
-            rows.append([label, "config hash", rec["key"], run_key(cfg),
-                         "not comparable: this checkout's config differs"])
+            rows.append(
+                [
+                    label,
+                    "config hash",
+                    rec["key"],
+                    run_key(cfg),
+                    "not comparable: this checkout's config differs",
+                ]
+            )
             outside += 1
             continue
         cached = (Path(cache) / "runs" / rec["key"] / DONE).exists()
@@ -126,17 +156,29 @@ def run_check(folder: Path, *, sample: int = 1, cache: Path | None = None,
         committed_base = bases.get(cfg.model, {}).get("weights_sha256", "")
         if committed_base:
             same = base.get("weights_sha256") == committed_base
-            rows.append([label, f"base {cfg.model} weights", committed_base[:16],
-                         base.get("weights_sha256", "")[:16],
-                         "bit-identical" if same else "differs"])
+            rows.append(
+                [
+                    label,
+                    f"base {cfg.model} weights",
+                    committed_base[:16],
+                    base.get("weights_sha256", "")[:16],
+                    "bit-identical" if same else "differs",
+                ]
+            )
         where = "from the run cache" if cached else "trained now"
         ran_on = run.info.get("machine", {})
-        rows.append([label, f"weights ({where}; {ran_on.get('kernel_mode', '?')} kernels)",
-                     rec.get("weights_sha256", "")[:16], run.weights_sha256[:16],
-                     "bit-identical" if run.weights_sha256 == rec.get("weights_sha256")
-                     else "differs"])
-        ev = ensure_eval(eval_config(setting, cfg, str(run.final), seed=cfg.seed), cache,
-                         progress=progress)
+        rows.append(
+            [
+                label,
+                f"weights ({where}; {ran_on.get('kernel_mode', '?')} kernels)",
+                rec.get("weights_sha256", "")[:16],
+                run.weights_sha256[:16],
+                "bit-identical" if run.weights_sha256 == rec.get("weights_sha256") else "differs",
+            ]
+        )
+        ev = ensure_eval(
+            eval_config(setting, cfg, str(run.final), seed=cfg.seed), cache, progress=progress
+        )
         for metric, value in sorted(rec.get("numbers", {}).items()):
             new = ev.summary.get("all", {}).get(metric)
             if new is None:

@@ -11,6 +11,7 @@ evaluations are cached under ``--cache`` (default ``rlvr_home()``; with ``--smok
 ``--profile paper`` on a machine without GPUs the configs are validated and the plan is printed
 instead of training.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,30 +27,61 @@ NAMES = ("fig1", "fig2", "fig3", "fig4", "table_kk", "table_math", "table_qa", "
 
 
 def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", nargs="?", choices=NAMES,
-                        help="the figure or table to reproduce (all: every one + REPORT.md)")
-    parser.add_argument("--check", metavar="DIR", default=None,
-                        help="rerun a sample of the runs recorded in DIR (e.g. results/tiny) and "
-                             "say per number: bit-identical, within the stated interval, outside")
-    parser.add_argument("--sample", type=int, default=1,
-                        help="with --check: how many recorded runs to rerun (default 1)")
-    parser.add_argument("--profile", default="tiny", choices=("tiny", "paper"),
-                        help="tiny: CPU, locally built models (default); paper: the paper's models on GPUs")
-    parser.add_argument("--seeds", type=int, default=None,
-                        help="RL seeds per base (default: the profile's)")
-    parser.add_argument("--base-seeds", type=int, default=None,
-                        help="base builds per task, each trained on with every seed (default: the "
-                             "profile's; tiny: 3)")
-    parser.add_argument("--smoke", action="store_true",
-                        help="the real code path on the micro model with 1-2 training steps, in minutes")
-    parser.add_argument("--out", default=None,
-                        help="output folder (default rlvr-results/<profile>/; the committed "
-                             "results/tiny/ only when named here)")
+    parser.add_argument(
+        "name",
+        nargs="?",
+        choices=NAMES,
+        help="the figure or table to reproduce (all: every one + REPORT.md)",
+    )
+    parser.add_argument(
+        "--check",
+        metavar="DIR",
+        default=None,
+        help="rerun a sample of the runs recorded in DIR (e.g. results/tiny) and "
+        "say per number: bit-identical, within the stated interval, outside",
+    )
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=1,
+        help="with --check: how many recorded runs to rerun (default 1)",
+    )
+    parser.add_argument(
+        "--profile",
+        default="tiny",
+        choices=("tiny", "paper"),
+        help="tiny: CPU, locally built models (default); paper: the paper's models on GPUs",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="RL seeds per base (default: the profile's)"
+    )
+    parser.add_argument(
+        "--base-seeds",
+        type=int,
+        default=None,
+        help="base builds per task, each trained on with every seed (default: the "
+        "profile's; tiny: 3)",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the real code path on the micro model with 1-2 training steps, in minutes",
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="output folder (default rlvr-results/<profile>/; the committed "
+        "results/tiny/ only when named here)",
+    )
     parser.add_argument("--cache", default=None, help="run cache folder (default RLVR_HOME)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.add_argument("--jobs", type=int, default=0,
-                        help="processes that train and evaluate side by side before the script runs "
-                             "(rlvr.reproduce.parallel; default: one per CPU core up to 4, 1 with --smoke)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        help="processes that train and evaluate side by side before the script runs "
+        "(rlvr.reproduce.parallel; default: one per CPU core up to 4, 1 with --smoke)",
+    )
 
 
 def has_gpu() -> bool:
@@ -64,14 +96,19 @@ def print_plan(ctx: Context, name: str) -> int:
     n = validate(ctx.profile)
     rows = plan_rows(ctx.profile)
     header = list(rows[0])
-    text = "\n".join([
-        f"# Plan for `rlvr reproduce {name} --profile paper` (not started: no GPU on this machine)", "",
-        f"{n} training configs validated. The configs are the public recipes the paper builds on "
-        "(Logic-RL / AR-Lopti for K&K and math, verl-tool for search QA); the paper's own settings "
-        "are unpublished.", "",
-        markdown_table(header, [[r[h] for h in header] for r in rows]), "",
-        f"Seeds: {ctx.seeds}. {PLAN_NOTE}",
-    ])
+    text = "\n".join(
+        [
+            f"# Plan for `rlvr reproduce {name} --profile paper` (not started: no GPU on this machine)",
+            "",
+            f"{n} training configs validated. The configs are the public recipes the paper builds on "
+            "(Logic-RL / AR-Lopti for K&K and math, verl-tool for search QA); the paper's own settings "
+            "are unpublished.",
+            "",
+            markdown_table(header, [[r[h] for h in header] for r in rows]),
+            "",
+            f"Seeds: {ctx.seeds}. {PLAN_NOTE}",
+        ]
+    )
     print(text)
     ctx.out.mkdir(parents=True, exist_ok=True)
     (ctx.out / "plan.md").write_text(text + "\n")
@@ -86,24 +123,38 @@ def run_reproduce(args: argparse.Namespace) -> int:
     if args.check:
         from rlvr.reproduce.check import run_check
 
-        return run_check(Path(args.check), sample=args.sample,
-                         cache=Path(args.cache) if args.cache else None, progress=not args.quiet)
+        return run_check(
+            Path(args.check),
+            sample=args.sample,
+            cache=Path(args.cache) if args.cache else None,
+            progress=not args.quiet,
+        )
     if not args.name:
-        raise SystemExit("rlvr reproduce: name a figure or table (fig2, all...) or pass "
-                         "--check DIR")
+        raise SystemExit(
+            "rlvr reproduce: name a figure or table (fig2, all...) or pass --check DIR"
+        )
     profile = get_profile(args.profile, smoke=args.smoke)
     n_seeds = args.seeds if args.seeds is not None else profile.seeds
     n_bases = args.base_seeds if args.base_seeds is not None else profile.base_seeds
     if n_seeds < 1 or n_bases < 1:
         raise SystemExit(f"--seeds and --base-seeds must be >= 1, got {n_seeds} and {n_bases}")
     if n_bases > 1 and any(parse_spec(s.model) is None for s in profile.settings.values()):
-        raise SystemExit("--base-seeds > 1 needs tiny presets as bases (built locally); this "
-                         "profile's models are fixed")
+        raise SystemExit(
+            "--base-seeds > 1 needs tiny presets as bases (built locally); this "
+            "profile's models are fixed"
+        )
     out = Path(args.out or f"rlvr-results/{args.profile}{'-smoke' if args.smoke else ''}")
     cache = Path(args.cache) if args.cache else (out / ".cache" if args.smoke else rlvr_home())
-    ctx = Context(profile, out, cache, list(range(n_seeds)), smoke=args.smoke,
-                  command=command_line(), progress=not args.quiet,
-                  base_seeds=list(range(n_bases)))
+    ctx = Context(
+        profile,
+        out,
+        cache,
+        list(range(n_seeds)),
+        smoke=args.smoke,
+        command=command_line(),
+        progress=not args.quiet,
+        base_seeds=list(range(n_bases)),
+    )
     if profile.needs_gpu and not has_gpu():
         return print_plan(ctx, args.name)
     if profile.needs_gpu:
@@ -129,6 +180,16 @@ def run_reproduce(args: argparse.Namespace) -> int:
         from rlvr.reproduce.report import write_report
 
         write_report(ctx)
-    print(json.dumps({"name": args.name, "out": str(out), "seconds": round(time.perf_counter() - start, 1),
-                      "claims": [(c["claim"], c["setting"], c["verdict"]) for c in meta.get("claims", [])]}))
+    print(
+        json.dumps(
+            {
+                "name": args.name,
+                "out": str(out),
+                "seconds": round(time.perf_counter() - start, 1),
+                "claims": [
+                    (c["claim"], c["setting"], c["verdict"]) for c in meta.get("claims", [])
+                ],
+            }
+        )
+    )
     return 0

@@ -5,6 +5,7 @@ draws are hierarchical (``rlvr.eval.stats.hierarchical_bootstrap_ci``): bases, r
 and items are resampled, so they cover the variance of building another base as well as of
 training another seed.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -15,8 +16,16 @@ import numpy as np
 
 from rlvr.eval.stats import Interval, hierarchical_bootstrap_ci, verdict_close, verdict_greater
 from rlvr.reproduce.common import Context, Output
-from rlvr.reproduce.runs import (Evaluation, Run, base_weights, ensure_eval, ensure_run,
-                                 ensure_sft_reference, eval_config, train_config)
+from rlvr.reproduce.runs import (
+    Evaluation,
+    Run,
+    base_weights,
+    ensure_eval,
+    ensure_run,
+    ensure_sft_reference,
+    eval_config,
+    train_config,
+)
 
 
 def unit_label(setting_key: str, what: str, base_seed: int, seed: int) -> str:
@@ -24,8 +33,14 @@ def unit_label(setting_key: str, what: str, base_seed: int, seed: int) -> str:
     return f"{setting_key}/{what}/" + (f"base{base_seed}/" if base_seed else "") + f"seed{seed}"
 
 
-def runs_for(ctx: Context, out: Output, setting_key: str, algo: str,
-             extra: dict[str, Any] | None = None, tag: str = "") -> list[Run]:
+def runs_for(
+    ctx: Context,
+    out: Output,
+    setting_key: str,
+    algo: str,
+    extra: dict[str, Any] | None = None,
+    tag: str = "",
+) -> list[Run]:
     """One finished run per draw of ``algo`` on the setting (trained or taken from the cache)."""
     setting = ctx.profile.settings[setting_key]
     runs = []
@@ -46,15 +61,25 @@ def record_base(out: Output, model: str) -> None:
         out.bases[model] = base_weights(model)
 
 
-def evals_for(ctx: Context, out: Output, setting_key: str, runs: Sequence[Run],
-              eval_set: tuple[str, dict[str, Any]] | None = None) -> list[Evaluation]:
+def evals_for(
+    ctx: Context,
+    out: Output,
+    setting_key: str,
+    runs: Sequence[Run],
+    eval_set: tuple[str, dict[str, Any]] | None = None,
+) -> list[Evaluation]:
     """The cached evaluation of each run's final model (evaluation seed = training seed)."""
     setting = ctx.profile.settings[setting_key]
     evs = []
     labels = {key: label for label, key in out.runs.items()}
     for run in runs:
-        ecfg = eval_config(setting, run.config, str(run.final), seed=run.config.seed,
-                           eval_set=eval_set[1] if eval_set else None)
+        ecfg = eval_config(
+            setting,
+            run.config,
+            str(run.final),
+            seed=run.config.seed,
+            eval_set=eval_set[1] if eval_set else None,
+        )
         ev = ensure_eval(ecfg, ctx.cache, say=ctx.say, progress=ctx.progress)
         ev.unit = (run.base_seed, run.config.seed)
         out.evals[f"{run.key}{'/' + eval_set[0] if eval_set else ''}"] = ev.key
@@ -64,16 +89,18 @@ def evals_for(ctx: Context, out: Output, setting_key: str, runs: Sequence[Run],
     return evs
 
 
-def base_evals(ctx: Context, out: Output, setting_key: str,
-               eval_set: tuple[str, dict[str, Any]] | None = None) -> list[Evaluation]:
+def base_evals(
+    ctx: Context, out: Output, setting_key: str, eval_set: tuple[str, dict[str, Any]] | None = None
+) -> list[Evaluation]:
     """Each untrained base, evaluated once per draw (greedy is identical per base, samples
     differ with the seed)."""
     setting = ctx.profile.settings[setting_key]
     evs = []
     for base_seed, seed in ctx.units():
         cfg = train_config(setting, "grpo", seed, base_seed=base_seed)
-        ecfg = eval_config(setting, cfg, cfg.model, seed=seed,
-                           eval_set=eval_set[1] if eval_set else None)
+        ecfg = eval_config(
+            setting, cfg, cfg.model, seed=seed, eval_set=eval_set[1] if eval_set else None
+        )
         ev = ensure_eval(ecfg, ctx.cache, say=ctx.say, progress=ctx.progress)
         ev.unit = (base_seed, seed)
         label = unit_label(setting_key, "base", base_seed, seed)
@@ -83,16 +110,24 @@ def base_evals(ctx: Context, out: Output, setting_key: str,
     return evs
 
 
-def sft_evals(ctx: Context, out: Output, setting_key: str, reference_runs: Sequence[Run]
-              ) -> list[Evaluation]:
+def sft_evals(
+    ctx: Context, out: Output, setting_key: str, reference_runs: Sequence[Run]
+) -> list[Evaluation]:
     """Continued SFT of each draw's base on the update tokens of the matching RL run (equal
     compute, ``rlvr.reproduce.runs.ensure_sft_reference``), evaluated."""
     setting = ctx.profile.settings[setting_key]
     evs = []
     for run in reference_runs:
-        path = ensure_sft_reference(setting, run.config.seed, run.update_tokens, ctx.cache,
-                                    say=ctx.say, progress=ctx.progress, smoke=ctx.smoke,
-                                    model=run.config.model)
+        path = ensure_sft_reference(
+            setting,
+            run.config.seed,
+            run.update_tokens,
+            ctx.cache,
+            say=ctx.say,
+            progress=ctx.progress,
+            smoke=ctx.smoke,
+            model=run.config.model,
+        )
         ecfg = eval_config(setting, run.config, str(path), seed=run.config.seed)
         ev = ensure_eval(ecfg, ctx.cache, say=ctx.say, progress=ctx.progress)
         ev.unit = (run.base_seed, run.config.seed)
@@ -100,15 +135,22 @@ def sft_evals(ctx: Context, out: Output, setting_key: str, reference_runs: Seque
         out.evals[label] = ev.key
         from rlvr.repro import weights_sha256
 
-        out.run_records[label] = {"key": path.name, "weights_sha256": weights_sha256(path),
-                                  "numbers": dict(ev.summary.get("all", {}))}
+        out.run_records[label] = {
+            "key": path.name,
+            "weights_sha256": weights_sha256(path),
+            "numbers": dict(ev.summary.get("all", {})),
+        }
         evs.append(ev)
     return evs
 
 
 def seed_values(evs: Sequence[Evaluation], metric: str, group: Any = "all") -> list[float]:
     """``metric`` of ``group`` from each draw's evaluation."""
-    return [float(ev.summary[group][metric]) for ev in evs if group in ev.summary and metric in ev.summary[group]]
+    return [
+        float(ev.summary[group][metric])
+        for ev in evs
+        if group in ev.summary and metric in ev.summary[group]
+    ]
 
 
 def seed_ci(evs: Sequence[Evaluation], metric: str, group: Any = "all") -> Interval | None:
@@ -116,8 +158,7 @@ def seed_ci(evs: Sequence[Evaluation], metric: str, group: Any = "all") -> Inter
     kept = [ev for ev in evs if group in ev.summary and metric in ev.summary[group]]
     if not kept:
         return None
-    return hierarchical_bootstrap_ci(seed_values(kept, metric, group),
-                                     [ev.unit[0] for ev in kept])
+    return hierarchical_bootstrap_ci(seed_values(kept, metric, group), [ev.unit[0] for ev in kept])
 
 
 def per_item(ev: Evaluation, mode: str = "greedy", key: str = "correct") -> dict[str, float]:
@@ -129,8 +170,9 @@ def per_item(ev: Evaluation, mode: str = "greedy", key: str = "correct") -> dict
     return {item: float(np.mean(v)) for item, v in acc.items()}
 
 
-def paired_items(a: Sequence[Evaluation], b: Sequence[Evaluation], mode: str = "greedy",
-                 key: str = "correct") -> Interval:
+def paired_items(
+    a: Sequence[Evaluation], b: Sequence[Evaluation], mode: str = "greedy", key: str = "correct"
+) -> Interval:
     """Mean per-item difference ``a - b`` with a hierarchical interval.
 
     Draws are paired by ``(base seed, RL seed)`` (the same base, the same prompt order); the
@@ -138,6 +180,7 @@ def paired_items(a: Sequence[Evaluation], b: Sequence[Evaluation], mode: str = "
     Draws present in only one of ``a``, ``b`` are dropped; several evaluations of one draw
     (one per evaluation set, their items named apart) are merged.
     """
+
     def by_unit(evs):
         merged: dict[tuple[int, int], dict[str, float]] = {}
         for ev in evs:
@@ -155,7 +198,9 @@ def paired_items(a: Sequence[Evaluation], b: Sequence[Evaluation], mode: str = "
     return hierarchical_bootstrap_ci(diff, [u[0] for u in units])
 
 
-def item_scores(evs: Sequence[Evaluation], mode: str = "greedy", key: str = "correct") -> dict[str, float]:
+def item_scores(
+    evs: Sequence[Evaluation], mode: str = "greedy", key: str = "correct"
+) -> dict[str, float]:
     """Per item: the mean of ``key`` over seeds (and over samples in ``sample`` mode)."""
     acc: dict[str, list[float]] = defaultdict(list)
     for ev in evs:
@@ -174,9 +219,18 @@ def sample_metric(evs: Sequence[Evaluation]) -> str:
     return "avg@k"
 
 
-def compare(out: Output, claim: str, setting: str, a: Sequence[Evaluation], b: Sequence[Evaluation],
-            *, mode: str = "greedy", key: str = "correct", close_margin: float | None = None,
-            label: str = "") -> Interval:
+def compare(
+    out: Output,
+    claim: str,
+    setting: str,
+    a: Sequence[Evaluation],
+    b: Sequence[Evaluation],
+    *,
+    mode: str = "greedy",
+    key: str = "correct",
+    close_margin: float | None = None,
+    label: str = "",
+) -> Interval:
     """Decide ``claim`` from the paired per-item difference ``a - b`` and record it on ``out``."""
     sa, sb = item_scores(a, mode, key), item_scores(b, mode, key)
     diff = paired_items(a, b, mode, key)
@@ -184,10 +238,12 @@ def compare(out: Output, claim: str, setting: str, a: Sequence[Evaluation], b: S
     what = "accuracy" if key == "correct" else key
     units = {ev.unit for ev in a} & {ev.unit for ev in b}
     n_bases = len({u[0] for u in units})
-    evidence = (f"paired per-item difference in {mode} {what} ({label or 'a - b'}): "
-                f"{diff.mean:+.3f}, 95% CI [{diff.low:+.3f}, {diff.high:+.3f}] over {diff.n} items"
-                f" x {len(units)} run(s) on {n_bases} base(s)"
-                + (f"; 'close' means the CI lies within ±{close_margin}" if close_margin else ""))
+    evidence = (
+        f"paired per-item difference in {mode} {what} ({label or 'a - b'}): "
+        f"{diff.mean:+.3f}, 95% CI [{diff.low:+.3f}, {diff.high:+.3f}] over {diff.n} items"
+        f" x {len(units)} run(s) on {n_bases} base(s)"
+        + (f"; 'close' means the CI lies within ±{close_margin}" if close_margin else "")
+    )
     shared = [k for k in sa if k in sb]
     values = {sa[k] for k in shared} | {sb[k] for k in shared}
     if diff.n < 2:
@@ -196,13 +252,28 @@ def compare(out: Output, claim: str, setting: str, a: Sequence[Evaluation], b: S
         # Both methods score every item identically at 0 (or 1): no evidence either way.
         verdict = "inconclusive"
         evidence += f"; both methods score {values.pop():g} on every item (floor/ceiling), so the comparison has no power"
-    out.claim(claim, setting, verdict, evidence, diff_mean=diff.mean, diff_low=diff.low,
-              diff_high=diff.high, n=diff.n)
+    out.claim(
+        claim,
+        setting,
+        verdict,
+        evidence,
+        diff_mean=diff.mean,
+        diff_low=diff.low,
+        diff_high=diff.high,
+        n=diff.n,
+    )
     return diff
 
 
-def paired_seed_claim(out: Output, claim: str, setting: str, a: Sequence[float], b: Sequence[float],
-                      what: str, bases: Sequence[int] | None = None) -> Interval:
+def paired_seed_claim(
+    out: Output,
+    claim: str,
+    setting: str,
+    a: Sequence[float],
+    b: Sequence[float],
+    what: str,
+    bases: Sequence[int] | None = None,
+) -> Interval:
     """Decide ``claim`` from the per-draw paired difference ``a - b`` (runs of the same base
     and seed); ``bases[i]`` is the base seed of draw ``i`` (default: one base)."""
     bases = list(bases) if bases is not None else [0] * len(a)
@@ -215,8 +286,15 @@ def paired_seed_claim(out: Output, claim: str, setting: str, a: Sequence[float],
     note = "; one seed gives no interval, so the verdict cannot be 'held'" if diff.n < 2 else ""
     if diff.n < 2 and verdict != "inconclusive":
         verdict = "inconclusive"
-    out.claim(claim, setting, verdict,
-              f"per-seed paired difference in {what}: {diff.mean:+.4g}, 95% CI "
-              f"[{diff.low:+.4g}, {diff.high:+.4g}] over {diff.n} seeds{note}",
-              diff_mean=diff.mean, diff_low=diff.low, diff_high=diff.high, n=diff.n)
+    out.claim(
+        claim,
+        setting,
+        verdict,
+        f"per-seed paired difference in {what}: {diff.mean:+.4g}, 95% CI "
+        f"[{diff.low:+.4g}, {diff.high:+.4g}] over {diff.n} seeds{note}",
+        diff_mean=diff.mean,
+        diff_low=diff.low,
+        diff_high=diff.high,
+        n=diff.n,
+    )
     return diff

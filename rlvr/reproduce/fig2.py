@@ -7,11 +7,19 @@ mostly sharpens sampling, which shows as an avg@k gain without a greedy gain; SF
 compute shows what plain supervised training buys for the same budget). Bars are means over
 runs (base seeds x RL seeds) with hierarchical 95% bootstrap intervals over bases and seeds.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from rlvr.reproduce.collect import base_evals, evals_for, runs_for, sample_metric, seed_ci, sft_evals
+from rlvr.reproduce.collect import (
+    base_evals,
+    evals_for,
+    runs_for,
+    sample_metric,
+    seed_ci,
+    sft_evals,
+)
 from rlvr.reproduce.common import METHOD_COLORS, METHOD_LABELS, Context, Output, markdown_table, plt
 
 NAME = "fig2"
@@ -39,9 +47,18 @@ def rows(ctx: Context, evs: dict[str, list]) -> list[dict]:
                 ci = seed_ci(method_evs, metric, size)
                 if ci is None:
                     continue
-                out.append({"method": method, "mode": mode, "n_people": size, "mean": ci.mean,
-                            "low": ci.low, "high": ci.high, "seeds": ci.n,
-                            "bases": len({ev.unit[0] for ev in method_evs})})
+                out.append(
+                    {
+                        "method": method,
+                        "mode": mode,
+                        "n_people": size,
+                        "mean": ci.mean,
+                        "low": ci.low,
+                        "high": ci.high,
+                        "seeds": ci.n,
+                        "bases": len({ev.unit[0] for ev in method_evs}),
+                    }
+                )
     return out
 
 
@@ -49,18 +66,32 @@ def plot(ctx: Context, table: list[dict], out: Output) -> None:
     modes = list(dict.fromkeys(r["mode"] for r in table))
     methods = list(dict.fromkeys(r["method"] for r in table))
     sizes = [str(v) for v in ctx.profile.settings["kk"].group_values]
-    fig, axes = plt.subplots(1, len(modes), figsize=(6.2 * len(modes), 4.2), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(modes), figsize=(6.2 * len(modes), 4.2), sharey=True, squeeze=False
+    )
     width = 0.8 / max(1, len(methods))
     for ax, mode in zip(axes[0], modes):
         for j, m in enumerate(methods):
             pts = {r["n_people"]: r for r in table if r["mode"] == mode and r["method"] == m}
             xs = np.arange(len(sizes)) + (j - (len(methods) - 1) / 2) * width
             means = [pts[s]["mean"] if s in pts else np.nan for s in sizes]
-            err = [[max(0.0, pts[s]["mean"] - pts[s]["low"]) if s in pts else 0 for s in sizes],
-                   [max(0.0, pts[s]["high"] - pts[s]["mean"]) if s in pts else 0 for s in sizes]]
+            err = [
+                [max(0.0, pts[s]["mean"] - pts[s]["low"]) if s in pts else 0 for s in sizes],
+                [max(0.0, pts[s]["high"] - pts[s]["mean"]) if s in pts else 0 for s in sizes],
+            ]
             hatch = "//" if m in ("base", "sft") else None
-            ax.bar(xs, means, width, yerr=err, capsize=2, label=METHOD_LABELS.get(m, m),
-                   color=METHOD_COLORS.get(m), hatch=hatch, edgecolor="white", linewidth=0.5)
+            ax.bar(
+                xs,
+                means,
+                width,
+                yerr=err,
+                capsize=2,
+                label=METHOD_LABELS.get(m, m),
+                color=METHOD_COLORS.get(m),
+                hatch=hatch,
+                edgecolor="white",
+                linewidth=0.5,
+            )
         ax.set_xticks(np.arange(len(sizes)), [f"{s} people" for s in sizes])
         ax.set_title("greedy accuracy" if mode == "greedy" else f"{mode} (temperature of training)")
         ax.set_ylim(0, 1)
@@ -68,8 +99,10 @@ def plot(ctx: Context, table: list[dict], out: Output) -> None:
     axes[0][0].set_ylabel("accuracy (mean over runs, 95% CI)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
-    fig.suptitle(f"Knights & Knaves accuracy by puzzle size ({ctx.profile.name} profile, "
-                 f"{len(ctx.units())} run(s) per method)")
+    fig.suptitle(
+        f"Knights & Knaves accuracy by puzzle size ({ctx.profile.name} profile, "
+        f"{len(ctx.units())} run(s) per method)"
+    )
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     out.save_fig(fig)
 
@@ -77,8 +110,11 @@ def plot(ctx: Context, table: list[dict], out: Output) -> None:
 def markdown(ctx: Context, table: list[dict]) -> str:
     """The figure's numbers: one table per mode, methods x sizes, mean [95% CI] over seeds."""
     sizes = [str(v) for v in ctx.profile.settings["kk"].group_values] + ["all"]
-    md = [f"# K&K accuracy by puzzle size ({ctx.profile.name} profile, {ctx.draws()}, "
-          f"model {ctx.profile.settings['kk'].model})", ""]
+    md = [
+        f"# K&K accuracy by puzzle size ({ctx.profile.name} profile, {ctx.draws()}, "
+        f"model {ctx.profile.settings['kk'].model})",
+        "",
+    ]
     for mode in dict.fromkeys(r["mode"] for r in table):
         cells = {(r["method"], r["n_people"]): r for r in table if r["mode"] == mode}
         body = []
@@ -86,11 +122,22 @@ def markdown(ctx: Context, table: list[dict]) -> str:
             row = [METHOD_LABELS.get(m, m)]
             for s in sizes:
                 r = cells.get((m, s))
-                row.append("n/a" if r is None else (f"{r['mean']:.3f}" if r["seeds"] <= 1 else
-                                                    f"{r['mean']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"))
+                row.append(
+                    "n/a"
+                    if r is None
+                    else (
+                        f"{r['mean']:.3f}"
+                        if r["seeds"] <= 1
+                        else f"{r['mean']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
+                    )
+                )
             body.append(row)
-        md += [f"## {'greedy accuracy' if mode == 'greedy' else mode + ' at the training temperature'}", "",
-               markdown_table(["method"] + [f"{s} ppl" if s != "all" else "all" for s in sizes], body), ""]
+        md += [
+            f"## {'greedy accuracy' if mode == 'greedy' else mode + ' at the training temperature'}",
+            "",
+            markdown_table(["method"] + [f"{s} ppl" if s != "all" else "all" for s in sizes], body),
+            "",
+        ]
     return "\n".join(md)
 
 

@@ -20,6 +20,7 @@ which carry most of its norm, so its norm is smaller overall and a smaller std c
 scale alone; the same claim is therefore also decided on the scale-free coefficient of variation
 (beyond the paper).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,7 +28,13 @@ import numpy as np
 from rlvr.eval.stats import hierarchical_bootstrap_ci
 from rlvr.reproduce.collect import paired_seed_claim
 from rlvr.reproduce.common import METHOD_COLORS, METHOD_LABELS, Context, Output, plt
-from rlvr.reproduce.trajectories import METHODS, SETTING_TITLES, collect, long_rows, plot_trajectories
+from rlvr.reproduce.trajectories import (
+    METHODS,
+    SETTING_TITLES,
+    collect,
+    long_rows,
+    plot_trajectories,
+)
 
 NAME = "fig3"
 SPIKE_FACTOR = 2.0
@@ -39,7 +46,7 @@ def count_spikes(g: np.ndarray, factor: float = SPIKE_FACTOR, window: int = SPIK
     g = np.asarray(g, dtype=float)
     count = 0
     for t in range(1, g.size):
-        prev = g[max(0, t - window):t]
+        prev = g[max(0, t - window) : t]
         prev = prev[np.isfinite(prev)]
         if prev.size and np.isfinite(g[t]) and g[t] > factor * np.median(prev):
             count += 1
@@ -51,8 +58,12 @@ def variability(g: np.ndarray) -> dict[str, float]:
     finite = g[np.isfinite(g)]
     std = float(finite.std()) if finite.size else float("nan")
     mean = float(finite.mean()) if finite.size else float("nan")
-    return {"std": std, "spikes": float(count_spikes(g)), "mean": mean,
-            "cv": std / mean if finite.size and mean > 0 else float("nan")}
+    return {
+        "std": std,
+        "spikes": float(count_spikes(g)),
+        "mean": mean,
+        "cv": std / mean if finite.size and mean > 0 else float("nan"),
+    }
 
 
 def run(ctx: Context) -> dict:
@@ -60,45 +71,87 @@ def run(ctx: Context) -> dict:
     data = collect(ctx, out, "grad_norm")
     window = 1 if ctx.smoke else 5
     measures = ("std", "cv", "spikes")
-    fig, axes = plt.subplots(1 + len(measures), len(data), figsize=(4.6 * len(data), 11.5), squeeze=False,
-                             gridspec_kw={"height_ratios": [2] + [1] * len(measures)})
+    fig, axes = plt.subplots(
+        1 + len(measures),
+        len(data),
+        figsize=(4.6 * len(data), 11.5),
+        squeeze=False,
+        gridspec_kw={"height_ratios": [2] + [1] * len(measures)},
+    )
     plot_trajectories(axes[0], data, "gradient norm (before clipping)", window)
     var_rows = []
-    titles = {"std": "std of the gradient norm", "cv": "coefficient of variation (std / mean)",
-              "spikes": f"spikes (> {SPIKE_FACTOR:g}x trailing median)"}
+    titles = {
+        "std": "std of the gradient norm",
+        "cv": "coefficient of variation (std / mean)",
+        "spikes": f"spikes (> {SPIKE_FACTOR:g}x trailing median)",
+    }
     for j, (setting, by_method) in enumerate(data.items()):
         stats = {m: [variability(r) for r in runs] for m, runs in by_method.items()}
         for i, measure in enumerate(measures):
             ax = axes[1 + i][j]
             for k, m in enumerate(METHODS):
-                kept = [(s[measure], b) for s, (b, _) in zip(stats[m], ctx.units())
-                        if np.isfinite(s[measure])]
+                kept = [
+                    (s[measure], b)
+                    for s, (b, _) in zip(stats[m], ctx.units())
+                    if np.isfinite(s[measure])
+                ]
                 if not kept:
                     continue
                 ci = hierarchical_bootstrap_ci([v for v, _ in kept], [b for _, b in kept])
-                var_rows.append({"setting": setting, "method": m, "measure": measure, "mean": ci.mean,
-                                 "low": ci.low, "high": ci.high, "seeds": ci.n})
-                ax.bar(k, ci.mean, yerr=[[ci.mean - ci.low], [ci.high - ci.mean]], capsize=3, width=0.6,
-                       color=METHOD_COLORS[m], label=METHOD_LABELS[m])
+                var_rows.append(
+                    {
+                        "setting": setting,
+                        "method": m,
+                        "measure": measure,
+                        "mean": ci.mean,
+                        "low": ci.low,
+                        "high": ci.high,
+                        "seeds": ci.n,
+                    }
+                )
+                ax.bar(
+                    k,
+                    ci.mean,
+                    yerr=[[ci.mean - ci.low], [ci.high - ci.mean]],
+                    capsize=3,
+                    width=0.6,
+                    color=METHOD_COLORS[m],
+                    label=METHOD_LABELS[m],
+                )
             ax.set_xticks(range(len(METHODS)), [METHOD_LABELS[m] for m in METHODS])
             ax.set_title(f"{SETTING_TITLES.get(setting, setting)}: {titles[measure]}", fontsize=10)
             ax.grid(axis="y", alpha=0.3)
         std_a = [s["std"] for s in stats["grpo"]]
         std_b = [s["std"] for s in stats["grpo_sg"]]
         n = min(len(std_a), len(std_b))
-        paired_seed_claim(out, "GRPO-SG has smoother gradient norms", SETTING_TITLES.get(setting, setting),
-                          std_a[:n], std_b[:n], "std of the gradient norm, GRPO - GRPO-SG",
-                          bases=[b for b, _ in ctx.units()][:n])
+        paired_seed_claim(
+            out,
+            "GRPO-SG has smoother gradient norms",
+            SETTING_TITLES.get(setting, setting),
+            std_a[:n],
+            std_b[:n],
+            "std of the gradient norm, GRPO - GRPO-SG",
+            bases=[b for b, _ in ctx.units()][:n],
+        )
         cv_a = [s["cv"] for s in stats["grpo"]][:n]
         cv_b = [s["cv"] for s in stats["grpo_sg"]][:n]
-        paired_seed_claim(out, "GRPO-SG has smoother gradient norms (scale-free, beyond the paper)",
-                          SETTING_TITLES.get(setting, setting), cv_a, cv_b,
-                          "coefficient of variation of the gradient norm, GRPO - GRPO-SG",
-                          bases=[b for b, _ in ctx.units()][:n])
-    fig.suptitle(f"Gradient norms, GRPO vs GRPO-SG ({ctx.profile.name} profile, "
-                 f"{len(ctx.units())} run(s) each)")
+        paired_seed_claim(
+            out,
+            "GRPO-SG has smoother gradient norms (scale-free, beyond the paper)",
+            SETTING_TITLES.get(setting, setting),
+            cv_a,
+            cv_b,
+            "coefficient of variation of the gradient norm, GRPO - GRPO-SG",
+            bases=[b for b, _ in ctx.units()][:n],
+        )
+    fig.suptitle(
+        f"Gradient norms, GRPO vs GRPO-SG ({ctx.profile.name} profile, "
+        f"{len(ctx.units())} run(s) each)"
+    )
     fig.tight_layout()
     out.save_fig(fig)
     out.write_csv(long_rows(data, "grad_norm"))
     out.write_csv(var_rows, suffix="_variability.csv")
-    return out.finish({"spike_definition": f"g[t] > {SPIKE_FACTOR} x median of the previous {SPIKE_WINDOW} steps"})
+    return out.finish(
+        {"spike_definition": f"g[t] > {SPIKE_FACTOR} x median of the previous {SPIKE_WINDOW} steps"}
+    )

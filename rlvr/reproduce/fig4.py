@@ -6,6 +6,7 @@ the per-seed paired difference of the mean reward over the second half of traini
 (GRPO-SG - GRPO; the first half is dominated by where both start): held when its 95% interval
 lies above 0.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,7 +20,7 @@ NAME = "fig4"
 
 def late_mean(r: np.ndarray) -> float:
     """Mean over the second half of the steps (all steps when there are fewer than 2)."""
-    half = r[len(r) // 2:] if len(r) >= 2 else r
+    half = r[len(r) // 2 :] if len(r) >= 2 else r
     half = half[np.isfinite(half)]
     return float(half.mean()) if half.size else float("nan")
 
@@ -33,12 +34,19 @@ def run(ctx: Context) -> dict:
         a = [late_mean(r) for r in by_method["grpo_sg"]]
         b = [late_mean(r) for r in by_method["grpo"]]
         n = min(len(a), len(b))
-        paired_seed_claim(out, "GRPO-SG reaches a higher training reward", SETTING_TITLES.get(setting, setting),
-                          a[:n], b[:n],
-                          "mean reward over the second half of training, GRPO-SG - GRPO",
-                          bases=[b for b, _ in ctx.units()][:n])
-    fig.suptitle(f"Training reward, GRPO vs GRPO-SG ({ctx.profile.name} profile, "
-                 f"{len(ctx.units())} run(s) each)")
+        paired_seed_claim(
+            out,
+            "GRPO-SG reaches a higher training reward",
+            SETTING_TITLES.get(setting, setting),
+            a[:n],
+            b[:n],
+            "mean reward over the second half of training, GRPO-SG - GRPO",
+            bases=[b for b, _ in ctx.units()][:n],
+        )
+    fig.suptitle(
+        f"Training reward, GRPO vs GRPO-SG ({ctx.profile.name} profile, "
+        f"{len(ctx.units())} run(s) each)"
+    )
     fig.tight_layout()
     out.save_fig(fig)
     out.write_csv(long_rows(data, "reward/mean"))

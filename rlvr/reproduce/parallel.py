@@ -16,6 +16,7 @@ with a message.
 ``required_runs`` states which runs each script uses; it must follow the scripts (a test checks
 that the scripts train nothing beyond it).
 """
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,9 @@ def required_runs(ctx: Context, names: Iterable[str]) -> list[tuple[Need, list[U
     envs = {s.env for s in ctx.profile.settings.values()}
     needs: list[tuple[Need, list[Unit]]] = []
 
-    def add(key: str, algo: str, extra: dict[str, Any] | None = None,
-            units: list[Unit] | None = None):
+    def add(
+        key: str, algo: str, extra: dict[str, Any] | None = None, units: list[Unit] | None = None
+    ):
         if key in ctx.profile.settings:
             draws = ctx.units() if units is None else units
             needs.append(((key, algo, dict(extra or {})), list(draws)))
@@ -108,8 +110,10 @@ def worker_gpus(jobs: int, gpus: list[str], uses_gpu: bool) -> tuple[int, list[s
     if not uses_gpu or not gpus:
         return jobs, [], ""
     if jobs > len(gpus):
-        msg = (f"[reproduce] --jobs {jobs} capped to {len(gpus)}: one GPU per worker, and "
-               f"{len(gpus)} GPU(s) are visible (CUDA_VISIBLE_DEVICES={','.join(gpus)})")
+        msg = (
+            f"[reproduce] --jobs {jobs} capped to {len(gpus)}: one GPU per worker, and "
+            f"{len(gpus)} GPU(s) are visible (CUDA_VISIBLE_DEVICES={','.join(gpus)})"
+        )
         return len(gpus), gpus, msg
     return jobs, gpus[:jobs], ""
 
@@ -130,15 +134,25 @@ def _train(cfg, cache: str) -> str:
     from rlvr.reproduce.runs import ensure_run
 
     run = ensure_run(cfg, Path(cache), say=lambda m: None, progress=False)
-    return (f"trained {cfg.env}/{cfg.algo} seed {cfg.seed} on {cfg.model} ({len(run.metrics)} "
-            f"steps, {run.update_tokens} update tokens)")
+    return (
+        f"trained {cfg.env}/{cfg.algo} seed {cfg.seed} on {cfg.model} ({len(run.metrics)} "
+        f"steps, {run.update_tokens} update tokens)"
+    )
 
 
 def _sft(setting, seed: int, budget: int, cache: str, smoke: bool, model: str) -> str:
     from rlvr.reproduce.runs import ensure_sft_reference
 
-    path = ensure_sft_reference(setting, seed, budget, Path(cache), say=lambda m: None,
-                                progress=False, smoke=smoke, model=model)
+    path = ensure_sft_reference(
+        setting,
+        seed,
+        budget,
+        Path(cache),
+        say=lambda m: None,
+        progress=False,
+        smoke=smoke,
+        model=model,
+    )
     return f"continued SFT seed {seed} of {model} ({budget} tokens) -> {path.name}"
 
 
@@ -156,8 +170,9 @@ def _eval(ecfg, cache: str) -> str:
     return f"evaluated {ecfg.env} {Path(ecfg.model).parent.name or ecfg.model} -> {ev.key}"
 
 
-def _pool_map(ctx: Context, jobs: int, tasks: list[tuple], label: str,
-              gpus: list[str] | None = None) -> None:
+def _pool_map(
+    ctx: Context, jobs: int, tasks: list[tuple], label: str, gpus: list[str] | None = None
+) -> None:
     """Run ``(fn, *args)`` tasks in ``jobs`` processes, longest first as given; report progress.
     With ``gpus`` (one per worker, ``len(gpus) >= jobs``) each worker sees only its own GPU."""
     if not tasks:
@@ -172,11 +187,16 @@ def _pool_map(ctx: Context, jobs: int, tasks: list[tuple], label: str,
         for g in gpus[:jobs]:
             queue.put(g)
     where = f" on GPUs {','.join(gpus[:jobs])}" if gpus else ""
-    ctx.say(f"[reproduce] {label}: {len(tasks)} task(s) on {jobs} processes x {threads} "
-            f"thread(s){where}")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp, initializer=_init_worker,
-                             initargs=(threads, queue)) as pool, \
-            tqdm(total=len(tasks), desc=label, disable=not ctx.progress) as bar:
+    ctx.say(
+        f"[reproduce] {label}: {len(tasks)} task(s) on {jobs} processes x {threads} "
+        f"thread(s){where}"
+    )
+    with (
+        ProcessPoolExecutor(
+            max_workers=jobs, mp_context=mp, initializer=_init_worker, initargs=(threads, queue)
+        ) as pool,
+        tqdm(total=len(tasks), desc=label, disable=not ctx.progress) as bar,
+    ):
         pending = {pool.submit(fn, *args) for fn, *args in tasks}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -200,8 +220,12 @@ def _build_bases(ctx: Context, models: Iterable[str], jobs: int) -> None:
     from rlvr.models.presets import parse_spec, preset_config
     from rlvr.reproduce.runs import model_identity
 
-    missing = [m for m in dict.fromkeys(models) if parse_spec(m) is not None
-               and not (models_dir() / model_identity(m) / "build.json").exists()]
+    missing = [
+        m
+        for m in dict.fromkeys(models)
+        if parse_spec(m) is not None
+        and not (models_dir() / model_identity(m) / "build.json").exists()
+    ]
     if len(missing) > 1 and jobs > 1:
         _pool_map(ctx, jobs, [(_build, m) for m in missing], "base models")
 
@@ -219,8 +243,12 @@ def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
     runs: list[tuple[str, Any]] = []
     for (key, algo, extra), units in required_runs(ctx, names):
         for base_seed, seed in units:
-            runs.append((key, train_config(ctx.profile.settings[key], algo, seed, extra,
-                                           base_seed=base_seed)))
+            runs.append(
+                (
+                    key,
+                    train_config(ctx.profile.settings[key], algo, seed, extra, base_seed=base_seed),
+                )
+            )
     runs.sort(key=lambda kc: -_cost(ctx.profile.settings[kc[0]].env))
     from rlvr.agents.trainer import resolve_device
 
@@ -229,8 +257,11 @@ def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
     if msg:
         ctx.say(msg)
     _build_bases(ctx, [cfg.model for _, cfg in runs], jobs)
-    todo = [(_train, cfg, cache) for _, cfg in runs
-            if not (Path(cache) / "runs" / run_key(cfg) / DONE).exists()]
+    todo = [
+        (_train, cfg, cache)
+        for _, cfg in runs
+        if not (Path(cache) / "runs" / run_key(cfg) / DONE).exists()
+    ]
     _pool_map(ctx, jobs, todo, "training runs", gpus)
 
     def finished(cfg) -> Run:  # a cache hit after the pool (trained here only if a worker failed)
@@ -240,33 +271,47 @@ def prefetch(ctx: Context, names: Iterable[str], jobs: int) -> None:
     for key, cfg in runs:
         setting = ctx.profile.settings[key]
         run = finished(cfg)
-        for eval_set in (list(setting.eval_sets.values()) or [None]):
-            evals.append(eval_config(setting, cfg, str(run.final), seed=cfg.seed, eval_set=eval_set))
+        for eval_set in list(setting.eval_sets.values()) or [None]:
+            evals.append(
+                eval_config(setting, cfg, str(run.final), seed=cfg.seed, eval_set=eval_set)
+            )
     wanted = set(names)
-    base_for = [key for key, script in (("kk", "fig2"), ("math", "table_math"), ("searchqa", "table_qa"))
-                if key in ctx.profile.settings and (script in wanted or "all" in wanted)]
+    base_for = [
+        key
+        for key, script in (("kk", "fig2"), ("math", "table_math"), ("searchqa", "table_qa"))
+        if key in ctx.profile.settings and (script in wanted or "all" in wanted)
+    ]
     for key in base_for:  # the untrained base models, once per draw
         setting = ctx.profile.settings[key]
         for base_seed, seed in ctx.units():
             cfg = train_config(setting, "grpo", seed, base_seed=base_seed)
-            for eval_set in (list(setting.eval_sets.values()) or [None]):
+            for eval_set in list(setting.eval_sets.values()) or [None]:
                 evals.append(eval_config(setting, cfg, cfg.model, seed=seed, eval_set=eval_set))
-    sft_for = [key for key in base_for if ctx.profile.sft_reference
-               and (key == "kk" or tables.has_sft_row(ctx, key))]
+    sft_for = [
+        key
+        for key in base_for
+        if ctx.profile.sft_reference and (key == "kk" or tables.has_sft_row(ctx, key))
+    ]
     for key in sft_for:  # continued SFT on the update tokens of the matching GRPO run
         setting = ctx.profile.settings[key]
         for base_seed, seed in ctx.units():
             run = finished(train_config(setting, "grpo", seed, base_seed=base_seed))
-            sft.append((_sft, setting, seed, run.update_tokens, cache, ctx.smoke,
-                        run.config.model))
+            sft.append((_sft, setting, seed, run.update_tokens, cache, ctx.smoke, run.config.model))
     _pool_map(ctx, jobs, sft, "continued SFT references", gpus)
     for key in sft_for:  # their evaluations need the SFT folders, which exist now
         setting = ctx.profile.settings[key]
         for base_seed, seed in ctx.units():
             cfg = train_config(setting, "grpo", seed, base_seed=base_seed)
-            path = ensure_sft_reference(setting, seed, finished(cfg).update_tokens, ctx.cache,
-                                        say=ctx.say, progress=False, smoke=ctx.smoke,
-                                        model=cfg.model)
+            path = ensure_sft_reference(
+                setting,
+                seed,
+                finished(cfg).update_tokens,
+                ctx.cache,
+                say=ctx.say,
+                progress=False,
+                smoke=ctx.smoke,
+                model=cfg.model,
+            )
             evals.append(eval_config(setting, cfg, str(path), seed=seed))
     seen, unique = set(), []
     for e in evals:

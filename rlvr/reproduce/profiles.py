@@ -13,6 +13,7 @@ prints the plan (engine, GPUs, memory, steps) instead of training. The engine fo
 a setting whose run passes the trainer's own memory check (``rlvr.agents.memory``) on one of the
 GPUs it names trains natively; any other is marked ``verl`` and the native path refuses it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -84,35 +85,84 @@ class Profile:
 def tiny_profile(smoke: bool = False) -> Profile:
     """CPU profile on the locally built tiny bases (``--smoke``: the micro model, 2 steps)."""
     if smoke:
-        micro_train = {"profile": "micro", "steps": 2, "save_every": 1, "progress": False,
-                       "eval.every": 0}
+        micro_train = {
+            "profile": "micro",
+            "steps": 2,
+            "save_every": 1,
+            "progress": False,
+            "eval.every": 0,
+        }
         common = dict(n_items=2, k=2, eval_max_new_tokens=12, eval_batch_size=16)
         settings = {
-            "kk": Setting("kk", "micro", dict(micro_train), group_by="n_people",
-                          group_values=[3, 4], **common),
-            "math": Setting("math", "micro", dict(micro_train), group_by=MATH_GROUP,
-                            group_values=MATH_GROUP_VALUES[:2], **common),
-            "searchqa": Setting("searchqa", "micro", dict(micro_train), group_by=QA_GROUP,
-                                group_values=QA_GROUP_VALUES, **common),
+            "kk": Setting(
+                "kk", "micro", dict(micro_train), group_by="n_people", group_values=[3, 4], **common
+            ),
+            "math": Setting(
+                "math",
+                "micro",
+                dict(micro_train),
+                group_by=MATH_GROUP,
+                group_values=MATH_GROUP_VALUES[:2],
+                **common,
+            ),
+            "searchqa": Setting(
+                "searchqa",
+                "micro",
+                dict(micro_train),
+                group_by=QA_GROUP,
+                group_values=QA_GROUP_VALUES,
+                **common,
+            ),
         }
-        return Profile("tiny", settings, seeds=1,
-                       sweep={"tau": [0.25], "mu": [0.4], "alpha": [2.0]}, close_margin=0.05)
+        return Profile(
+            "tiny",
+            settings,
+            seeds=1,
+            sweep={"tau": [0.25], "mu": [0.4], "alpha": [2.0]},
+            close_margin=0.05,
+        )
     settings = {
         # The size the tiny profile trains on (train on every size you evaluate): 3 people,
         # the one held-out size where the tiny-kk base is within a 0.1-0.8 greedy
         # band (2-person puzzles are not held out, ~588 exist; 4 people: 0.06; see tiny_kk.yaml).
         # k=4 samples per item keep the 3-seed reproduction within its CPU budget.
-        "kk": Setting("kk", "tiny-kk", {"profile": "tiny"}, group_by="n_people",
-                      group_values=[3], n_items=100, k=4),
-        "math": Setting("math", "tiny-math", {"profile": "tiny"}, group_by=MATH_GROUP,
-                        group_values=MATH_GROUP_VALUES, n_items=100, k=4),
-        "searchqa": Setting("searchqa", "tiny-searchqa", {"profile": "tiny"}, group_by=QA_GROUP,
-                            group_values=QA_GROUP_VALUES, n_items=100, k=4),
+        "kk": Setting(
+            "kk",
+            "tiny-kk",
+            {"profile": "tiny"},
+            group_by="n_people",
+            group_values=[3],
+            n_items=100,
+            k=4,
+        ),
+        "math": Setting(
+            "math",
+            "tiny-math",
+            {"profile": "tiny"},
+            group_by=MATH_GROUP,
+            group_values=MATH_GROUP_VALUES,
+            n_items=100,
+            k=4,
+        ),
+        "searchqa": Setting(
+            "searchqa",
+            "tiny-searchqa",
+            {"profile": "tiny"},
+            group_by=QA_GROUP,
+            group_values=QA_GROUP_VALUES,
+            n_items=100,
+            k=4,
+        ),
     }
     # Three bases x one RL seed: three independent draws per method, each from its own build, at
     # the cost of three RL seeds on one base plus two more builds per task.
-    return Profile("tiny", settings, seeds=1, base_seeds=3,
-                   sweep={"tau": [0.25, 1.0], "mu": [0.4, 0.6], "alpha": [2.0, 4.0]})
+    return Profile(
+        "tiny",
+        settings,
+        seeds=1,
+        base_seeds=3,
+        sweep={"tau": [0.25, 1.0], "mu": [0.4, 0.6], "alpha": [2.0, 4.0]},
+    )
 
 
 #: How the synthetic tasks are grouped in the tiny tables (the env keyword and its values).
@@ -125,32 +175,61 @@ QA_GROUP_VALUES = [1, 2]
 # -- paper ---------------------------------------------------------------------------------------
 #: Public architecture facts (the models' ``config.json`` on the Hugging Face hub), for the plan.
 QWEN_ARCH = {
-    "Qwen/Qwen2.5-3B-Instruct": dict(hidden=2048, layers=36, heads=16, kv_heads=2, inter=11008, vocab=151936, tied=1),
-    "Qwen/Qwen2.5-7B-Instruct-1M": dict(hidden=3584, layers=28, heads=28, kv_heads=4, inter=18944, vocab=152064),
-    "Qwen/Qwen2.5-7B": dict(hidden=3584, layers=28, heads=28, kv_heads=4, inter=18944, vocab=152064),
-    "Qwen/Qwen2.5-3B": dict(hidden=2048, layers=36, heads=16, kv_heads=2, inter=11008, vocab=151936, tied=1),
+    "Qwen/Qwen2.5-3B-Instruct": dict(
+        hidden=2048, layers=36, heads=16, kv_heads=2, inter=11008, vocab=151936, tied=1
+    ),
+    "Qwen/Qwen2.5-7B-Instruct-1M": dict(
+        hidden=3584, layers=28, heads=28, kv_heads=4, inter=18944, vocab=152064
+    ),
+    "Qwen/Qwen2.5-7B": dict(
+        hidden=3584, layers=28, heads=28, kv_heads=4, inter=18944, vocab=152064
+    ),
+    "Qwen/Qwen2.5-3B": dict(
+        hidden=2048, layers=36, heads=16, kv_heads=2, inter=11008, vocab=151936, tied=1
+    ),
 }
 
 #: K&K recipe (Logic-RL / AR-Lopti scripts, docs/design.md §6).
 _KK_RECIPE = {
-    "profile": "default", "dtype": "bfloat16", "device": "cuda", "gradient_checkpointing": True,
-    "prompts_per_step": 64, "group_size": 8, "mini_batch_size": 256, "ppo_epochs": 1,
+    "profile": "default",
+    "dtype": "bfloat16",
+    "device": "cuda",
+    "gradient_checkpointing": True,
+    "prompts_per_step": 64,
+    "group_size": 8,
+    "mini_batch_size": 256,
+    "ppo_epochs": 1,
     # 5 epochs over Logic-RL's 3-7-people train sets (5 x 900 puzzles) at 64 prompts a step.
     "steps": math.ceil(5 * 5 * 900 / 64),
     # Micro-batches bound the memory of a forward (8 of the 256 episodes of a mini-batch); the
     # token-mean loss is normalised over the mini-batch, so the update is the same.
-    "micro_batch_size": 8, "rollout.vllm_gpu_memory_utilization": 0.3,
-    "rollout.backend": "vllm", "rollout.temperature": 0.7, "rollout.max_prompt_tokens": 400,
-    "rollout.max_response_tokens": 4096, "optim.lr": 1e-6, "optim.grad_clip": 1.0,
-    "loss.clip_low": 0.2, "loss.clip_high": 0.24, "loss.dual_clip": 10.0, "loss.kl_coef": 0.001,
-    "loss.agg": "token-mean", "eval.every": 20, "eval.n_prompts": 100, "save_every": 20,
-    "env_kwargs.dataset": "K-and-K/knights-and-knaves", "env_kwargs.n_people": [3, 4, 5, 6, 7],
-    "env_kwargs.template": "qwen", "env_kwargs.prefill_think": True,
+    "micro_batch_size": 8,
+    "rollout.vllm_gpu_memory_utilization": 0.3,
+    "rollout.backend": "vllm",
+    "rollout.temperature": 0.7,
+    "rollout.max_prompt_tokens": 400,
+    "rollout.max_response_tokens": 4096,
+    "optim.lr": 1e-6,
+    "optim.grad_clip": 1.0,
+    "loss.clip_low": 0.2,
+    "loss.clip_high": 0.24,
+    "loss.dual_clip": 10.0,
+    "loss.kl_coef": 0.001,
+    "loss.agg": "token-mean",
+    "eval.every": 20,
+    "eval.n_prompts": 100,
+    "save_every": 20,
+    "env_kwargs.dataset": "K-and-K/knights-and-knaves",
+    "env_kwargs.n_people": [3, 4, 5, 6, 7],
+    "env_kwargs.template": "qwen",
+    "env_kwargs.prefill_think": True,
 }
 _MATH_RECIPE = {
     **{k: v for k, v in _KK_RECIPE.items() if not k.startswith(("env_kwargs.", "steps", "eval."))},
-    "rollout.temperature": 1.0, "env_kwargs.dataset": "agentica-org/DeepScaleR-Preview-Dataset",
-    "env_kwargs.split": "train", "steps": 500,
+    "rollout.temperature": 1.0,
+    "env_kwargs.dataset": "agentica-org/DeepScaleR-Preview-Dataset",
+    "env_kwargs.split": "train",
+    "steps": 500,
     # DeepScaleR has no held-out split: the five benchmarks are evaluated after training.
     "eval.every": 0,
 }
@@ -159,11 +238,18 @@ _MATH_RECIPE = {
 QA_RETRIEVER = "http://127.0.0.1:8000"
 _QA_RECIPE = {
     **{k: v for k, v in _KK_RECIPE.items() if not k.startswith(("env_kwargs.", "steps", "eval."))},
-    "group_size": 16, "rollout.temperature": 1.0, "rollout.stop": ["</search>", "</answer>"],
-    "rollout.max_response_tokens": 2048, "steps": 1000, "eval.every": 100, "eval.n_prompts": 100,
+    "group_size": 16,
+    "rollout.temperature": 1.0,
+    "rollout.stop": ["</search>", "</answer>"],
+    "rollout.max_response_tokens": 2048,
+    "steps": 1000,
+    "eval.every": 100,
+    "eval.n_prompts": 100,
     # Search-R1's training mix (NQ + HotpotQA train); held-out: their test (HotpotQA: dev) sets.
-    "env_kwargs.dataset": "flashrag:nq+hotpotqa", "env_kwargs.retriever": QA_RETRIEVER,
-    "env_kwargs.max_turns": 2, "env_kwargs.topk": 3,
+    "env_kwargs.dataset": "flashrag:nq+hotpotqa",
+    "env_kwargs.retriever": QA_RETRIEVER,
+    "env_kwargs.max_turns": 2,
+    "env_kwargs.topk": 3,
 }
 
 #: Values of the paper profile that no public recipe fixes (our choices, stated in docs).
@@ -175,7 +261,7 @@ PAPER_CHOICES = {
     "searchqa.rollout.max_response_tokens": "2048 (observations included)",
     "paper.seeds": "3",
     "micro_batch_size": "8 episodes per forward (memory only: the loss is normalised per "
-                        "mini-batch)",
+    "mini-batch)",
     "rollout.vllm_gpu_memory_utilization": "0.3 (vLLM sleeps during the update)",
     "gpu": "one H200 (141 GB) for the 3B runs (native trainer); 80 GB GPUs under verl for 7B",
 }
@@ -186,36 +272,84 @@ GPUS = {"H200-141GB": 139.8, "H100-80GB": 79.6}
 GPU_RESERVE_GIB = 1.0
 
 #: Column -> the math env's dataset name (``rlvr.envs.math.data.DATASETS``).
-PAPER_MATH_SETS = {"MATH-500": "math500", "Minerva": "minerva", "OlympiadBench": "olympiadbench",
-                   "AIME24": "aime24", "AMC23": "amc23"}
+PAPER_MATH_SETS = {
+    "MATH-500": "math500",
+    "Minerva": "minerva",
+    "OlympiadBench": "olympiadbench",
+    "AIME24": "aime24",
+    "AMC23": "amc23",
+}
 #: Column -> FlashRAG subset: Search-R1's seven evaluation sets (test split, dev where FlashRAG
 #: has no test split: ``rlvr.envs.searchqa.data.flashrag_split``).
-PAPER_QA_SETS = {"NQ": "flashrag:nq", "TriviaQA": "flashrag:triviaqa", "PopQA": "flashrag:popqa",
-                 "HotpotQA": "flashrag:hotpotqa", "2Wiki": "flashrag:2wikimultihopqa",
-                 "MuSiQue": "flashrag:musique", "Bamboogle": "flashrag:bamboogle"}
+PAPER_QA_SETS = {
+    "NQ": "flashrag:nq",
+    "TriviaQA": "flashrag:triviaqa",
+    "PopQA": "flashrag:popqa",
+    "HotpotQA": "flashrag:hotpotqa",
+    "2Wiki": "flashrag:2wikimultihopqa",
+    "MuSiQue": "flashrag:musique",
+    "Bamboogle": "flashrag:bamboogle",
+}
 
 
 def paper_profile() -> Profile:
-    kk = dict(group_by="n_people", group_values=[3, 4, 5, 6, 7], n_items=100, k=8,
-              eval_env_kwargs={"dataset": "K-and-K/knights-and-knaves", "template": "qwen"})
+    kk = dict(
+        group_by="n_people",
+        group_values=[3, 4, 5, 6, 7],
+        n_items=100,
+        k=8,
+        eval_env_kwargs={"dataset": "K-and-K/knights-and-knaves", "template": "qwen"},
+    )
     settings = {
-        "kk": Setting("kk", "Qwen/Qwen2.5-3B-Instruct", dict(_KK_RECIPE), **kk,
-                      arch=QWEN_ARCH["Qwen/Qwen2.5-3B-Instruct"], gpu="H200-141GB"),
-        "kk-7b": Setting("kk", "Qwen/Qwen2.5-7B-Instruct-1M", dict(_KK_RECIPE), **kk,
-                         arch=QWEN_ARCH["Qwen/Qwen2.5-7B-Instruct-1M"], gpu="H100-80GB"),
+        "kk": Setting(
+            "kk",
+            "Qwen/Qwen2.5-3B-Instruct",
+            dict(_KK_RECIPE),
+            **kk,
+            arch=QWEN_ARCH["Qwen/Qwen2.5-3B-Instruct"],
+            gpu="H200-141GB",
+        ),
+        "kk-7b": Setting(
+            "kk",
+            "Qwen/Qwen2.5-7B-Instruct-1M",
+            dict(_KK_RECIPE),
+            **kk,
+            arch=QWEN_ARCH["Qwen/Qwen2.5-7B-Instruct-1M"],
+            gpu="H100-80GB",
+        ),
         # AIME/AMC sampled 16 times at temperature 1.0 (avg@16, pass@16).
-        "math": Setting("math", "Qwen/Qwen2.5-7B", dict(_MATH_RECIPE), k=16, eval_temperature=1.0,
-                        eval_sets={n: {"dataset": p} for n, p in PAPER_MATH_SETS.items()},
-                        n_items=100_000, arch=QWEN_ARCH["Qwen/Qwen2.5-7B"], gpu="H100-80GB"),
-        "searchqa": Setting("searchqa", "Qwen/Qwen2.5-3B", dict(_QA_RECIPE), k=1,
-                            eval_sets={n: {"dataset": p} for n, p in PAPER_QA_SETS.items()},
-                            n_items=100_000, arch=QWEN_ARCH["Qwen/Qwen2.5-3B"],
-                            gpu="H200-141GB"),
+        "math": Setting(
+            "math",
+            "Qwen/Qwen2.5-7B",
+            dict(_MATH_RECIPE),
+            k=16,
+            eval_temperature=1.0,
+            eval_sets={n: {"dataset": p} for n, p in PAPER_MATH_SETS.items()},
+            n_items=100_000,
+            arch=QWEN_ARCH["Qwen/Qwen2.5-7B"],
+            gpu="H100-80GB",
+        ),
+        "searchqa": Setting(
+            "searchqa",
+            "Qwen/Qwen2.5-3B",
+            dict(_QA_RECIPE),
+            k=1,
+            eval_sets={n: {"dataset": p} for n, p in PAPER_QA_SETS.items()},
+            n_items=100_000,
+            arch=QWEN_ARCH["Qwen/Qwen2.5-3B"],
+            gpu="H200-141GB",
+        ),
     }
     # No continued-SFT row: the paper has none, and the equal-compute SFT reference replays a
     # tiny build's own SFT recipe, which a hub model does not have.
-    return Profile("paper", settings, seeds=3, needs_gpu=True, sft_reference=False,
-                   sweep={"tau": [0.25, 1.0], "mu": [0.4, 0.6], "alpha": [2.0, 4.0]})
+    return Profile(
+        "paper",
+        settings,
+        seeds=3,
+        needs_gpu=True,
+        sft_reference=False,
+        sweep={"tau": [0.25, 1.0], "mu": [0.4, 0.6], "alpha": [2.0, 4.0]},
+    )
 
 
 def get_profile(name: str, smoke: bool = False) -> Profile:
@@ -229,11 +363,18 @@ def get_profile(name: str, smoke: bool = False) -> Profile:
 
 
 # -- validation and the GPU plan -----------------------------------------------------------------
-def setting_overrides(setting: Setting, algo: str, seed: int, extra: dict[str, Any] | None = None
-                      ) -> dict[str, Any]:
+def setting_overrides(
+    setting: Setting, algo: str, seed: int, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Flat ``key=value`` overrides of one training run of ``setting``."""
-    return {**setting.train, "env": setting.env, "algo": algo, "model": setting.model,
-            "seed": seed, **(extra or {})}
+    return {
+        **setting.train,
+        "env": setting.env,
+        "algo": algo,
+        "model": setting.model,
+        "seed": seed,
+        **(extra or {}),
+    }
 
 
 def flat_to_nested(flat: dict[str, Any]) -> dict[str, Any]:
@@ -264,10 +405,15 @@ def meta_model(arch: dict[str, int]):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    cfg = Qwen2Config(hidden_size=arch["hidden"], num_hidden_layers=arch["layers"],
-                      num_attention_heads=arch["heads"], num_key_value_heads=arch["kv_heads"],
-                      intermediate_size=arch["inter"], vocab_size=arch["vocab"],
-                      tie_word_embeddings=bool(arch.get("tied")))
+    cfg = Qwen2Config(
+        hidden_size=arch["hidden"],
+        num_hidden_layers=arch["layers"],
+        num_attention_heads=arch["heads"],
+        num_key_value_heads=arch["kv_heads"],
+        intermediate_size=arch["inter"],
+        vocab_size=arch["vocab"],
+        tie_word_embeddings=bool(arch.get("tied")),
+    )
     with torch.device("meta"):
         return Qwen2ForCausalLM(cfg)
 
@@ -279,10 +425,14 @@ def native_estimate(setting: Setting, cfg):
 
     from rlvr.agents.memory import estimate_for_config
 
-    total = int(GPUS[setting.gpu] * 2 ** 30)
-    return estimate_for_config(meta_model(setting.arch), cfg, torch.device("cuda"),
-                               available=total - int(GPU_RESERVE_GIB * 2 ** 30),
-                               device_total=total)
+    total = int(GPUS[setting.gpu] * 2**30)
+    return estimate_for_config(
+        meta_model(setting.arch),
+        cfg,
+        torch.device("cuda"),
+        available=total - int(GPU_RESERVE_GIB * 2**30),
+        device_total=total,
+    )
 
 
 def verl_gpus(setting: Setting, cfg) -> int:
@@ -294,12 +444,26 @@ def verl_gpus(setting: Setting, cfg) -> int:
     n = param_count(setting.arch)
     length = cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens
     head_dim = setting.arch["hidden"] // setting.arch["heads"]
-    kv_cache = 2 * cfg.prompts_per_step * cfg.group_size * length * setting.arch["layers"] \
-        * setting.arch["kv_heads"] * head_dim * 2
-    acts = (cfg.micro_batch_size or 4) * length * setting.arch["hidden"] \
-        * setting.arch["layers"] * 2 * 2
+    kv_cache = (
+        2
+        * cfg.prompts_per_step
+        * cfg.group_size
+        * length
+        * setting.arch["layers"]
+        * setting.arch["kv_heads"]
+        * head_dim
+        * 2
+    )
+    acts = (
+        (cfg.micro_batch_size or 4)
+        * length
+        * setting.arch["hidden"]
+        * setting.arch["layers"]
+        * 2
+        * 2
+    )
     total = n * (16 + 2 + 2) + kv_cache + acts
-    need = max(2, math.ceil(total / (0.85 * GPUS[setting.gpu] * 2 ** 30)))
+    need = max(2, math.ceil(total / (0.85 * GPUS[setting.gpu] * 2**30)))
     return 2 ** math.ceil(math.log2(need))
 
 
@@ -315,16 +479,22 @@ def plan_rows(profile: Profile) -> list[dict[str, Any]]:
         cfg = load_train_config(flat_to_nested(setting_overrides(s, "grpo", 0, {"out": "plan"})))
         est = native_estimate(s, cfg)
         native = est.total <= est.available
-        rows.append({
-            "setting": key, "model": s.model, "params_B": round(param_count(s.arch) / 1e9, 2),
-            "engine": "native" if native else "verl",
-            "gpus": f"{1 if native else verl_gpus(s, cfg)}x {s.gpu}",
-            "native_peak_GiB": round(est.total / 2 ** 30, 1),
-            "micro_batch": cfg.micro_batch_size, "steps": cfg.steps,
-            "rollouts_per_step": cfg.prompts_per_step * cfg.group_size,
-            "max_tokens_per_rollout": cfg.rollout.max_prompt_tokens
-            + cfg.rollout.max_response_tokens, "seeds": profile.seeds,
-        })
+        rows.append(
+            {
+                "setting": key,
+                "model": s.model,
+                "params_B": round(param_count(s.arch) / 1e9, 2),
+                "engine": "native" if native else "verl",
+                "gpus": f"{1 if native else verl_gpus(s, cfg)}x {s.gpu}",
+                "native_peak_GiB": round(est.total / 2**30, 1),
+                "micro_batch": cfg.micro_batch_size,
+                "steps": cfg.steps,
+                "rollouts_per_step": cfg.prompts_per_step * cfg.group_size,
+                "max_tokens_per_rollout": cfg.rollout.max_prompt_tokens
+                + cfg.rollout.max_response_tokens,
+                "seeds": profile.seeds,
+            }
+        )
     return rows
 
 
@@ -334,7 +504,8 @@ PLAN_NOTE = (
     "reference, bf16 activations of one micro-batch with gradient checkpointing, and the vLLM "
     "engine, asleep during the update); `verl` runs do not (native_peak_GiB is above the GPU) "
     "and are sized for FSDP sharding (rlvr.reproduce.profiles.verl_gpus); the native trainer "
-    "refuses them.")
+    "refuses them."
+)
 
 
 def check_engines(profile: Profile) -> None:
@@ -343,8 +514,10 @@ def check_engines(profile: Profile) -> None:
     if verl:
         from rlvr.agents.memory import VERL_ROUTE
 
-        raise ConfigError(f"profile {profile.name}: settings {', '.join(verl)} do not fit one GPU "
-                          f"(see the plan printed without GPUs); {VERL_ROUTE}")
+        raise ConfigError(
+            f"profile {profile.name}: settings {', '.join(verl)} do not fit one GPU "
+            f"(see the plan printed without GPUs); {VERL_ROUTE}"
+        )
 
 
 def validate(profile: Profile, algos: tuple[str, ...] = KK_METHODS) -> int:
@@ -356,7 +529,9 @@ def validate(profile: Profile, algos: tuple[str, ...] = KK_METHODS) -> int:
     for key, s in profile.settings.items():
         for algo in algos:
             try:
-                load_train_config(flat_to_nested(setting_overrides(s, algo, 0, {"out": "validate"})))
+                load_train_config(
+                    flat_to_nested(setting_overrides(s, algo, 0, {"out": "validate"}))
+                )
             except ConfigError as e:
                 raise ConfigError(f"profile {profile.name}, setting {key}, algo {algo}: {e}") from e
             count += 1

@@ -5,6 +5,7 @@ Built only from the files the scripts wrote (``<name>.meta.json``, ``.md``, ``.p
 be regenerated at any time. Verdicts come from the scripts' paired differences; nothing here
 decides a claim.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,9 +52,14 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
     from rlvr.repro import machine_info, machine_line
 
     machine = machine_info()
-    wall = total_seconds if total_seconds is not None else sum(m.get("wall_seconds", 0) for m in metas.values())
+    wall = (
+        total_seconds
+        if total_seconds is not None
+        else sum(m.get("wall_seconds", 0) for m in metas.values())
+    )
     lines = [
-        f"# Reproduction report — profile `{ctx.profile.name}`" + (" (smoke run)" if ctx.smoke else ""),
+        f"# Reproduction report — profile `{ctx.profile.name}`"
+        + (" (smoke run)" if ctx.smoke else ""),
         "",
         "Paper: arXiv 2511.00066, *Sharpness-Guided Group Relative Policy Optimization via "
         "Probability Shaping* (GRPO-SG).",
@@ -68,22 +74,35 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
         "",
     ]
     if ctx.profile.name == "paper":
-        lines += ["The paper profile's configs are the public recipes the paper builds on (Logic-RL / "
-                  "AR-Lopti for K&K and math, verl-tool for search QA); the paper's own training "
-                  "settings are unpublished.", ""]
+        lines += [
+            "The paper profile's configs are the public recipes the paper builds on (Logic-RL / "
+            "AR-Lopti for K&K and math, verl-tool for search QA); the paper's own training "
+            "settings are unpublished.",
+            "",
+        ]
     if ctx.smoke:
-        lines += ["**Smoke run**: the random micro model and two training steps per run; it checks the "
-                  "code path end to end. Its numbers say nothing about the methods.", ""]
+        lines += [
+            "**Smoke run**: the random micro model and two training steps per run; it checks the "
+            "code path end to end. Its numbers say nothing about the methods.",
+            "",
+        ]
     claims = [c for m in metas.values() for c in m.get("claims", [])]
     lines += ["## The paper's claims at this scale", ""]
     if claims:
         rows = [[c["claim"], c["setting"], f"**{c['verdict']}**", c["evidence"]] for c in claims]
         lines += [markdown_table(["claim", "setting", "verdict", "evidence"], rows), ""]
-        lines += [f"- {c['claim']} ({c['setting']}): {PLAIN.get(c['verdict'], c['verdict'])}." for c in claims]
-        lines += ["", "Verdicts come from 95% bootstrap intervals of paired differences (per item for "
-                  "accuracies, per run for training curves), resampled over base builds, runs on "
-                  "each base and items: *held* when the interval lies on the "
-                  "claimed side of zero (or, for 'close', inside the margin), *inconclusive* otherwise.", ""]
+        lines += [
+            f"- {c['claim']} ({c['setting']}): {PLAIN.get(c['verdict'], c['verdict'])}."
+            for c in claims
+        ]
+        lines += [
+            "",
+            "Verdicts come from 95% bootstrap intervals of paired differences (per item for "
+            "accuracies, per run for training curves), resampled over base builds, runs on "
+            "each base and items: *held* when the interval lies on the "
+            "claimed side of zero (or, for 'close', inside the margin), *inconclusive* otherwise.",
+            "",
+        ]
     else:
         lines += ["No script that decides a claim has run yet.", ""]
     lines += ["## The paper's reported numbers", ""]
@@ -92,9 +111,13 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
         if name not in metas:
             continue
         m = metas[name]
-        lines += [f"## {CAPTIONS[name]}", "",
-                  f"`{m['command']}` — {m['wall_seconds']:.0f} s; files: "
-                  + ", ".join(f"[{f}]({f})" for f in m["files"]), ""]
+        lines += [
+            f"## {CAPTIONS[name]}",
+            "",
+            f"`{m['command']}` — {m['wall_seconds']:.0f} s; files: "
+            + ", ".join(f"[{f}]({f})" for f in m["files"]),
+            "",
+        ]
         if (out / f"{name}.png").exists():
             lines += [f"![{name}]({name}.png)", ""]
         if (out / f"{name}.md").exists():
@@ -103,23 +126,41 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
             lines += [f"- {note}"]
     bases = {m: b for meta in metas.values() for m, b in meta.get("bases", {}).items() if b}
     if bases:
-        lines += ["", "## Base models", "",
-                  "SHA-256 of each base's weights (`rlvr.repro.weights_sha256`): a user whose "
-                  "`$RLVR_HOME/models/<build>/build.json` shows the same hash has the committed "
-                  "base, bit for bit.", "",
-                  markdown_table(["model", "build", "weights SHA-256"],
-                                 [[f"`{m}`", f"`{b.get('build', '')}`",
-                                   f"`{b.get('weights_sha256') or 'not built here'}`"]
-                                  for m, b in sorted(bases.items())]), ""]
+        lines += [
+            "",
+            "## Base models",
+            "",
+            "SHA-256 of each base's weights (`rlvr.repro.weights_sha256`): a user whose "
+            "`$RLVR_HOME/models/<build>/build.json` shows the same hash has the committed "
+            "base, bit for bit.",
+            "",
+            markdown_table(
+                ["model", "build", "weights SHA-256"],
+                [
+                    [
+                        f"`{m}`",
+                        f"`{b.get('build', '')}`",
+                        f"`{b.get('weights_sha256') or 'not built here'}`",
+                    ]
+                    for m, b in sorted(bases.items())
+                ],
+            ),
+            "",
+        ]
     runs = write_run_index(ctx, metas)
     if runs:
-        lines += ["", "## Training runs", "",
-                  f"{len(runs)} runs; each config is in [runs/](runs/) as `<config hash>.yaml`, and "
-                  "[runs.csv](runs.csv) lists them with their base and its hash, steps, work "
-                  "(forward-backward tokens of the updates), seconds (rollout + update, one "
-                  "process), the SHA-256 of their final weights and the machine and kernel mode "
-                  "that trained them. "
-                  "`rlvr reproduce --check <this folder>` reruns a sample and compares.", ""]
+        lines += [
+            "",
+            "## Training runs",
+            "",
+            f"{len(runs)} runs; each config is in [runs/](runs/) as `<config hash>.yaml`, and "
+            "[runs.csv](runs.csv) lists them with their base and its hash, steps, work "
+            "(forward-backward tokens of the updates), seconds (rollout + update, one "
+            "process), the SHA-256 of their final weights and the machine and kernel mode "
+            "that trained them. "
+            "`rlvr reproduce --check <this folder>` reruns a sample and compares.",
+            "",
+        ]
     path = out / "REPORT.md"
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path
@@ -141,25 +182,41 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
     rows = []
     for key, used_by in sorted(keys.items()):
         run_dir = Path(ctx.cache) / "runs" / key
-        info = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
+        info = (
+            json.loads((run_dir / "run.json").read_text())
+            if (run_dir / "run.json").exists()
+            else {}
+        )
         if (run_dir / "config.yaml").exists():
             (out_runs := ctx.out / "runs").mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run_dir / "config.yaml", out_runs / f"{key}.yaml")
         machine = info.get("machine", {})
-        rows.append({"config_hash": key, "env": info.get("env", ""), "algo": info.get("algo", ""),
-                     "seed": info.get("seed", ""), "base_seed": info.get("base_seed", 0),
-                     "model": info.get("model", ""), "steps": info.get("steps", ""),
-                     "update_tokens": info.get("update_tokens", ""),
-                     "compute_seconds": info.get("compute_seconds", ""),
-                     "weights_sha256": _run_hash(run_dir, info),
-                     "base_sha256": base_weights(info["model"]).get("weights_sha256", "")
-                     if info.get("model") else "",
-                     "machine": (f"{machine.get('cpu', '')} ({machine.get('arch', '')}), "
-                                 f"{machine.get('kernel_mode', '')} kernels, "
-                                 f"{machine.get('torch_threads', '')} thread(s)")
-                                if machine else "",
-                     "used_by": " ".join(sorted(set(u.split(":")[0] for u in used_by))),
-                     "labels": " ".join(sorted(u.split(":", 1)[1] for u in used_by))})
+        rows.append(
+            {
+                "config_hash": key,
+                "env": info.get("env", ""),
+                "algo": info.get("algo", ""),
+                "seed": info.get("seed", ""),
+                "base_seed": info.get("base_seed", 0),
+                "model": info.get("model", ""),
+                "steps": info.get("steps", ""),
+                "update_tokens": info.get("update_tokens", ""),
+                "compute_seconds": info.get("compute_seconds", ""),
+                "weights_sha256": _run_hash(run_dir, info),
+                "base_sha256": base_weights(info["model"]).get("weights_sha256", "")
+                if info.get("model")
+                else "",
+                "machine": (
+                    f"{machine.get('cpu', '')} ({machine.get('arch', '')}), "
+                    f"{machine.get('kernel_mode', '')} kernels, "
+                    f"{machine.get('torch_threads', '')} thread(s)"
+                )
+                if machine
+                else "",
+                "used_by": " ".join(sorted(set(u.split(":")[0] for u in used_by))),
+                "labels": " ".join(sorted(u.split(":", 1)[1] for u in used_by)),
+            }
+        )
     for stale in (ctx.out / "runs").glob("*.yaml"):  # configs of runs no output uses any more
         if stale.stem not in keys:
             stale.unlink()

@@ -11,6 +11,7 @@ checkpoint, and figures are redrawn from the saved responses without touching a 
 ``run.json`` records what produced a run: its steps, its work in tokens, the SHA-256 of its
 final weights (``rlvr.repro.weights_sha256``) and the machine (``rlvr.repro.machine_info``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import config_hash
-from rlvr.eval.runner import EvalConfig, EvalResult, evaluate, read_jsonl, save_result
 from rlvr.eval.metrics import summarize_by_group
+from rlvr.eval.runner import EvalConfig, EvalResult, evaluate, read_jsonl, save_result
 from rlvr.reproduce.profiles import Setting, flat_to_nested, setting_overrides
 
 DONE = "run.json"
@@ -64,8 +65,9 @@ class Run:
         return self.info.get("weights_sha256") or _hash_if_present(self.final)
 
 
-def train_config(setting: Setting, algo: str, seed: int, extra: dict[str, Any] | None = None,
-                 base_seed: int = 0):
+def train_config(
+    setting: Setting, algo: str, seed: int, extra: dict[str, Any] | None = None, base_seed: int = 0
+):
     """The ``TrainConfig`` of one run (profile overrides + env/algo/seed + ``extra``), from base
     build ``base_seed`` of the setting's model (``tiny-kk@1``; 0 is the model itself)."""
     from rlvr.agents.train_config import load_train_config
@@ -74,8 +76,10 @@ def train_config(setting: Setting, algo: str, seed: int, extra: dict[str, Any] |
     more: dict[str, Any] = {}
     if base_seed:
         if parse_spec(setting.model) is None:
-            raise ValueError(f"base seed {base_seed}: model {setting.model!r} is not a tiny "
-                             "preset, whose base can be built from another seed")
+            raise ValueError(
+                f"base seed {base_seed}: model {setting.model!r} is not a tiny "
+                "preset, whose base can be built from another seed"
+            )
         more["model"] = base_spec(setting.model, base_seed)
     flat = setting_overrides(setting, algo, seed, {**(extra or {}), **more, "out": "pending"})
     return load_train_config(flat_to_nested(flat))
@@ -129,8 +133,12 @@ def eval_key(ecfg: EvalConfig) -> str:
 def compute_seconds(metrics: list[dict[str, Any]]) -> float:
     """Seconds a run spent in rollouts and updates (a record of speed on one machine; equal
     compute is measured in tokens, ``update_tokens``, which do not depend on the machine)."""
-    return float(sum(float(m.get("time/rollout_s", 0.0)) + float(m.get("time/update_s", 0.0))
-                     for m in metrics))
+    return float(
+        sum(
+            float(m.get("time/rollout_s", 0.0)) + float(m.get("time/update_s", 0.0))
+            for m in metrics
+        )
+    )
 
 
 def update_tokens(metrics: list[dict[str, Any]], cfg=None) -> int:
@@ -147,8 +155,11 @@ def update_tokens(metrics: list[dict[str, Any]], cfg=None) -> int:
         if "tokens/update" in m:
             total += int(m["tokens/update"])
         else:
-            total += int(round(float(m.get("perf/update_tokens_s", 0.0))
-                               * float(m.get("time/update_s", 0.0))))
+            total += int(
+                round(
+                    float(m.get("perf/update_tokens_s", 0.0)) * float(m.get("time/update_s", 0.0))
+                )
+            )
     return total * passes
 
 
@@ -176,29 +187,43 @@ def ensure_run(cfg, cache: Path, *, say=print, progress: bool = True) -> Run:
         from rlvr.agents.trainer import Trainer
 
         resuming = (path / "checkpoints").exists()
-        say(f"[reproduce] {'resuming' if resuming else 'training'} {cfg.env}/{cfg.algo} "
-            f"seed {cfg.seed} -> {path}")
+        say(
+            f"[reproduce] {'resuming' if resuming else 'training'} {cfg.env}/{cfg.algo} "
+            f"seed {cfg.seed} -> {path}"
+        )
         run_cfg = dataclasses.replace(cfg, out=str(path), resume=True, progress=progress)
         start = time.perf_counter()
         Trainer(run_cfg).train()
         metrics = _read_metrics(path / "metrics.jsonl")
         from rlvr.repro import machine_info, weights_sha256
 
-        done.write_text(json.dumps({
-            "key": key, "env": cfg.env, "algo": cfg.algo, "seed": cfg.seed, "model": cfg.model,
-            "base_seed": base_seed_of(cfg.model), "steps": len(metrics),
-            "update_tokens": update_tokens(metrics, cfg),
-            "compute_seconds": round(compute_seconds(metrics), 2),
-            "last_invocation_seconds": round(time.perf_counter() - start, 2),
-            "weights_sha256": weights_sha256(path / "final"), "machine": machine_info(),
-        }, indent=2))
+        done.write_text(
+            json.dumps(
+                {
+                    "key": key,
+                    "env": cfg.env,
+                    "algo": cfg.algo,
+                    "seed": cfg.seed,
+                    "model": cfg.model,
+                    "base_seed": base_seed_of(cfg.model),
+                    "steps": len(metrics),
+                    "update_tokens": update_tokens(metrics, cfg),
+                    "compute_seconds": round(compute_seconds(metrics), 2),
+                    "last_invocation_seconds": round(time.perf_counter() - start, 2),
+                    "weights_sha256": weights_sha256(path / "final"),
+                    "machine": machine_info(),
+                },
+                indent=2,
+            )
+        )
     metrics = _read_metrics(path / "metrics.jsonl")
     return Run(key, path, cfg, metrics, compute_seconds(metrics))
 
 
 # -- evaluations -------------------------------------------------------------------------------
-def eval_config(setting: Setting, cfg, model: str, *, eval_set: dict[str, Any] | None = None,
-                seed: int = 0) -> EvalConfig:
+def eval_config(
+    setting: Setting, cfg, model: str, *, eval_set: dict[str, Any] | None = None, seed: int = 0
+) -> EvalConfig:
     """How to evaluate ``model`` on ``setting``: the training run's prompt format, temperature
     and response budget, the setting's groups (or ``eval_set``), greedy + ``k`` samples."""
     env_kwargs = {k: v for k, v in cfg.env_kwargs.items() if k not in ("split", setting.group_by)}
@@ -209,13 +234,24 @@ def eval_config(setting: Setting, cfg, model: str, *, eval_set: dict[str, Any] |
         group_by, group_values = "", []
     k = setting.k
     return EvalConfig(
-        model=model, env=setting.env, env_kwargs=env_kwargs, split="test", group_by=group_by,
-        group_values=group_values, n_items=setting.n_items, greedy=True, k=k,
+        model=model,
+        env=setting.env,
+        env_kwargs=env_kwargs,
+        split="test",
+        group_by=group_by,
+        group_values=group_values,
+        n_items=setting.n_items,
+        greedy=True,
+        k=k,
         temperature=setting.eval_temperature or cfg.rollout.temperature or 1.0,
-        top_p=cfg.rollout.top_p, max_new_tokens=setting.eval_max_new_tokens or cfg.rollout.max_response_tokens,
-        stop=list(cfg.rollout.stop), batch_size=setting.eval_batch_size,
-        pass_ks=sorted({1, k}) if k else [1], seed=seed,
-        device="cuda" if cfg.device == "cuda" else "cpu")
+        top_p=cfg.rollout.top_p,
+        max_new_tokens=setting.eval_max_new_tokens or cfg.rollout.max_response_tokens,
+        stop=list(cfg.rollout.stop),
+        batch_size=setting.eval_batch_size,
+        pass_ks=sorted({1, k}) if k else [1],
+        seed=seed,
+        device="cuda" if cfg.device == "cuda" else "cpu",
+    )
 
 
 @dataclass
@@ -242,9 +278,17 @@ def ensure_eval(ecfg: EvalConfig, cache: Path, *, say=print, progress: bool = Tr
 
 
 # -- the continued-SFT reference (fig2) ----------------------------------------------------------
-def ensure_sft_reference(setting: Setting, seed: int, budget_tokens: int, cache: Path, *,
-                         say=print, progress: bool = True, smoke: bool = False,
-                         model: str | None = None) -> Path:
+def ensure_sft_reference(
+    setting: Setting,
+    seed: int,
+    budget_tokens: int,
+    cache: Path,
+    *,
+    say=print,
+    progress: bool = True,
+    smoke: bool = False,
+    model: str | None = None,
+) -> Path:
     """The base ``model`` (default the setting's) after continued SFT on about
     ``budget_tokens`` forward-backward tokens: the equal-compute baseline of an RL run whose
     updates passed that many tokens (``update_tokens``). Cached by (base, SFT config, data).
@@ -264,8 +308,10 @@ def ensure_sft_reference(setting: Setting, seed: int, budget_tokens: int, cache:
     if build_cfg is None and model != "micro":
         from rlvr.config import ConfigError
 
-        raise ConfigError(f"continued-SFT reference of {model!r}: only tiny presets have "
-                          "an SFT recipe to continue (their build's); set sft_reference=False")
+        raise ConfigError(
+            f"continued-SFT reference of {model!r}: only tiny presets have "
+            "an SFT recipe to continue (their build's); set sft_reference=False"
+        )
     if build_cfg is None:  # micro (smoke): no build record; two steps on the K&K traces
         sft_cfg = SFTConfig(steps=2, batch_size=2, warmup_steps=0, seed=seed, max_length=2048)
         task, data = setting.env, dict(traces.TINY_SETTINGS.get(setting.env, {}))
@@ -273,13 +319,24 @@ def ensure_sft_reference(setting: Setting, seed: int, budget_tokens: int, cache:
         record = json.loads((base_dir / "build.json").read_text())
         tokens_per_step = record["sft"]["tokens"] / max(record["sft"]["steps"], 1)
         steps = max(1, int(round(budget_tokens / tokens_per_step)))
-        sft_cfg = dataclasses.replace(build_cfg.sft, steps=steps, seed=10_000 + seed,
-                                      warmup_steps=min(build_cfg.sft.warmup_steps, steps // 10),
-                                      max_seconds=0.0)
+        sft_cfg = dataclasses.replace(
+            build_cfg.sft,
+            steps=steps,
+            seed=10_000 + seed,
+            warmup_steps=min(build_cfg.sft.warmup_steps, steps // 10),
+            max_seconds=0.0,
+        )
         task, data = build_cfg.task, dict(build_cfg.data)
-    blob = json.dumps({"base": base_dir.name if base_dir else model,
-                       "sft": dataclasses.asdict(sft_cfg),
-                       "task": task, "data": data}, sort_keys=True, default=str)
+    blob = json.dumps(
+        {
+            "base": base_dir.name if base_dir else model,
+            "sft": dataclasses.asdict(sft_cfg),
+            "task": task,
+            "data": data,
+        },
+        sort_keys=True,
+        default=str,
+    )
     path = Path(cache) / "sft" / hashlib.sha256(blob.encode()).hexdigest()[:12]
     if (path / "sft.json").exists():
         return path
@@ -288,8 +345,14 @@ def ensure_sft_reference(setting: Setting, seed: int, budget_tokens: int, cache:
     from rlvr.repro import machine_info, weights_sha256
 
     net, tokenizer = load_model(model, seed=seed)
-    stats = sft(net, tokenizer, traces.example_stream(task, data, seed=sft_cfg.seed), sft_cfg,
-                progress=progress, desc="continued sft")
+    stats = sft(
+        net,
+        tokenizer,
+        traces.example_stream(task, data, seed=sft_cfg.seed),
+        sft_cfg,
+        progress=progress,
+        desc="continued sft",
+    )
     import os
     import shutil
 
@@ -298,9 +361,18 @@ def ensure_sft_reference(setting: Setting, seed: int, budget_tokens: int, cache:
     tmp.mkdir(parents=True)
     net.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    (tmp / "sft.json").write_text(json.dumps(
-        {"budget_tokens": budget_tokens, **stats, "weights_sha256": weights_sha256(tmp),
-         "machine": machine_info()}, indent=2, default=str))
+    (tmp / "sft.json").write_text(
+        json.dumps(
+            {
+                "budget_tokens": budget_tokens,
+                **stats,
+                "weights_sha256": weights_sha256(tmp),
+                "machine": machine_info(),
+            },
+            indent=2,
+            default=str,
+        )
+    )
     if (path / "sft.json").exists():  # another process finished the same reference first
         shutil.rmtree(tmp, ignore_errors=True)
     else:
@@ -332,10 +404,25 @@ def base_weights(model: str) -> dict[str, str]:
     if not (base_dir / "build.json").exists():
         return {"build": base_dir.name, "weights_sha256": ""}
     record = json.loads((base_dir / "build.json").read_text())
-    return {"build": base_dir.name,
-            "weights_sha256": record.get("weights_sha256") or _hash_if_present(base_dir)}
+    return {
+        "build": base_dir.name,
+        "weights_sha256": record.get("weights_sha256") or _hash_if_present(base_dir),
+    }
 
 
-__all__ = ["Evaluation", "Run", "base_seed_of", "base_weights", "compute_seconds", "ensure_eval",
-           "ensure_run", "ensure_sft_reference", "eval_config", "eval_key", "model_identity",
-           "run_key", "train_config", "update_tokens"]
+__all__ = [
+    "Evaluation",
+    "Run",
+    "base_seed_of",
+    "base_weights",
+    "compute_seconds",
+    "ensure_eval",
+    "ensure_run",
+    "ensure_sft_reference",
+    "eval_config",
+    "eval_key",
+    "model_identity",
+    "run_key",
+    "train_config",
+    "update_tokens",
+]

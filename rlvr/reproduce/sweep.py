@@ -7,11 +7,12 @@ over all K&K sizes, mean over seeds [95% bootstrap CI]; the last column is the p
 difference to the default GRPO-SG run. The profile's ``sweep_seeds`` sets how many seeds each
 point gets (default: every seed; a single seed shows no interval).
 """
+
 from __future__ import annotations
 
-import numpy as np
-
 import dataclasses
+
+import numpy as np
 
 from rlvr.reproduce.collect import evals_for, paired_items, runs_for, sample_metric, seed_ci
 from rlvr.reproduce.common import Context, Output, fmt_ci, markdown_table, plt
@@ -42,8 +43,12 @@ def run(ctx: Context) -> dict:
         pts = [(float(base[param]), default_evs)]
         for v in values:
             tag = f"grpo_sg[{param}={v:g}]"
-            evs = evals_for(point_ctx, out, "kk", runs_for(point_ctx, out, "kk", "grpo_sg",
-                                                     {f"weights.{param}": float(v)}, tag=tag))
+            evs = evals_for(
+                point_ctx,
+                out,
+                "kk",
+                runs_for(point_ctx, out, "kk", "grpo_sg", {f"weights.{param}": float(v)}, tag=tag),
+            )
             pts.append((float(v), evs))
         pts.sort(key=lambda p: p[0])
         points[param] = pts
@@ -51,20 +56,47 @@ def run(ctx: Context) -> dict:
             g, s = seed_ci(evs, "greedy"), seed_ci(evs, avg_key)
             is_default = v == float(base[param])
             diff = None if is_default else paired_items(evs, default_evs)
-            rows.append({"parameter": param, "value": v, "default": is_default,
-                         "greedy": g.mean, "greedy_low": g.low, "greedy_high": g.high,
-                         avg_key: s.mean if s else np.nan,
-                         "diff_vs_default": diff.mean if diff else 0.0,
-                         "diff_low": diff.low if diff else 0.0, "diff_high": diff.high if diff else 0.0})
-            md_rows.append([param, f"{v:g}" + (" (default)" if is_default else ""), fmt_ci(g), fmt_ci(s),
-                            "—" if diff is None else f"{diff.mean:+.3f} [{diff.low:+.3f}, {diff.high:+.3f}]"])
-    fig, axes = plt.subplots(1, len(points), figsize=(4.2 * len(points), 3.6), squeeze=False, sharey=True)
+            rows.append(
+                {
+                    "parameter": param,
+                    "value": v,
+                    "default": is_default,
+                    "greedy": g.mean,
+                    "greedy_low": g.low,
+                    "greedy_high": g.high,
+                    avg_key: s.mean if s else np.nan,
+                    "diff_vs_default": diff.mean if diff else 0.0,
+                    "diff_low": diff.low if diff else 0.0,
+                    "diff_high": diff.high if diff else 0.0,
+                }
+            )
+            md_rows.append(
+                [
+                    param,
+                    f"{v:g}" + (" (default)" if is_default else ""),
+                    fmt_ci(g),
+                    fmt_ci(s),
+                    "—"
+                    if diff is None
+                    else f"{diff.mean:+.3f} [{diff.low:+.3f}, {diff.high:+.3f}]",
+                ]
+            )
+    fig, axes = plt.subplots(
+        1, len(points), figsize=(4.2 * len(points), 3.6), squeeze=False, sharey=True
+    )
     for ax, (param, pts) in zip(axes[0], points.items()):
         xs = [v for v, _ in pts]
         for metric, color in (("greedy", "#d62728"), (avg_key, "#ff9896")):
             cis = [seed_ci(evs, metric) for _, evs in pts]
-            ax.errorbar(xs, [c.mean for c in cis], yerr=[[c.mean - c.low for c in cis], [c.high - c.mean for c in cis]],
-                        marker="o", capsize=3, color=color, label=metric)
+            ax.errorbar(
+                xs,
+                [c.mean for c in cis],
+                yerr=[[c.mean - c.low for c in cis], [c.high - c.mean for c in cis]],
+                marker="o",
+                capsize=3,
+                color=color,
+                label=metric,
+            )
         ax.axvline(float(base[param]), color="#999999", ls="--", lw=1)
         ax.set_xlabel(param)
         ax.set_title(f"GRPO-SG vs {param} (dashed: default)")
@@ -74,8 +106,18 @@ def run(ctx: Context) -> dict:
     fig.tight_layout()
     out.save_fig(fig)
     out.write_csv(rows)
-    out.write_md("\n".join([
-        f"# GRPO-SG sensitivity on K&K ({ctx.profile.name} profile, {point_ctx.draws()})", "",
-        f"Defaults: {', '.join(f'{k}={v}' for k, v in base.items())}. One parameter varies at a time.", "",
-        markdown_table(["parameter", "value", "greedy", avg_key, "paired diff vs default (greedy)"], md_rows)]))
+    out.write_md(
+        "\n".join(
+            [
+                f"# GRPO-SG sensitivity on K&K ({ctx.profile.name} profile, {point_ctx.draws()})",
+                "",
+                f"Defaults: {', '.join(f'{k}={v}' for k, v in base.items())}. One parameter varies at a time.",
+                "",
+                markdown_table(
+                    ["parameter", "value", "greedy", avg_key, "paired diff vs default (greedy)"],
+                    md_rows,
+                ),
+            ]
+        )
+    )
     return out.finish({"defaults": base})

@@ -6,6 +6,7 @@ decided here from paired per-item differences (each item's accuracy averaged ove
 "GRPO-SG beats GRPO" holds when the interval of GRPO-SG - GRPO lies above 0; "Reverse is close
 to GRPO" holds when the interval of Reverse - GRPO lies within the profile's ``close_margin``.
 """
+
 from __future__ import annotations
 
 from rlvr.reproduce import paper_numbers
@@ -22,8 +23,14 @@ def run(ctx: Context) -> dict:
     evs = {m: evals_for(ctx, out, "kk", runs_for(ctx, out, "kk", m)) for m in KK_METHODS}
     sizes = [str(v) for v in setting.group_values]
     avg_key = sample_metric(evs["grpo"])
-    csv_rows, md = [], [f"# K&K accuracy by number of people ({ctx.profile.name} profile, "
-                        f"{ctx.draws()}, model {setting.model})", ""]
+    csv_rows, md = (
+        [],
+        [
+            f"# K&K accuracy by number of people ({ctx.profile.name} profile, "
+            f"{ctx.draws()}, model {setting.model})",
+            "",
+        ],
+    )
     for metric in ("greedy", avg_key):
         table = []
         for m in KK_METHODS:
@@ -32,19 +39,50 @@ def run(ctx: Context) -> dict:
                 ci = seed_ci(evs[m], metric, size)
                 cells.append(fmt_ci(ci))
                 if ci is not None:
-                    csv_rows.append({"method": m, "metric": metric, "n_people": size, "mean": ci.mean,
-                                     "low": ci.low, "high": ci.high, "seeds": ci.n})
+                    csv_rows.append(
+                        {
+                            "method": m,
+                            "metric": metric,
+                            "n_people": size,
+                            "mean": ci.mean,
+                            "low": ci.low,
+                            "high": ci.high,
+                            "seeds": ci.n,
+                        }
+                    )
             table.append([METHOD_LABELS[m]] + cells)
-        md += [f"## {metric} accuracy" + (" (as the paper)" if metric == "greedy" else
-                                         " at the training temperature"), "",
-               markdown_table(["method"] + [f"{s} ppl" for s in sizes] + ["avg"], table), ""]
-    sg = compare(out, "GRPO-SG beats GRPO", "K&K", evs["grpo_sg"], evs["grpo"], label="GRPO-SG - GRPO")
-    rv = compare(out, "Reverse is close to GRPO", "K&K", evs["reverse"], evs["grpo"],
-                 close_margin=ctx.profile.close_margin, label="Reverse - GRPO")
-    compare(out, "GRPO-SG beats GRPO (avg@k, beyond the paper)", "K&K", evs["grpo_sg"], evs["grpo"],
-            mode="sample", label="GRPO-SG - GRPO")
+        md += [
+            f"## {metric} accuracy"
+            + (" (as the paper)" if metric == "greedy" else " at the training temperature"),
+            "",
+            markdown_table(["method"] + [f"{s} ppl" for s in sizes] + ["avg"], table),
+            "",
+        ]
+    sg = compare(
+        out, "GRPO-SG beats GRPO", "K&K", evs["grpo_sg"], evs["grpo"], label="GRPO-SG - GRPO"
+    )
+    rv = compare(
+        out,
+        "Reverse is close to GRPO",
+        "K&K",
+        evs["reverse"],
+        evs["grpo"],
+        close_margin=ctx.profile.close_margin,
+        label="Reverse - GRPO",
+    )
+    compare(
+        out,
+        "GRPO-SG beats GRPO (avg@k, beyond the paper)",
+        "K&K",
+        evs["grpo_sg"],
+        evs["grpo"],
+        mode="sample",
+        label="GRPO-SG - GRPO",
+    )
     md += ["## Claims (paired per-item differences)", ""]
-    md += [f"- **{c['claim']}** ({c['setting']}): {c['verdict']}. {c['evidence']}." for c in out.claims]
+    md += [
+        f"- **{c['claim']}** ({c['setting']}): {c['verdict']}. {c['evidence']}." for c in out.claims
+    ]
     md += ["", "## The paper's reported K&K average accuracy (Qwen2.5, 3-7 people)", ""]
     md += paper_numbers.kk_lines()
     out.write_csv(csv_rows)

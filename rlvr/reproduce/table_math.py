@@ -4,6 +4,7 @@ Paper profile: MATH-500, Minerva, OlympiadBench (greedy accuracy), AIME24 and AM
 pass@16 at temperature 1.0, docs/design.md §6). Tiny profile: the synthetic math task by difficulty.
 See ``rlvr.reproduce.tables`` for cells and the claim.
 """
+
 from __future__ import annotations
 
 from rlvr.reproduce import paper_numbers
@@ -16,8 +17,17 @@ NAME = "table_math"
 def run(ctx: Context) -> dict:
     out = Output(ctx, NAME)
     k = ctx.profile.settings["math"].k
-    build(ctx, out, "math", "Math accuracy",
-          [("greedy", "greedy accuracy"), ("avg@k", "avg@k at the evaluation temperature"),
-           (f"pass@{k}", f"pass@{k}")],
-          "math", paper_numbers.math_lines())
+    build(
+        ctx,
+        out,
+        "math",
+        "Math accuracy",
+        [
+            ("greedy", "greedy accuracy"),
+            ("avg@k", "avg@k at the evaluation temperature"),
+            (f"pass@{k}", f"pass@{k}"),
+        ],
+        "math",
+        paper_numbers.math_lines(),
+    )
     return out.finish()

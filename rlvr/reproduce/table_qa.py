@@ -5,6 +5,7 @@ synthetic single- and two-hop questions. EM after SQuAD normalisation of the par
 (``rlvr.eval.metrics``), greedy; F1, EM at the training temperature and the share of
 sampled episodes that call the search tool beside it. See ``rlvr.reproduce.tables``.
 """
+
 from __future__ import annotations
 
 from rlvr.reproduce import paper_numbers
@@ -16,9 +17,22 @@ NAME = "table_qa"
 
 def run(ctx: Context) -> dict:
     out = Output(ctx, NAME)
-    build(ctx, out, "searchqa", "Search QA exact match",
-          [("greedy_em", "exact match (greedy)"), ("greedy_f1", "F1 (greedy)"),
-           ("avg@k", "avg@k (EM at the training temperature)"),
-           ("sample_tool_use", "tool use at the training temperature (share of episodes with a search call)")],
-          "search QA", paper_numbers.qa_lines(), key="em")
+    build(
+        ctx,
+        out,
+        "searchqa",
+        "Search QA exact match",
+        [
+            ("greedy_em", "exact match (greedy)"),
+            ("greedy_f1", "F1 (greedy)"),
+            ("avg@k", "avg@k (EM at the training temperature)"),
+            (
+                "sample_tool_use",
+                "tool use at the training temperature (share of episodes with a search call)",
+            ),
+        ],
+        "search QA",
+        paper_numbers.qa_lines(),
+        key="em",
+    )
     return out.finish()

@@ -11,10 +11,18 @@ the groups of the synthetic task (difficulty, hops). Cells: mean over seeds [95%
 over seeds]. "GRPO-SG beats GRPO" is decided from the paired per-item difference over all
 columns together.
 """
+
 from __future__ import annotations
 
-from rlvr.reproduce.collect import (base_evals, compare, evals_for, runs_for, sample_metric, seed_ci,
-                                   sft_evals)
+from rlvr.reproduce.collect import (
+    base_evals,
+    compare,
+    evals_for,
+    runs_for,
+    sample_metric,
+    seed_ci,
+    sft_evals,
+)
 from rlvr.reproduce.common import METHOD_LABELS, Context, Output, fmt_ci, markdown_table
 
 METHODS = ("base", "grpo", "grpo_sg", "reverse")
@@ -33,25 +41,40 @@ def column_evals(ctx: Context, out: Output, setting_key: str):
     if setting.eval_sets:
         cols = {}
         for name, kwargs in setting.eval_sets.items():
-            cols[name] = {"base": base_evals(ctx, out, setting_key, (name, kwargs)),
-                          **{m: evals_for(ctx, out, setting_key, runs[m], (name, kwargs)) for m in runs}}
+            cols[name] = {
+                "base": base_evals(ctx, out, setting_key, (name, kwargs)),
+                **{m: evals_for(ctx, out, setting_key, runs[m], (name, kwargs)) for m in runs},
+            }
         return cols, {name: "all" for name in cols}
-    evs = {"base": base_evals(ctx, out, setting_key),
-           **{m: evals_for(ctx, out, setting_key, runs[m]) for m in runs}}
+    evs = {
+        "base": base_evals(ctx, out, setting_key),
+        **{m: evals_for(ctx, out, setting_key, runs[m]) for m in runs},
+    }
     if has_sft_row(ctx, setting_key):
         evs["sft"] = sft_evals(ctx, out, setting_key, runs["grpo"])
     labels = {f"{setting.group_by} {v}": str(v) for v in setting.group_values}
     return {label: evs for label in labels}, labels
 
 
-def build(ctx: Context, out: Output, setting_key: str, title: str, metrics: list[tuple[str, str]],
-          claim_setting: str, paper_lines: list[str], key: str = "correct") -> None:
+def build(
+    ctx: Context,
+    out: Output,
+    setting_key: str,
+    title: str,
+    metrics: list[tuple[str, str]],
+    claim_setting: str,
+    paper_lines: list[str],
+    key: str = "correct",
+) -> None:
     """Write ``<name>.md`` and ``<name>.csv``; ``metrics`` are ``(summary key, heading)`` pairs."""
     cols, group_of = column_evals(ctx, out, setting_key)
     first = next(iter(cols.values()))
     csv_rows = []
-    md = [f"# {title} ({ctx.profile.name} profile, {ctx.draws()}, "
-          f"model {ctx.profile.settings[setting_key].model})", ""]
+    md = [
+        f"# {title} ({ctx.profile.name} profile, {ctx.draws()}, "
+        f"model {ctx.profile.settings[setting_key].model})",
+        "",
+    ]
     for metric, heading in metrics:
         if metric == "avg@k":
             metric = sample_metric(first["grpo"])
@@ -62,18 +85,40 @@ def build(ctx: Context, out: Output, setting_key: str, title: str, metrics: list
                 ci = seed_ci(evs[m], metric, group_of[col])
                 cells.append(fmt_ci(ci))
                 if ci is not None:
-                    csv_rows.append({"method": m, "metric": metric, "column": col, "mean": ci.mean,
-                                     "low": ci.low, "high": ci.high, "seeds": ci.n})
+                    csv_rows.append(
+                        {
+                            "method": m,
+                            "metric": metric,
+                            "column": col,
+                            "mean": ci.mean,
+                            "low": ci.low,
+                            "high": ci.high,
+                            "seeds": ci.n,
+                        }
+                    )
             table.append([METHOD_LABELS[m]] + cells)
-        md += [f"## {heading.replace('avg@k', metric)}", "",
-               markdown_table(["method"] + list(cols), table), ""]
+        md += [
+            f"## {heading.replace('avg@k', metric)}",
+            "",
+            markdown_table(["method"] + list(cols), table),
+            "",
+        ]
     # One paired comparison over every item of every column.
     a = [ev for evs in _distinct(cols, "grpo_sg") for ev in evs]
     b = [ev for evs in _distinct(cols, "grpo") for ev in evs]
-    compare(out, "GRPO-SG beats GRPO", claim_setting, _tagged(a), _tagged(b), key=key,
-            label="GRPO-SG - GRPO")
+    compare(
+        out,
+        "GRPO-SG beats GRPO",
+        claim_setting,
+        _tagged(a),
+        _tagged(b),
+        key=key,
+        label="GRPO-SG - GRPO",
+    )
     md += ["## Claim (paired per-item difference)", ""]
-    md += [f"- **{c['claim']}** ({c['setting']}): {c['verdict']}. {c['evidence']}." for c in out.claims]
+    md += [
+        f"- **{c['claim']}** ({c['setting']}): {c['verdict']}. {c['evidence']}." for c in out.claims
+    ]
     md += ["", "## The paper's reported numbers", ""] + paper_lines
     out.write_csv(csv_rows)
     out.write_md("\n".join(md))

@@ -1,4 +1,5 @@
 """Training-metric trajectories of GRPO vs GRPO-SG in the three settings (shared by fig3/fig4)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,11 @@ def series(run, key: str) -> np.ndarray:
 
 def collect(ctx: Context, out: Output, key: str) -> dict[str, dict[str, list[np.ndarray]]]:
     """``setting -> method -> [series per seed]``."""
-    return {s: {m: [series(r, key) for r in runs_for(ctx, out, s, m)] for m in METHODS}
-            for s in SETTINGS if s in {st.env for st in ctx.profile.settings.values()}}
+    return {
+        s: {m: [series(r, key) for r in runs_for(ctx, out, s, m)] for m in METHODS}
+        for s in SETTINGS
+        if s in {st.env for st in ctx.profile.settings.values()}
+    }
 
 
 def smooth(x: np.ndarray, window: int) -> np.ndarray:
@@ -28,7 +32,7 @@ def smooth(x: np.ndarray, window: int) -> np.ndarray:
         return x
     out = np.empty_like(x)
     for t in range(x.size):
-        seg = x[max(0, t - window + 1):t + 1]
+        seg = x[max(0, t - window + 1) : t + 1]
         out[t] = np.nanmean(seg) if np.isfinite(seg).any() else np.nan
     return out
 
@@ -44,8 +48,14 @@ def plot_trajectories(axes, data, ylabel: str, window: int) -> None:
             mean = np.nanmean(mat, axis=0)
             ax.plot(steps, mean, color=METHOD_COLORS[m], label=METHOD_LABELS[m], lw=1.4)
             if mat.shape[0] > 1:
-                ax.fill_between(steps, np.nanmin(mat, 0), np.nanmax(mat, 0), color=METHOD_COLORS[m],
-                                alpha=0.18, lw=0)
+                ax.fill_between(
+                    steps,
+                    np.nanmin(mat, 0),
+                    np.nanmax(mat, 0),
+                    color=METHOD_COLORS[m],
+                    alpha=0.18,
+                    lw=0,
+                )
         ax.set_title(SETTING_TITLES.get(setting, setting))
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
@@ -58,6 +68,8 @@ def long_rows(data, key: str) -> list[dict]:
     for setting, by_method in data.items():
         for m, runs in by_method.items():
             for seed_i, r in enumerate(runs):
-                rows += [{"setting": setting, "method": m, "seed_index": seed_i, "step": t + 1, key: v}
-                         for t, v in enumerate(r.tolist())]
+                rows += [
+                    {"setting": setting, "method": m, "seed_index": seed_i, "step": t + 1, key: v}
+                    for t, v in enumerate(r.tolist())
+                ]
     return rows

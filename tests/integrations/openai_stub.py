@@ -3,6 +3,7 @@ call a model over HTTP (verifiers) without a model: ``reply(messages) -> str`` d
 answer. Serves ``POST /v1/chat/completions`` (plain JSON, or server-sent events when
 ``stream`` is set) and ``GET /v1/models``; every request body is kept in ``requests``.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,17 +47,34 @@ class ScriptedChatServer:
                 created, rid = int(time.time()), f"chatcmpl-{len(server.requests)}"
                 usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
                 if not body.get("stream"):
-                    self._json(200, {
-                        "id": rid, "object": "chat.completion", "created": created,
-                        "model": body.get("model", server.model), "usage": usage,
-                        "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                                     "message": {"role": "assistant", "content": text}}]})
+                    self._json(
+                        200,
+                        {
+                            "id": rid,
+                            "object": "chat.completion",
+                            "created": created,
+                            "model": body.get("model", server.model),
+                            "usage": usage,
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "finish_reason": "stop",
+                                    "logprobs": None,
+                                    "message": {"role": "assistant", "content": text},
+                                }
+                            ],
+                        },
+                    )
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
-                base = {"id": rid, "object": "chat.completion.chunk", "created": created,
-                        "model": body.get("model", server.model)}
+                base = {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": body.get("model", server.model),
+                }
                 delta = {"role": "assistant", "content": text}
                 chunks = [
                     {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},

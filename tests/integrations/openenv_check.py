@@ -2,6 +2,7 @@
 ``scripts/test_integrations.sh openenv``: every registered env served over loopback and driven
 with OpenEnv's own client; rewards, observations and ends equal the Gymnasium env's.
 """
+
 from __future__ import annotations
 
 import socket
@@ -18,16 +19,22 @@ from rlvr.envs import ENV_NAMES
 from rlvr.integrations.episodes import env_names
 from rlvr.integrations.openenv_server import RlvrEnvClient, TextAction, make_app
 
-ENV_KWARGS = {"searchqa": {"dataset": "synthetic", "max_turns": 3}, "kk": {"n_people": 2},
-              "math": {"dataset": "synthetic"}}
+ENV_KWARGS = {
+    "searchqa": {"dataset": "synthetic", "max_turns": 3},
+    "kk": {"n_people": 2},
+    "math": {"dataset": "synthetic"},
+}
 
 
 def scripted_actions(name: str, info: dict) -> list[str]:
     """A few turns per env, ending in a correct answer (so rewards are not all the same)."""
     gt = info["ground_truth"]
     if name == "searchqa":
-        return ["I should look it up.", f"<search> {info['question']} </search>",
-                f"<think>found it</think><answer> {gt[0]} </answer>"]
+        return [
+            "I should look it up.",
+            f"<search> {info['question']} </search>",
+            f"<think>found it</think><answer> {gt[0]} </answer>",
+        ]
     if name == "kk":
         # the prompt ends with the <think> prefill
         return [f"solve</think><answer>{info['solution_text_format']}</answer>"]

@@ -2,6 +2,7 @@
 
 Not collected by the main suite (the file name does not match ``test_*.py``): it needs TRL.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -46,7 +47,9 @@ def test_grpo_trainer_two_steps_on_micro_model_with_kk_reward(tmp_path):
     tokenizer.save_pretrained(model_dir)
     # Standard (string) prompts: the micro tokenizer has no chat template; the env renders the
     # Qwen template itself, ending with the "<think>" prefill.
-    dataset = trl_dataset("kk", 8, split="train", conversational=False, env_kwargs={"n_people": 2, "template": "qwen"})
+    dataset = trl_dataset(
+        "kk", 8, split="train", conversational=False, env_kwargs={"n_people": 2, "template": "qwen"}
+    )
     assert set(dataset.column_names) >= {"prompt", "ground_truth", "prefilled_think"}
     assert all(dataset["prefilled_think"])
 
@@ -54,16 +57,40 @@ def test_grpo_trainer_two_steps_on_micro_model_with_kk_reward(tmp_path):
 
     def kk(prompts, completions, **kwargs):
         rewards = kk_reward(prompts, completions, **kwargs)
-        calls.append((list(completions), list(kwargs["ground_truth"]), list(kwargs["prefilled_think"]), rewards))
+        calls.append(
+            (
+                list(completions),
+                list(kwargs["ground_truth"]),
+                list(kwargs["prefilled_think"]),
+                rewards,
+            )
+        )
         return rewards
 
     args = GRPOConfig(
-        output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4, num_generations=4,
-        max_completion_length=12, learning_rate=1e-3, logging_steps=1, save_strategy="no", report_to="none",
-        use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False, seed=0, dataloader_num_workers=0,
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=12,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        seed=0,
+        dataloader_num_workers=0,
     )
-    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=kk, args=args, train_dataset=dataset,
-                          processing_class=tokenizer)
+    trainer = GRPOTrainer(
+        model=str(model_dir),
+        reward_funcs=kk,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
     assert next(trainer.model.parameters()).dtype == torch.float32
     trainer.train()
 
@@ -71,7 +98,10 @@ def test_grpo_trainer_two_steps_on_micro_model_with_kk_reward(tmp_path):
     assert len(calls) == 2
     for completions, gts, prefilled, rewards in calls:
         assert len(completions) == 4 and len(set(gts)) == 1  # one prompt, four generations
-        assert rewards == [kk_score(c, gt, prefilled_think=p).reward for c, gt, p in zip(completions, gts, prefilled)]
+        assert rewards == [
+            kk_score(c, gt, prefilled_think=p).reward
+            for c, gt, p in zip(completions, gts, prefilled)
+        ]
         assert all(-3.0 <= r <= 3.0 for r in rewards)
     logged = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logged) == 2 and all(-3.0 <= h["reward"] <= 3.0 for h in logged)
@@ -79,8 +109,11 @@ def test_grpo_trainer_two_steps_on_micro_model_with_kk_reward(tmp_path):
 
 def test_search_environment_shape_for_trl():
     """The class TRL would instantiate per rollout: ``reset`` plus one public tool method."""
-    public = [n for n, _ in inspect.getmembers(SearchToolEnvironment, predicate=inspect.isfunction)
-              if not n.startswith("_") and n != "reset"]
+    public = [
+        n
+        for n, _ in inspect.getmembers(SearchToolEnvironment, predicate=inspect.isfunction)
+        if not n.startswith("_") and n != "reset"
+    ]
     assert public == ["search"]
     doc = inspect.getdoc(SearchToolEnvironment.search)
     assert "Args:" in doc and "query" in doc and "Returns:" in doc
@@ -91,6 +124,7 @@ def test_search_environment_shape_for_trl():
 
 
 # -- rlvr.integrations.trl_env: the environments through environment_factory ------------------
+
 
 def micro_tool_model(path):
     """The micro model with Qwen2.5's chat template (TRL recognises it, renders the tool schema
@@ -115,8 +149,11 @@ def test_environment_classes_come_from_the_registry():
 
     for name in env_names():
         cls = environment_class(name)
-        public = sorted(n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
-                        if not n.startswith("_"))
+        public = sorted(
+            n
+            for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+            if not n.startswith("_")
+        )
         assert public == sorted(["reset", *[t.name for t in env_tools(name)]])
     schema = get_json_schema(environment_class("searchqa").search)["function"]
     assert schema["name"] == "search" and schema["parameters"]["required"] == ["query"]
@@ -145,15 +182,31 @@ def test_grpo_trainer_runs_the_search_environment_and_logs_our_rewards(tmp_path)
         return rewards
 
     args = GRPOConfig(
-        output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4,
-        num_generations=4, max_completion_length=48, learning_rate=1e-3, logging_steps=1,
-        save_strategy="no", report_to="none", use_cpu=True, bf16=False, fp16=False,
-        gradient_checkpointing=False, seed=0, dataloader_num_workers=0,
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=48,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        seed=0,
+        dataloader_num_workers=0,
         max_tool_calling_iterations=2,
     )
-    trainer = GRPOTrainer(model=str(tmp_path / "micro"), reward_funcs=searchqa, args=args,
-                          train_dataset=dataset, processing_class=tokenizer,
-                          environment_factory=environment_factory("searchqa", **env_kwargs))
+    trainer = GRPOTrainer(
+        model=str(tmp_path / "micro"),
+        reward_funcs=searchqa,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        environment_factory=environment_factory("searchqa", **env_kwargs),
+    )
     assert [t.__name__ for t in trainer.tools] == ["search"]  # the env's tool, schema in the prompt
     trainer.train()
 
@@ -187,10 +240,14 @@ def test_a_tool_call_parsed_by_trl_steps_the_environment():
     env = environment_factory("searchqa", dataset="synthetic")()
     env.reset(**row)
     question, gold = env._episode.info["question"], env._episode.info["ground_truth"][0]
-    text = ('<tool_call>\n{"name": "search", "arguments": {"query": ' + json.dumps(question)
-            + '}}\n</tool_call><|im_end|>')
-    prompt = tokenizer.apply_chat_template(row["prompt"], tools=[env.search],
-                                           add_generation_prompt=True, tokenize=False)
+    text = (
+        '<tool_call>\n{"name": "search", "arguments": {"query": '
+        + json.dumps(question)
+        + '}}\n</tool_call><|im_end|>'
+    )
+    prompt = tokenizer.apply_chat_template(
+        row["prompt"], tools=[env.search], add_generation_prompt=True, tokenize=False
+    )
     assert '"name": "search"' in prompt  # the tool schema TRL renders for the model
     ids = tokenizer(text, add_special_tokens=False).input_ids
     prefix = tokenizer(prompt, add_special_tokens=False).input_ids
@@ -198,9 +255,13 @@ def test_a_tool_call_parsed_by_trl_steps_the_environment():
     (call,) = message["tool_calls"]
     result = getattr(env, call["function"]["name"])(**call["function"]["arguments"])
     assert result.startswith("\n\n<information>Doc 1(Title: ") and gold in result
-    completion = [message, {"role": "tool", "name": "search", "content": result},
-                  {"role": "assistant", "content": f"<answer> {gold} </answer>"}]
+    completion = [
+        message,
+        {"role": "tool", "name": "search", "content": result},
+        {"role": "assistant", "content": f"<answer> {gold} </answer>"},
+    ]
     logged = {}
-    assert episode_reward([row["prompt"]], [completion], environments=[env],
-                          log_metric=logged.__setitem__) == [1.0]
+    assert episode_reward(
+        [row["prompt"]], [completion], environments=[env], log_metric=logged.__setitem__
+    ) == [1.0]
     assert logged == {"searchqa/em": 1.0, "searchqa/f1": 1.0, "searchqa/format": 1.0}

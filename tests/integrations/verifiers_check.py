@@ -6,6 +6,7 @@ it records equal the Gymnasium env's on the same replies, the components are its
 verifiers runs its chat harness as a PEP 723 script through ``uv`` (installed in the venv),
 which resolves the script's few dependencies from the package index on the first run.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,14 +17,17 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-
 from openai_stub import ScriptedChatServer
+
 from rlvr.envs import ENV_NAMES
 from rlvr.integrations.episodes import Episode
 
 N_TASKS = 4
-ENV_KWARGS = {"searchqa": {"dataset": "synthetic", "max_turns": 3},
-              "kk": {"n_people": 2, "prefill_think": False}, "math": {"dataset": "synthetic"}}
+ENV_KWARGS = {
+    "searchqa": {"dataset": "synthetic", "max_turns": 3},
+    "kk": {"n_people": 2, "prefill_think": False},
+    "math": {"dataset": "synthetic"},
+}
 
 
 def task_table(name: str) -> dict[str, dict]:
@@ -60,13 +64,31 @@ def scripted_reply(name: str, table: dict[str, dict]):
 
 
 def run_vf_eval(name: str, server: ScriptedChatServer, out: Path) -> list[dict]:
-    env = dict(os.environ, STUB_API_KEY="stub",
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-    cmd = [os.path.join(os.path.dirname(sys.executable), "vf-eval"), "rlvr_verifiers",
-           "--env.taskset.env", name,
-           "--env.taskset.env-kwargs", json.dumps(ENV_KWARGS.get(name, {})),
-           "-n", str(N_TASKS), "--no-push", "--no-rich", "--client.base-url", server.url,
-           "--client.api-key-var", "STUB_API_KEY", "-m", "stub-model", "-o", str(out)]
+    env = dict(
+        os.environ,
+        STUB_API_KEY="stub",
+        PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+    )
+    cmd = [
+        os.path.join(os.path.dirname(sys.executable), "vf-eval"),
+        "rlvr_verifiers",
+        "--env.taskset.env",
+        name,
+        "--env.taskset.env-kwargs",
+        json.dumps(ENV_KWARGS.get(name, {})),
+        "-n",
+        str(N_TASKS),
+        "--no-push",
+        "--no-rich",
+        "--client.base-url",
+        server.url,
+        "--client.api-key-var",
+        "STUB_API_KEY",
+        "-m",
+        "stub-model",
+        "-o",
+        str(out),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     (traces,) = list(out.glob("*/traces.jsonl"))

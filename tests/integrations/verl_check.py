@@ -2,13 +2,13 @@
 
 Not collected by the main suite (the file name does not match ``test_*.py``): it needs verl.
 """
+
 from __future__ import annotations
 
 from importlib.metadata import entry_points, version
 
 import pytest
 import torch
-
 import verl  # noqa: F401  (loads the verl.plugins entry points, ours included)
 from omegaconf import OmegaConf
 from tensordict import TensorDict
@@ -75,20 +75,30 @@ def test_losses_found_by_name_after_import_verl(name):
 @pytest.mark.parametrize("agg", AGG_MODES)
 @pytest.mark.parametrize("name", verl_plugin.PLUGIN_LOSSES)
 def test_plugin_equals_native(name, agg):
-    keys = {"alpha": 1.3, "tau": 0.5, "mu": 0.2, "lower": 0.05, "upper": 2.0} if name != "ar" else {"ar_alpha": 0.1}
+    keys = (
+        {"alpha": 1.3, "tau": 0.5, "mu": 0.2, "lower": 0.05, "upper": 2.0}
+        if name != "ar"
+        else {"ar_alpha": 0.1}
+    )
     config = actor_config(name, agg, **keys)
     old, new, adv, mask = tensors()
     loss, metrics = get_policy_loss_fn(name)(
-        old_log_prob=old, log_prob=new, advantages=adv, response_mask=mask, loss_agg_mode=agg,
-        config=config, rollout_is_weights=None,
+        old_log_prob=old,
+        log_prob=new,
+        advantages=adv,
+        response_mask=mask,
+        loss_agg_mode=agg,
+        config=config,
+        rollout_is_weights=None,
     )
     (grad,) = torch.autograd.grad(loss, new)
 
     params = {"alpha": 0.1} if name == "ar" else {**keys, "shaping_input": "prob"}
     w = token_weights(name, logprobs=new, mask=mask, old_logprobs=old, **params)
     new2 = new.detach().clone().requires_grad_(True)
-    native, native_metrics = policy_loss(new2, old, adv, mask, weights=w, clip_low=0.2, clip_high=0.28,
-                                         dual_clip=3.0, agg=agg)
+    native, native_metrics = policy_loss(
+        new2, old, adv, mask, weights=w, clip_low=0.2, clip_high=0.28, dual_clip=3.0, agg=agg
+    )
     (native_grad,) = torch.autograd.grad(native, new2)
     torch.testing.assert_close(loss, native)
     torch.testing.assert_close(grad, native_grad)
@@ -101,26 +111,45 @@ def test_vanilla_equals_native_grpo():
     """Our native policy_loss is verl's vanilla loss when every weight is 1 (same contract)."""
     config = actor_config("vanilla", "seq-mean-token-mean")
     old, new, adv, mask = tensors(seed=3)
-    loss, _ = get_policy_loss_fn("vanilla")(old, new, adv, mask, "seq-mean-token-mean", config, None)
-    native, _ = policy_loss(new, old, adv, mask, clip_low=0.2, clip_high=0.28, dual_clip=3.0,
-                            agg="seq-mean-token-mean")
+    loss, _ = get_policy_loss_fn("vanilla")(
+        old, new, adv, mask, "seq-mean-token-mean", config, None
+    )
+    native, _ = policy_loss(
+        new, old, adv, mask, clip_low=0.2, clip_high=0.28, dual_clip=3.0, agg="seq-mean-token-mean"
+    )
     torch.testing.assert_close(loss, native)
 
 
 def test_hyperparameters_come_from_config_and_global_batch_info():
     old, new, adv, mask = tensors(seed=1)
-    a, _ = get_policy_loss_fn("grpo_sg")(old, new, adv, mask, "token-mean", actor_config("grpo_sg", alpha=1.0))
-    b, _ = get_policy_loss_fn("grpo_sg")(old, new, adv, mask, "token-mean", actor_config("grpo_sg", alpha=2.0))
+    a, _ = get_policy_loss_fn("grpo_sg")(
+        old, new, adv, mask, "token-mean", actor_config("grpo_sg", alpha=1.0)
+    )
+    b, _ = get_policy_loss_fn("grpo_sg")(
+        old, new, adv, mask, "token-mean", actor_config("grpo_sg", alpha=2.0)
+    )
     assert not torch.allclose(a, b)
     config = actor_config("grpo_sg")
-    config.global_batch_info.update({"dp_size": 1, "batch_num_tokens": 1000, "global_batch_size": None})
+    config.global_batch_info.update(
+        {"dp_size": 1, "batch_num_tokens": 1000, "global_batch_size": None}
+    )
     c, _ = get_policy_loss_fn("grpo_sg")(old, new, adv, mask, "token-mean", config)
-    native, _ = policy_loss(new, old, adv, mask, clip_low=0.2, clip_high=0.28, dual_clip=3.0,
-                            weights=token_weights("grpo_sg", logprobs=new, mask=mask, shaping_input="prob"),
-                            batch_num_tokens=1000)
+    native, _ = policy_loss(
+        new,
+        old,
+        adv,
+        mask,
+        clip_low=0.2,
+        clip_high=0.28,
+        dual_clip=3.0,
+        weights=token_weights("grpo_sg", logprobs=new, mask=mask, shaping_input="prob"),
+        batch_num_tokens=1000,
+    )
     torch.testing.assert_close(c, native)
     with pytest.raises(ValueError, match="shaping_input"):
-        get_policy_loss_fn("grpo_sg")(old, new, adv, mask, "token-mean", actor_config("grpo_sg", shaping_input="logit"))
+        get_policy_loss_fn("grpo_sg")(
+            old, new, adv, mask, "token-mean", actor_config("grpo_sg", shaping_input="logit")
+        )
 
 
 def test_rollout_is_weights_multiply_the_surrogate():
@@ -157,11 +186,18 @@ def test_reward_loads_like_verl_and_scores_gold_answers():
     responses.append("<think>x</think><answer>Paris</answer>")
     golds.append({"target": ["Paris"]})
     extras.append({})
-    singles = [compute_score(data_source=s, solution_str=r, ground_truth=g, extra_info=e)
-               for s, r, g, e in zip(sources, responses, golds, extras)]
+    singles = [
+        compute_score(data_source=s, solution_str=r, ground_truth=g, extra_info=e)
+        for s, r, g, e in zip(sources, responses, golds, extras)
+    ]
     assert [x["acc"] for x in singles] == [1.0] * len(singles)
     assert [x["score"] for x in singles] == [3.0] * 4 + [1.0] * 5
-    assert batch(data_sources=sources, solution_strs=responses, ground_truths=golds, extra_infos=extras) == singles
+    assert (
+        batch(
+            data_sources=sources, solution_strs=responses, ground_truths=golds, extra_infos=extras
+        )
+        == singles
+    )
 
 
 # --- actor loss (set_loss_fn) ------------------------------------------------------------------
@@ -174,15 +210,23 @@ def engine_batch(seed=0, b=4, p=3, r=5, vocab=11):
     input_ids = torch.randint(4, vocab, (b, p + r), generator=g)
     attn = torch.zeros(b, p + r, dtype=torch.long)
     for i in range(b):
-        attn[i, p - prompt_len[i]: p + resp_len[i]] = 1
+        attn[i, p - prompt_len[i] : p + resp_len[i]] = 1
     response_mask = attn[:, p:].clone()
     position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
     old = -torch.rand(b, r, generator=g, dtype=torch.float64) * 2
     adv = torch.randn(b, 1, generator=g, dtype=torch.float64).expand(b, r).contiguous()
     td = TensorDict(
-        {"input_ids": input_ids, "attention_mask": attn, "response_mask": response_mask, "position_ids": position_ids,
-         "prompts": input_ids[:, :p], "responses": input_ids[:, p:], "old_log_probs": old, "advantages": adv,
-         "ref_log_prob": old + 0.1},
+        {
+            "input_ids": input_ids,
+            "attention_mask": attn,
+            "response_mask": response_mask,
+            "position_ids": position_ids,
+            "prompts": input_ids[:, :p],
+            "responses": input_ids[:, p:],
+            "old_log_probs": old,
+            "advantages": adv,
+            "ref_log_prob": old + 0.1,
+        },
         batch_size=[b],
     )
     td = left_right_2_no_padding(td)
@@ -202,13 +246,19 @@ def test_actor_loss_grpo_equals_verl_ppo_loss():
     td, _, lp = engine_batch()
     for agg in AGG_MODES:
         config = actor_config("vanilla", agg)
-        config.__dict__["use_kl_loss"] = True  # frozen dataclass field; the test flips it like Hydra would
+        config.__dict__["use_kl_loss"] = (
+            True  # frozen dataclass field; the test flips it like Hydra would
+        )
         a_in = lp.clone().requires_grad_(True)
         ref, ref_metrics = ppo_loss(config, {"log_probs": nested(a_in, td)}, td)
         b_in = lp.clone().requires_grad_(True)
-        ours, metrics = verl_actor.RlvrActorLoss(config, "grpo")({"log_probs": nested(b_in, td)}, td)
+        ours, metrics = verl_actor.RlvrActorLoss(config, "grpo")(
+            {"log_probs": nested(b_in, td)}, td
+        )
         torch.testing.assert_close(ours, ref)
-        torch.testing.assert_close(torch.autograd.grad(ours, b_in)[0], torch.autograd.grad(ref, a_in)[0])
+        torch.testing.assert_close(
+            torch.autograd.grad(ours, b_in)[0], torch.autograd.grad(ref, a_in)[0]
+        )
         assert set(ref_metrics) <= set(metrics)
 
 
@@ -221,20 +271,33 @@ def test_actor_loss_logit_hook_and_logit_shaped_grpo_sg():
     torch.testing.assert_close(hooked[0], logits[torch.arange(len(labels)), labels])
     # verl divides the logits by the rollout temperature; the hook returns the raw logit
     tu.assign_non_tensor(td, temperature=0.5)
-    scaled = loss_fn(student_logits=logits.unsqueeze(0) / 0.5, data=td)[verl_actor.SAMPLED_LOGIT_KEY]
+    scaled = loss_fn(student_logits=logits.unsqueeze(0) / 0.5, data=td)[
+        verl_actor.SAMPLED_LOGIT_KEY
+    ]
     torch.testing.assert_close(scaled, hooked)
     with pytest.raises(ValueError, match=verl_actor.SAMPLED_LOGIT_KEY):
         loss_fn({"log_probs": nested(lp, td)}, td)
     inp = lp.clone().requires_grad_(True)
-    model_output = {"log_probs": nested(inp, td), verl_actor.SAMPLED_LOGIT_KEY: nested(hooked[0], td)}
+    model_output = {
+        "log_probs": nested(inp, td),
+        verl_actor.SAMPLED_LOGIT_KEY: nested(hooked[0], td),
+    }
     ours, metrics = loss_fn(model_output, td)
 
     new = no_padding_2_padding(model_output["log_probs"], td)
     h = no_padding_2_padding(model_output[verl_actor.SAMPLED_LOGIT_KEY], td)
     mask = td["response_mask"].to(bool)
     w = token_weights("grpo_sg", logprobs=new, mask=mask, logits=h, shaping_input="logit")
-    native, _ = policy_loss(new, td["old_log_probs"], td["advantages"], mask, weights=w, clip_low=0.2,
-                            clip_high=0.28, dual_clip=3.0)
+    native, _ = policy_loss(
+        new,
+        td["old_log_probs"],
+        td["advantages"],
+        mask,
+        weights=w,
+        clip_low=0.2,
+        clip_high=0.28,
+        dual_clip=3.0,
+    )
     torch.testing.assert_close(ours, native)
 
 
@@ -245,12 +308,20 @@ def test_actor_loss_entropy_top_and_lopti():
     new = no_padding_2_padding(nested(lp, td), td)
     config = actor_config("vanilla")
     out, _ = verl_actor.RlvrActorLoss(config, "entropy_top", fraction=0.2)(
-        {"log_probs": nested(lp, td), "entropy": nested(ent, td)}, td)
+        {"log_probs": nested(lp, td), "entropy": nested(ent, td)}, td
+    )
     e_pad = no_padding_2_padding(nested(ent, td), td)
     # 80/20 as the native trainer and the official code: the surrogate averaged over the kept tokens
     kept = token_weights("entropy_top", logprobs=new, mask=mask, entropy=e_pad, fraction=0.2).bool()
-    native, _ = policy_loss(new, td["old_log_probs"], td["advantages"], kept, clip_low=0.2,
-                            clip_high=0.28, dual_clip=3.0)
+    native, _ = policy_loss(
+        new,
+        td["old_log_probs"],
+        td["advantages"],
+        kept,
+        clip_low=0.2,
+        clip_high=0.28,
+        dual_clip=3.0,
+    )
     # verl's ppo_loss subtracts entropy_coeff * entropy (0 by default): same total
     torch.testing.assert_close(out, native)
     with pytest.raises(ValueError, match="entropy"):
@@ -261,8 +332,15 @@ def test_actor_loss_entropy_top_and_lopti():
         tu.assign_non_tensor(td, **{verl_actor.LOPTI_STAGE_KEY: stage})
         got, _ = verl_actor.RlvrActorLoss(config, "lopti")({"log_probs": nested(lp, td)}, td)
         # AR-Lopti: advantages zeroed outside the stage, the mean over every response token
-        want, _ = policy_loss(new, td["old_log_probs"], td["advantages"] * stage_mask, mask,
-                              clip_low=0.2, clip_high=0.28, dual_clip=3.0)
+        want, _ = policy_loss(
+            new,
+            td["old_log_probs"],
+            td["advantages"] * stage_mask,
+            mask,
+            clip_low=0.2,
+            clip_high=0.28,
+            dual_clip=3.0,
+        )
         torch.testing.assert_close(got, want)
     with pytest.raises(ValueError, match="scheme"):
         verl_actor.RlvrActorLoss(config, "nope")

@@ -15,6 +15,7 @@ Every module of this package is imported when the registry is first read, so a n
 file here that calls ``register_algorithm`` (see ``docs/algorithms.md``). A module outside the
 package registers the same way once imported (``rlvr train ... plugins=my.module``).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -112,5 +113,12 @@ def load_plugins(modules: list[str] | tuple[str, ...]) -> None:
             raise ValueError(f"plugins: cannot import {name!r}: {e}") from e
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "Stage", "algorithm_names", "get_algorithm",
-           "load_plugins", "register_algorithm"]
+__all__ = [
+    "ALGORITHMS",
+    "Algorithm",
+    "Stage",
+    "algorithm_names",
+    "get_algorithm",
+    "load_plugins",
+    "register_algorithm",
+]

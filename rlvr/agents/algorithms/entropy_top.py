@@ -9,17 +9,24 @@ selected tokens only. The reference averages per micro-batch and scales by 1/acc
 the denominator is the mini-batch's number of selected tokens (the global-batch aggregation of
 ``rlvr.agents.losses.agg_loss``), which is the same when a mini-batch is one forward.
 """
+
 from rlvr.agents.algorithms import Algorithm, register_algorithm
 from rlvr.agents.weights import entropy_top_weights
 
 
 def select_top_entropy(entropy, mask, params):
-    return entropy_top_weights(logprobs=entropy, mask=mask.bool(), entropy=entropy,
-                               fraction=params["fraction"]).bool()
+    return entropy_top_weights(
+        logprobs=entropy, mask=mask.bool(), entropy=entropy, fraction=params["fraction"]
+    ).bool()
 
 
-ENTROPY_TOP = register_algorithm(Algorithm(
-    name="entropy_top", label="80/20 (entropy top)", color="#e377c2",
-    params=lambda wc: {"fraction": wc.fraction}, select_tokens=select_top_entropy,
-    source="arXiv 2506.01939; Shenzhi-Wang/Beyond-the-80-20-Rule-RLVR@6f5dda6 dp_actor.py",
-))
+ENTROPY_TOP = register_algorithm(
+    Algorithm(
+        name="entropy_top",
+        label="80/20 (entropy top)",
+        color="#e377c2",
+        params=lambda wc: {"fraction": wc.fraction},
+        select_tokens=select_top_entropy,
+        source="arXiv 2506.01939; Shenzhi-Wang/Beyond-the-80-20-Rule-RLVR@6f5dda6 dp_actor.py",
+    )
+)

@@ -3,6 +3,7 @@
 ``h`` is the sampled token's raw logit under the current policy (``shaping_input="logit"``) or its
 probability (``"prob"``, the TR-GRPO version); see ``rlvr.agents.weights.grpo_sg_weights``.
 """
+
 from rlvr.agents.algorithms import Algorithm, register_algorithm
 from rlvr.agents.config import shaping_defaults
 
@@ -22,8 +23,13 @@ def shaping_params(scheme: str):
     return params
 
 
-GRPO_SG = register_algorithm(Algorithm(
-    name="grpo_sg", label="GRPO-SG", color="#d62728", weight="grpo_sg",
-    params=shaping_params("grpo_sg"),
-    source="arXiv 2511.00066 Eq. 20 (TR-GRPO: the probability form)",
-))
+GRPO_SG = register_algorithm(
+    Algorithm(
+        name="grpo_sg",
+        label="GRPO-SG",
+        color="#d62728",
+        weight="grpo_sg",
+        params=shaping_params("grpo_sg"),
+        source="arXiv 2511.00066 Eq. 20 (TR-GRPO: the probability form)",
+    )
+)

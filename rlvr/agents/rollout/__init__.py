@@ -6,6 +6,7 @@
 - ``vllm``: vLLM on GPUs (the optional ``gpu`` extra), weights pushed after each update.
 - ``multiturn``: generate -> ``env.step`` -> observation tokens (loss mask 0) -> repeat.
 """
+
 from rlvr.agents.rollout.base import (
     FINISH_REASONS,
     Generation,
@@ -36,5 +37,13 @@ def make_backend(name: str, model, tokenizer, **options) -> RolloutBackend:
     raise ValueError(f"unknown rollout backend {name!r}; choose one of {BACKENDS}")
 
 
-__all__ = ["BACKENDS", "FINISH_REASONS", "Generation", "RolloutBackend", "RolloutBatch",
-           "SamplingParams", "collate", "make_backend"]
+__all__ = [
+    "BACKENDS",
+    "FINISH_REASONS",
+    "Generation",
+    "RolloutBackend",
+    "RolloutBatch",
+    "SamplingParams",
+    "collate",
+    "make_backend",
+]

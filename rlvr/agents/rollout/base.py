@@ -9,6 +9,7 @@ driver (``rlvr.agents.rollout.multiturn``) builds whole episodes from these call
 Finish reasons: ``"eos"`` (an end-of-sequence token), ``"stop"`` (a stop string such as
 ``</answer>``), ``"length"`` (the token budget ran out).
 """
+
 from __future__ import annotations
 
 import abc
@@ -63,8 +64,14 @@ class RolloutBackend(abc.ABC):
     """Samples continuations; ``sync_weights`` pulls the trainer's latest weights."""
 
     @abc.abstractmethod
-    def generate(self, contexts: list[list[int]], params: SamplingParams, *,
-                 seed: int, max_new_tokens: list[int] | None = None) -> Generation:
+    def generate(
+        self,
+        contexts: list[list[int]],
+        params: SamplingParams,
+        *,
+        seed: int,
+        max_new_tokens: list[int] | None = None,
+    ) -> Generation:
         """Sample one continuation per context.
 
         ``seed`` makes the call reproducible; ``max_new_tokens`` optionally bounds each row
@@ -116,26 +123,37 @@ class RolloutBatch:
     def select(self, index: torch.Tensor | list[int]) -> RolloutBatch:
         """Rows ``index`` (a mini-batch), trimmed of all-padding columns on the response side."""
         idx = torch.as_tensor(index, dtype=torch.long)
-        resp_attn = self.attention_mask[idx, self.prompt_len:]
+        resp_attn = self.attention_mask[idx, self.prompt_len :]
         width = int(resp_attn.sum(-1).max().item()) if len(idx) else 0
         end = self.prompt_len + max(width, 1)
         return RolloutBatch(
             input_ids=self.input_ids[idx, :end],
             attention_mask=self.attention_mask[idx, :end],
-            response_mask=self.response_mask[idx, :end - self.prompt_len],
-            rollout_logprobs=self.rollout_logprobs[idx, :end - self.prompt_len],
+            response_mask=self.response_mask[idx, : end - self.prompt_len],
+            rollout_logprobs=self.rollout_logprobs[idx, : end - self.prompt_len],
             prompt_len=self.prompt_len,
             finish_reasons=[self.finish_reasons[i] for i in idx.tolist()],
         )
 
     def to(self, device) -> RolloutBatch:
-        return RolloutBatch(self.input_ids.to(device), self.attention_mask.to(device),
-                            self.response_mask.to(device), self.rollout_logprobs.to(device),
-                            self.prompt_len, list(self.finish_reasons))
+        return RolloutBatch(
+            self.input_ids.to(device),
+            self.attention_mask.to(device),
+            self.response_mask.to(device),
+            self.rollout_logprobs.to(device),
+            self.prompt_len,
+            list(self.finish_reasons),
+        )
 
 
-def collate(prompts: list[list[int]], responses: list[list[int]], loss_masks: list[list[int]],
-            logprobs: list[list[float]], finish_reasons: list[str], pad_id: int) -> RolloutBatch:
+def collate(
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    loss_masks: list[list[int]],
+    logprobs: list[list[float]],
+    finish_reasons: list[str],
+    pad_id: int,
+) -> RolloutBatch:
     """Pad prompts on the left and responses on the right into a ``RolloutBatch``."""
     b = len(prompts)
     p = max((len(x) for x in prompts), default=0)
@@ -147,11 +165,11 @@ def collate(prompts: list[list[int]], responses: list[list[int]], loss_masks: li
     for i, (pr, rs, lm, lp) in enumerate(zip(prompts, responses, loss_masks, logprobs)):
         if not (len(rs) == len(lm) == len(lp)):
             raise ValueError(f"episode {i}: response, loss mask and log-probs differ in length")
-        input_ids[i, p - len(pr):p] = torch.tensor(pr, dtype=torch.long)
-        attention[i, p - len(pr):p] = 1
+        input_ids[i, p - len(pr) : p] = torch.tensor(pr, dtype=torch.long)
+        attention[i, p - len(pr) : p] = 1
         if rs:
-            input_ids[i, p:p + len(rs)] = torch.tensor(rs, dtype=torch.long)
-            attention[i, p:p + len(rs)] = 1
-            loss_mask[i, :len(rs)] = torch.tensor(lm, dtype=torch.float32)
-            lps[i, :len(rs)] = torch.tensor(lp, dtype=torch.float32)
+            input_ids[i, p : p + len(rs)] = torch.tensor(rs, dtype=torch.long)
+            attention[i, p : p + len(rs)] = 1
+            loss_mask[i, : len(rs)] = torch.tensor(lm, dtype=torch.float32)
+            lps[i, : len(rs)] = torch.tensor(lp, dtype=torch.float32)
     return RolloutBatch(input_ids, attention, loss_mask, lps, p, list(finish_reasons))

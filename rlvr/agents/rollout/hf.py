@@ -6,6 +6,7 @@ token, checks stop strings only when a token that can complete one appears, pref
 distinct context once (the G rollouts of a group share their prompt) and drops finished rows from
 the cache, so a batch slows down as it empties instead of padding to the longest row.
 """
+
 from __future__ import annotations
 
 import torch
@@ -33,8 +34,9 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return logits
 
 
-def sample_next(logits: torch.Tensor, params: SamplingParams,
-                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_next(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Next tokens ``[N]`` and their log-probs under ``softmax(logits / temperature)``.
 
     Greedy (temperature 0) reports log-probs at temperature 1.
@@ -65,11 +67,13 @@ def _growable_cache(model, reserve: int):
         from transformers.cache_utils import DynamicCache, DynamicLayer
     except ImportError:
         return None
-    text_cfg = (model.config.get_text_config() if hasattr(model.config, "get_text_config")
-                else model.config)
+    text_cfg = (
+        model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    )
     layer_types = getattr(text_cfg, "layer_types", None) or ["full_attention"]
-    sliding = (getattr(text_cfg, "sliding_window", None)
-               and getattr(text_cfg, "use_sliding_window", False))
+    sliding = getattr(text_cfg, "sliding_window", None) and getattr(
+        text_cfg, "use_sliding_window", False
+    )
     if any(t != "full_attention" for t in layer_types) or sliding:
         return None
 
@@ -86,13 +90,14 @@ def _growable_cache(model, reserve: int):
                 shape = (*key_states.shape[:-2], cap, key_states.shape[-1])
                 kbuf = key_states.new_empty(shape)
                 vbuf = value_states.new_empty(
-                    (*value_states.shape[:-2], cap, value_states.shape[-1]))
+                    (*value_states.shape[:-2], cap, value_states.shape[-1])
+                )
                 if self._len:
-                    kbuf[..., :self._len, :] = self._kbuf[..., :self._len, :]
-                    vbuf[..., :self._len, :] = self._vbuf[..., :self._len, :]
+                    kbuf[..., : self._len, :] = self._kbuf[..., : self._len, :]
+                    vbuf[..., : self._len, :] = self._vbuf[..., : self._len, :]
                 self._kbuf, self._vbuf = kbuf, vbuf
-            self._kbuf[..., self._len:need, :] = key_states
-            self._vbuf[..., self._len:need, :] = value_states
+            self._kbuf[..., self._len : need, :] = key_states
+            self._vbuf[..., self._len : need, :] = value_states
             self._len = need
             self.keys = self._kbuf[..., :need, :]
             self.values = self._vbuf[..., :need, :]
@@ -102,8 +107,8 @@ def _growable_cache(model, reserve: int):
             if self.is_initialized and self._kbuf is not None:
                 self._kbuf = self._kbuf[indices]
                 self._vbuf = self._vbuf[indices]
-                self.keys = self._kbuf[..., :self._len, :]
-                self.values = self._vbuf[..., :self._len, :]
+                self.keys = self._kbuf[..., : self._len, :]
+                self.values = self._vbuf[..., : self._len, :]
 
     cache = DynamicCache()
     if not hasattr(cache, "layer_class_to_replicate") or cache.layers:
@@ -155,14 +160,25 @@ class HFBackend(RolloutBackend):
         return self._stop_filters[stop]
 
     def _forward(self, input_ids, attention_mask, position_ids, cache):
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                         position_ids=position_ids, use_cache=True, logits_to_keep=1,
-                         **{self._cache_arg: cache})
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_arg: cache},
+        )
         return out.logits[:, -1], output_cache(out)
 
     @torch.no_grad()
-    def generate(self, contexts: list[list[int]], params: SamplingParams, *,
-                 seed: int, max_new_tokens: list[int] | None = None) -> Generation:
+    def generate(
+        self,
+        contexts: list[list[int]],
+        params: SamplingParams,
+        *,
+        seed: int,
+        max_new_tokens: list[int] | None = None,
+    ) -> Generation:
         n = len(contexts)
         budgets = [params.max_new_tokens] * n
         if max_new_tokens is not None:
@@ -198,8 +214,8 @@ class HFBackend(RolloutBackend):
         ids = torch.full((len(keys), width), pad, dtype=torch.long)
         mask = torch.zeros((len(keys), width), dtype=torch.long)
         for j, k in enumerate(keys):
-            ids[j, width - len(k):] = torch.tensor(k, dtype=torch.long)
-            mask[j, width - len(k):] = 1
+            ids[j, width - len(k) :] = torch.tensor(k, dtype=torch.long)
+            mask[j, width - len(k) :] = 1
         ids, mask = ids.to(device), mask.to(device)
         positions = position_ids_from_mask(mask)
         reserve = max(budgets[i] for i in active)
@@ -225,8 +241,9 @@ class HFBackend(RolloutBackend):
                 logps[i].append(lp_l[j])
                 if eos_l[j]:
                     reasons[i] = "eos"
-                elif may_l is not None and may_l[j] and self._stopped(tokens[i][-tail:],
-                                                                     params.stop):
+                elif (
+                    may_l is not None and may_l[j] and self._stopped(tokens[i][-tail:], params.stop)
+                ):
                     reasons[i] = "stop"
                 elif len(tokens[i]) >= budgets[i]:
                     reasons[i] = "length"
@@ -263,14 +280,24 @@ class GenerateBackend(RolloutBackend):
         self.tokenizer = tokenizer
 
     @torch.no_grad()
-    def generate(self, contexts: list[list[int]], params: SamplingParams, *,
-                 seed: int, max_new_tokens: list[int] | None = None) -> Generation:
+    def generate(
+        self,
+        contexts: list[list[int]],
+        params: SamplingParams,
+        *,
+        seed: int,
+        max_new_tokens: list[int] | None = None,
+    ) -> Generation:
         n = len(contexts)
-        budgets = [params.max_new_tokens] * n if max_new_tokens is None else [
-            max(0, min(b, params.max_new_tokens)) for b in max_new_tokens]
+        budgets = (
+            [params.max_new_tokens] * n
+            if max_new_tokens is None
+            else [max(0, min(b, params.max_new_tokens)) for b in max_new_tokens]
+        )
         if not n or max(budgets) == 0:
-            return Generation([[] for _ in range(n)], [[] for _ in range(n)], ["length"] * n,
-                              [""] * n)
+            return Generation(
+                [[] for _ in range(n)], [[] for _ in range(n)], ["length"] * n, [""] * n
+            )
         tok = self.tokenizer
         device = next(self.model.parameters()).device
         width = max(len(c) for c in contexts)
@@ -278,21 +305,31 @@ class GenerateBackend(RolloutBackend):
         ids = torch.full((n, width), pad, dtype=torch.long)
         mask = torch.zeros_like(ids)
         for i, c in enumerate(contexts):
-            ids[i, width - len(c):] = torch.tensor(c)
-            mask[i, width - len(c):] = 1
-        kwargs = dict(max_new_tokens=max(budgets), pad_token_id=pad, eos_token_id=tok.eos_token_id,
-                      return_dict_in_generate=True, output_logits=True)
+            ids[i, width - len(c) :] = torch.tensor(c)
+            mask[i, width - len(c) :] = 1
+        kwargs = dict(
+            max_new_tokens=max(budgets),
+            pad_token_id=pad,
+            eos_token_id=tok.eos_token_id,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
         if params.temperature > 0:
-            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p,
-                          top_k=params.top_k)
+            kwargs.update(
+                do_sample=True,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k,
+            )
         else:
             kwargs.update(do_sample=False)
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=tok)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                      **kwargs)
+            out = self.model.generate(
+                input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs
+            )
         scale = params.temperature if params.temperature > 0 else 1.0
         steps = torch.stack(out.logits, dim=1).float() / scale  # [n, steps, V]
         logp_all = torch.log_softmax(steps, dim=-1)
@@ -302,10 +339,10 @@ class GenerateBackend(RolloutBackend):
             toks = [t for _, t in kept]
             reason = "length"
             if tok.eos_token_id in toks:
-                kept = kept[:toks.index(tok.eos_token_id) + 1]
+                kept = kept[: toks.index(tok.eos_token_id) + 1]
                 reason = "eos"
             if len(kept) > budgets[i]:
-                kept, reason = kept[:budgets[i]], "length"
+                kept, reason = kept[: budgets[i]], "length"
             toks = [t for _, t in kept]
             text, found = truncate_at_stop(tok.decode(toks, skip_special_tokens=True), params.stop)
             token_ids.append(toks)

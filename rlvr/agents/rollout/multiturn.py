@@ -10,6 +10,7 @@ response budget (generated plus observation tokens) is used up.
 Single-turn envs are the one-turn case of the same loop. An exception from ``env.step`` (env,
 tool or verifier) ends that episode with ``error_reward`` and the error text; the batch goes on.
 """
+
 from __future__ import annotations
 
 import traceback
@@ -40,7 +41,7 @@ class Episode:
 
 
 _TURN_STRIDE = 1_000_003
-_SEED_SPACE = 2 ** 63
+_SEED_SPACE = 2**63
 
 
 def turn_seed(seed: int, turn: int) -> int:
@@ -63,14 +64,22 @@ def encode_prompt(tokenizer, prompt: str, max_tokens: int | None) -> tuple[list[
     assistant marker); returns whether it was cut."""
     ids = tokenizer(prompt)["input_ids"]
     if max_tokens is not None and len(ids) > max_tokens:
-        return ids[len(ids) - max_tokens:], True
+        return ids[len(ids) - max_tokens :], True
     return ids, False
 
 
-def run_episodes(backend: RolloutBackend, tokenizer, envs: list, prompts: list[str],
-                 params: SamplingParams, *, max_response_tokens: int, seed: int,
-                 error_reward: list[float] | float = 0.0,
-                 max_prompt_tokens: int | None = None) -> list[Episode]:
+def run_episodes(
+    backend: RolloutBackend,
+    tokenizer,
+    envs: list,
+    prompts: list[str],
+    params: SamplingParams,
+    *,
+    max_response_tokens: int,
+    seed: int,
+    error_reward: list[float] | float = 0.0,
+    max_prompt_tokens: int | None = None,
+) -> list[Episode]:
     """Play one episode per ``(env, prompt)`` pair; the envs must already be ``reset``.
 
     The backend's memory is released at the end (``offload``): what follows a batch of episodes

@@ -20,6 +20,7 @@ GPU (TRL's "colocate" mode). Read against vLLM 0.33.0 (``vllm/entrypoints/llm.py
   worker reloads them with ``collective_rpc("reload_weights", weights_path=...)``. The prefix
   cache is reset after each sync, since cached KV blocks were computed with the old weights.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,10 @@ from typing import Any
 
 from rlvr.agents.rollout.base import Generation, RolloutBackend, SamplingParams, truncate_at_stop
 
-GPU_EXTRA_HINT = ("the vllm rollout backend needs vLLM, a CUDA-only package: install the gpu "
-                  "extra with pip install 'rlvr[gpu]' (or use rollout.backend=hf)")
+GPU_EXTRA_HINT = (
+    "the vllm rollout backend needs vLLM, a CUDA-only package: install the gpu "
+    "extra with pip install 'rlvr[gpu]' (or use rollout.backend=hf)"
+)
 
 #: vLLM's ``ModelConfig.logprobs_mode`` that applies temperature/top-k/top-p before log-softmax.
 LOGPROBS_MODE = "processed_logprobs"
@@ -53,9 +56,17 @@ def finish_reason(output) -> str:
 def to_vllm_params(params: SamplingParams, max_tokens: int, seed: int, vllm_module) -> Any:
     """Our ``SamplingParams`` as vLLM's (temperature 0 = greedy; top_k 0 = off in both)."""
     return vllm_module.SamplingParams(
-        n=1, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
-        max_tokens=max_tokens, stop=list(params.stop) or None, include_stop_str_in_output=True,
-        logprobs=0, seed=seed, skip_special_tokens=True)
+        n=1,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k,
+        max_tokens=max_tokens,
+        stop=list(params.stop) or None,
+        include_stop_str_in_output=True,
+        logprobs=0,
+        seed=seed,
+        skip_special_tokens=True,
+    )
 
 
 def sampled_logprobs(output) -> list[float]:
@@ -65,19 +76,34 @@ def sampled_logprobs(output) -> list[float]:
     return [float(step[tok].logprob) for tok, step in zip(output.token_ids, output.logprobs)]
 
 
-def engine_kwargs(*, dtype: str, seed: int, gpu_memory_utilization: float, enforce_eager: bool,
-                  max_model_len: int, tensor_parallel_size: int, sleep_mode: bool
-                  ) -> dict[str, Any]:
+def engine_kwargs(
+    *,
+    dtype: str,
+    seed: int,
+    gpu_memory_utilization: float,
+    enforce_eager: bool,
+    max_model_len: int,
+    tensor_parallel_size: int,
+    sleep_mode: bool,
+) -> dict[str, Any]:
     """Keyword arguments of ``vllm.LLM`` (all are ``LLM.__init__`` or ``EngineArgs`` fields)."""
     if max_model_len < 1:
-        raise ValueError(f"max_model_len: must be >= 1 (the prompt + response budget), got "
-                         f"{max_model_len}")
+        raise ValueError(
+            f"max_model_len: must be >= 1 (the prompt + response budget), got {max_model_len}"
+        )
     if tensor_parallel_size < 1:
         raise ValueError(f"rollout.tensor_parallel_size: must be >= 1, got {tensor_parallel_size}")
-    return dict(dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
-                enforce_eager=enforce_eager, max_model_len=max_model_len,
-                tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=True,
-                enable_sleep_mode=sleep_mode, logprobs_mode=LOGPROBS_MODE)
+    return dict(
+        dtype=dtype,
+        seed=seed,
+        gpu_memory_utilization=gpu_memory_utilization,
+        enforce_eager=enforce_eager,
+        max_model_len=max_model_len,
+        tensor_parallel_size=tensor_parallel_size,
+        enable_prefix_caching=True,
+        enable_sleep_mode=sleep_mode,
+        logprobs_mode=LOGPROBS_MODE,
+    )
 
 
 def _empty_cuda_cache() -> None:
@@ -92,15 +118,29 @@ def _empty_cuda_cache() -> None:
 class VLLMBackend(RolloutBackend):
     """A colocated vLLM engine; ``sync_weights(model)`` pushes the trainer's weights into it."""
 
-    def __init__(self, model_path: str, tokenizer, *, dtype: str = "auto",
-                 gpu_memory_utilization: float = 0.4, enforce_eager: bool = False,
-                 seed: int = 0, max_model_len: int = 0, tensor_parallel_size: int = 1,
-                 sleep_mode: bool = True):
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer,
+        *,
+        dtype: str = "auto",
+        gpu_memory_utilization: float = 0.4,
+        enforce_eager: bool = False,
+        seed: int = 0,
+        max_model_len: int = 0,
+        tensor_parallel_size: int = 1,
+        sleep_mode: bool = True,
+    ):
         vllm = _import_vllm()
         kwargs = engine_kwargs(
-            dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
-            enforce_eager=enforce_eager, max_model_len=max_model_len,
-            tensor_parallel_size=tensor_parallel_size, sleep_mode=sleep_mode)
+            dtype=dtype,
+            seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=enforce_eager,
+            max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size,
+            sleep_mode=sleep_mode,
+        )
         if tensor_parallel_size == 1:
             # In-process engine core, so that the trainer reaches the model runner directly.
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -113,8 +153,9 @@ class VLLMBackend(RolloutBackend):
         self.llm = vllm.LLM(model=model_path, **kwargs)
 
     @classmethod
-    def from_model(cls, model, tokenizer, *, rollout=None, dtype: str | None = None,
-                   seed: int = 0, **kwargs) -> VLLMBackend:
+    def from_model(
+        cls, model, tokenizer, *, rollout=None, dtype: str | None = None, seed: int = 0, **kwargs
+    ) -> VLLMBackend:
         """Start vLLM from the trainer's in-memory model (saved once to a temporary directory).
 
         ``rollout`` (a ``RolloutConfig``) supplies the engine settings; ``dtype`` is the run's
@@ -125,26 +166,41 @@ class VLLMBackend(RolloutBackend):
             kwargs = {
                 "gpu_memory_utilization": rollout.vllm_gpu_memory_utilization,
                 "enforce_eager": rollout.vllm_enforce_eager,
-                "max_model_len": (rollout.vllm_max_model_len
-                                  or rollout.max_prompt_tokens + rollout.max_response_tokens),
+                "max_model_len": (
+                    rollout.vllm_max_model_len
+                    or rollout.max_prompt_tokens + rollout.max_response_tokens
+                ),
                 "tensor_parallel_size": rollout.tensor_parallel_size,
-                "sleep_mode": rollout.vllm_sleep_mode, **kwargs}
+                "sleep_mode": rollout.vllm_sleep_mode,
+                **kwargs,
+            }
         if "max_model_len" not in kwargs:
-            raise ValueError("VLLMBackend.from_model: pass rollout=RolloutConfig (or "
-                             "max_model_len=prompt + response tokens)")
+            raise ValueError(
+                "VLLMBackend.from_model: pass rollout=RolloutConfig (or "
+                "max_model_len=prompt + response tokens)"
+            )
         tmp = tempfile.mkdtemp(prefix="rlvr-vllm-")
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         dtype = dtype or str(next(model.parameters()).dtype).replace("torch.", "")
         return cls(tmp, tokenizer, dtype=dtype, seed=seed, **kwargs)
 
-    def generate(self, contexts, params: SamplingParams, *, seed: int,
-                 max_new_tokens: list[int] | None = None) -> Generation:
+    def generate(
+        self,
+        contexts,
+        params: SamplingParams,
+        *,
+        seed: int,
+        max_new_tokens: list[int] | None = None,
+    ) -> Generation:
         from vllm.inputs import TokensPrompt
 
         n = len(contexts)
-        budgets = [params.max_new_tokens] * n if max_new_tokens is None else [
-            max(0, min(b, params.max_new_tokens)) for b in max_new_tokens]
+        budgets = (
+            [params.max_new_tokens] * n
+            if max_new_tokens is None
+            else [max(0, min(b, params.max_new_tokens)) for b in max_new_tokens]
+        )
         live = [i for i in range(n) if budgets[i] > 0]
         token_ids: list[list[int]] = [[] for _ in range(n)]
         logprobs: list[list[float]] = [[] for _ in range(n)]
@@ -184,8 +240,10 @@ class VLLMBackend(RolloutBackend):
         executor = getattr(engine, "model_executor", None)
         worker = getattr(getattr(executor, "driver_worker", None), "worker", None)
         if worker is None:
-            raise RuntimeError("cannot reach vLLM's model runner: with rollout.tensor_parallel_size"
-                               "=1 set VLLM_ENABLE_V1_MULTIPROCESSING=0 before starting vLLM")
+            raise RuntimeError(
+                "cannot reach vLLM's model runner: with rollout.tensor_parallel_size"
+                "=1 set VLLM_ENABLE_V1_MULTIPROCESSING=0 before starting vLLM"
+            )
         return worker.model_runner.model
 
     def sync_weights(self, model) -> None:
@@ -213,5 +271,6 @@ class VLLMBackend(RolloutBackend):
         for old in os.listdir(self._sync_dir):
             os.remove(os.path.join(self._sync_dir, old))
         model.save_pretrained(self._sync_dir, safe_serialization=True)
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self._sync_dir,
-                                                          "is_checkpoint_format": True})
+        self.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_path": self._sync_dir, "is_checkpoint_format": True}
+        )

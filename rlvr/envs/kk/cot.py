@@ -11,6 +11,7 @@ The solver keeps the set ``C`` of role assignments still possible (a bitmask, se
 When stuck it assumes the first undecided person is a knight, then a knave, backtracking on a
 contradiction (depth-first, like the case analysis in mem-kk-logic's ``cot_repeat_steps``).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -25,7 +26,9 @@ def _role(k: bool) -> str:
     return "a knight" if k else "a knave"
 
 
-def solve_with_trace(statements: Sequence[Statement], names: Sequence[str]) -> tuple[tuple[bool, ...] | None, list[str]]:
+def solve_with_trace(
+    statements: Sequence[Statement], names: Sequence[str]
+) -> tuple[tuple[bool, ...] | None, list[str]]:
     """Solve by deduction and case analysis; return (first solution found or None, trace lines)."""
     n = len(statements)
     kmasks, full = knight_masks(n), full_mask(n)
@@ -64,8 +67,12 @@ def solve_with_trace(statements: Sequence[Statement], names: Sequence[str]) -> t
                     fixed = {q: r for q, r in known(new).items() if q not in roles}
                     if fixed:
                         why = "true" if roles[p] else "false"
-                        what = ", and ".join(f"{names[q]} is {_role(r)}" for q, r in sorted(fixed.items()))
-                        lines.append(f"Since {names[p]} is {_role(roles[p])}, {quoted[p]} is {why}, so {what}.")
+                        what = ", and ".join(
+                            f"{names[q]} is {_role(r)}" for q, r in sorted(fixed.items())
+                        )
+                        lines.append(
+                            f"Since {names[p]} is {_role(roles[p])}, {quoted[p]} is {why}, so {what}."
+                        )
                     c = new
                     break
                 if c & t == c or c & t == 0:
@@ -112,5 +119,14 @@ def solver_cot(statements: Sequence[Statement], names: Sequence[str]) -> str:
     """The chain of thought text: head, deduction lines, and the conclusion in answer layout."""
     solution, lines = solve_with_trace(statements, names)
     if solution is None:
-        return "\n".join([COT_HEAD, *lines, "Every case leads to a contradiction: the puzzle has no solution."])
-    return "\n".join([COT_HEAD, *lines, "This leads to a feasible solution:", solution_text_format(names, solution)])
+        return "\n".join(
+            [COT_HEAD, *lines, "Every case leads to a contradiction: the puzzle has no solution."]
+        )
+    return "\n".join(
+        [
+            COT_HEAD,
+            *lines,
+            "This leads to a feasible solution:",
+            solution_text_format(names, solution),
+        ]
+    )

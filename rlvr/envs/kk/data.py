@@ -14,6 +14,7 @@ Every loader yields the same record layout::
 The K&K data (Xie et al. 2024) on the hub is ``K-and-K/knights-and-knaves`` with configs
 ``train``/``test`` and splits ``2ppl``..``8ppl``.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,9 @@ def record_from_row(row: dict[str, Any], source: str) -> dict[str, Any]:
     if row.get("solution") is not None:
         knights = [bool(k) for k in row["solution"]]
     else:
-        gold = row.get("solution_text_format") or (row.get("reward_model") or {}).get("ground_truth", {}).get(
-            "solution_text_format", "")
+        gold = row.get("solution_text_format") or (row.get("reward_model") or {}).get(
+            "ground_truth", {}
+        ).get("solution_text_format", "")
         roles = parse_solution_text_format(gold)
         knights = [roles[n] == "knight" for n in names]
     if len(knights) != len(names):
@@ -63,7 +65,8 @@ def record_from_row(row: dict[str, Any], source: str) -> dict[str, Any]:
         "names": names,
         "n_people": len(names),
         "ground_truth": {n: ("knight" if k else "knave") for n, k in zip(names, knights)},
-        "solution_text_format": row.get("solution_text_format") or solution_text_format(names, knights),
+        "solution_text_format": row.get("solution_text_format")
+        or solution_text_format(names, knights),
         "statements": statements,
         "cot": solver_cot(statements, names) if statements is not None else None,
         "index": row.get("index"),
@@ -91,26 +94,39 @@ def _load_hub(name: str, split: str, sizes: Sequence[int]) -> Iterator[dict[str,
     from rlvr.data_paths import hub_rows
 
     rows = [(n, hub_rows(name, split, f"{n}ppl", fetch=name)) for n in sizes]  # fail here, early
-    return (record_from_row(dict(row), f"{name}:{split}:{n}ppl")
-            for n, part in rows for row in part)
+    return (
+        record_from_row(dict(row), f"{name}:{split}:{n}ppl") for n, part in rows for row in part
+    )
 
 
-def load_dataset(path_or_name: str | Path, *, split: str = "test",
-                 n_people: int | Sequence[int] | None = None) -> Iterator[dict[str, Any]]:
+def load_dataset(
+    path_or_name: str | Path, *, split: str = "test", n_people: int | Sequence[int] | None = None
+) -> Iterator[dict[str, Any]]:
     """Iterate over K&K records from a file, a directory of files (sorted, recursive), or a hub name.
 
     ``split`` picks the hub config (``train``/``test``); ``n_people`` keeps only those sizes.
     """
-    sizes = None if n_people is None else ({n_people} if isinstance(n_people, int) else set(n_people))
+    sizes = (
+        None if n_people is None else ({n_people} if isinstance(n_people, int) else set(n_people))
+    )
     path, text = Path(path_or_name), str(path_or_name)
     if path.exists():
-        files = [path] if path.is_file() else sorted(
-            p for p in path.rglob("*") if p.suffix in (".parquet", ".jsonl"))
+        files = (
+            [path]
+            if path.is_file()
+            else sorted(p for p in path.rglob("*") if p.suffix in (".parquet", ".jsonl"))
+        )
         if not files:
             raise FileNotFoundError(f"no .parquet or .jsonl files under {path}")
         records = (record_from_row(row, str(f)) for f in files for row in _rows_from_file(f))
-    elif path.suffix in (".parquet", ".jsonl", ".json") or text.count("/") != 1 or text.startswith((".", "/", "~")):
-        raise FileNotFoundError(f"K&K dataset {text!r} is neither an existing path nor a hub name like {HF_NAME!r}")
+    elif (
+        path.suffix in (".parquet", ".jsonl", ".json")
+        or text.count("/") != 1
+        or text.startswith((".", "/", "~"))
+    ):
+        raise FileNotFoundError(
+            f"K&K dataset {text!r} is neither an existing path nor a hub name like {HF_NAME!r}"
+        )
     else:
         records = _load_hub(text, split, sorted(sizes) if sizes else HF_SIZES)
     return (rec for rec in records if sizes is None or rec["n_people"] in sizes)

@@ -5,6 +5,7 @@ or published data (``dataset=`` a Logic-RL parquet / K&K JSONL path or directory
 ``K-and-K/knights-and-knaves``). ``reset(seed=s, options={"index": i})`` gives task ``i`` of the
 split: with several sizes ``n_people=[3, 5]``, task ``i`` has size ``sizes[i % len(sizes)]``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -27,8 +28,12 @@ def _sizes(n_people: int | Sequence[int] | None, default: int | None) -> list[in
     if n_people is None:
         return None if default is None else [default]
     sizes = [n_people] if isinstance(n_people, int) else list(n_people)
-    if not sizes or any(not isinstance(n, int) or isinstance(n, bool) or not 2 <= n <= MAX_PEOPLE for n in sizes):
-        raise ValueError(f"n_people must be an int or a non-empty list of ints in 2..{MAX_PEOPLE}, got {n_people!r}")
+    if not sizes or any(
+        not isinstance(n, int) or isinstance(n, bool) or not 2 <= n <= MAX_PEOPLE for n in sizes
+    ):
+        raise ValueError(
+            f"n_people must be an int or a non-empty list of ints in 2..{MAX_PEOPLE}, got {n_people!r}"
+        )
     return sizes
 
 
@@ -73,7 +78,9 @@ class KnightsKnavesEnv(SingleTurnEnv):
             self.sizes = _sizes(n_people, None)
             self.records = list(load_dataset(dataset, split=split, n_people=self.sizes))
             if not self.records:
-                raise ValueError(f"dataset {dataset!r} has no puzzles with n_people in {self.sizes}")
+                raise ValueError(
+                    f"dataset {dataset!r} has no puzzles with n_people in {self.sizes}"
+                )
 
     @property
     def num_tasks(self) -> int | None:
@@ -86,11 +93,24 @@ class KnightsKnavesEnv(SingleTurnEnv):
         if self.records is not None:
             return self.records[index]
         n = self.sizes[index % len(self.sizes)]
-        puzzle = puzzle_at(self.split, index // len(self.sizes), n, self.depth, self.width, self.base_seed, self.test_size)
+        puzzle = puzzle_at(
+            self.split,
+            index // len(self.sizes),
+            n,
+            self.depth,
+            self.width,
+            self.base_seed,
+            self.test_size,
+        )
         return {
-            "quiz": puzzle.quiz, "names": list(puzzle.names), "n_people": n, "ground_truth": puzzle.ground_truth,
-            "solution_text_format": puzzle.solution_text_format, "statements": puzzle.statements,
-            "cot": solver_cot(puzzle.statements, puzzle.names), "seed": puzzle.seed,
+            "quiz": puzzle.quiz,
+            "names": list(puzzle.names),
+            "n_people": n,
+            "ground_truth": puzzle.ground_truth,
+            "solution_text_format": puzzle.solution_text_format,
+            "statements": puzzle.statements,
+            "cot": solver_cot(puzzle.statements, puzzle.names),
+            "seed": puzzle.seed,
         }
 
     def _sample_task(self, rng, options: dict[str, Any]):
@@ -101,8 +121,12 @@ class KnightsKnavesEnv(SingleTurnEnv):
         elif not isinstance(index, int) or index < 0 or (bound is not None and index >= bound):
             raise ValueError(f"options['index'] must be an int in [0, {bound}), got {index!r}")
         task = self._task(index)
-        prompt, messages = kk_prompt(task["quiz"], template=self.template, prefill_think=self.prefill_think,
-                                     system_prompt=self.system_prompt)
+        prompt, messages = kk_prompt(
+            task["quiz"],
+            template=self.template,
+            prefill_think=self.prefill_think,
+            system_prompt=self.system_prompt,
+        )
         info = {
             "names": list(task["names"]),
             "n_people": task["n_people"],
@@ -120,7 +144,9 @@ class KnightsKnavesEnv(SingleTurnEnv):
 
     def step(self, action):
         obs, reward, terminated, truncated, info = super().step(action)
-        info = copy.deepcopy(info)  # reset and step infos must not share the ground-truth dict/lists
+        info = copy.deepcopy(
+            info
+        )  # reset and step infos must not share the ground-truth dict/lists
         components = info["reward_components"]
         info["format_error"] = components["format"] < 0
         # Disjoint flags: an answer error is a well-formatted response with a wrong/unparseable answer.

@@ -11,6 +11,7 @@ not change the distribution of accepted puzzles).
 Determinism: everything is drawn from one ``random.Random(seed)`` (Mersenne Twister, identical on
 every platform and Python 3 version); split seeds come from BLAKE2b, never from ``hash()``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,17 +20,81 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from rlvr.envs.kk.logic import KNAVE, KNIGHT, LEAVES, MAX_PEOPLE, Statement, assignment_of, full_mask, knight_masks
+from rlvr.envs.kk.logic import (
+    KNAVE,
+    KNIGHT,
+    LEAVES,
+    MAX_PEOPLE,
+    Statement,
+    assignment_of,
+    full_mask,
+    knight_masks,
+)
 from rlvr.envs.kk.render import SPEECH_VERBS, render_quiz, solution_text_format
 
 NAME_POOL = (
-    "Aiden", "Amelia", "Aria", "Aurora", "Ava", "Avery", "Benjamin", "Caleb", "Charlotte", "Chloe",
-    "Daniel", "David", "Elena", "Elijah", "Ella", "Emily", "Emma", "Ethan", "Evelyn", "Felix",
-    "Grace", "Hannah", "Harper", "Henry", "Hudson", "Isaac", "Isabella", "Jack", "Jacob", "James",
-    "Jasper", "Leo", "Liam", "Lily", "Logan", "Lucas", "Luna", "Mason", "Mateo", "Mia",
-    "Michael", "Nora", "Oliver", "Olivia", "Oscar", "Owen", "Penelope", "Quinn", "Riley", "Ruby",
-    "Samuel", "Scarlett", "Sebastian", "Sofia", "Sophia", "Stella", "Theo", "Victoria", "Violet",
-    "William", "Xavier", "Zoey",
+    "Aiden",
+    "Amelia",
+    "Aria",
+    "Aurora",
+    "Ava",
+    "Avery",
+    "Benjamin",
+    "Caleb",
+    "Charlotte",
+    "Chloe",
+    "Daniel",
+    "David",
+    "Elena",
+    "Elijah",
+    "Ella",
+    "Emily",
+    "Emma",
+    "Ethan",
+    "Evelyn",
+    "Felix",
+    "Grace",
+    "Hannah",
+    "Harper",
+    "Henry",
+    "Hudson",
+    "Isaac",
+    "Isabella",
+    "Jack",
+    "Jacob",
+    "James",
+    "Jasper",
+    "Leo",
+    "Liam",
+    "Lily",
+    "Logan",
+    "Lucas",
+    "Luna",
+    "Mason",
+    "Mateo",
+    "Mia",
+    "Michael",
+    "Nora",
+    "Oliver",
+    "Olivia",
+    "Oscar",
+    "Owen",
+    "Penelope",
+    "Quinn",
+    "Riley",
+    "Ruby",
+    "Samuel",
+    "Scarlett",
+    "Sebastian",
+    "Sofia",
+    "Sophia",
+    "Stella",
+    "Theo",
+    "Victoria",
+    "Violet",
+    "William",
+    "Xavier",
+    "Zoey",
 )
 SPLITS = ("train", "test")
 #: Test puzzles per (n_people, depth, width): like the K&K and Logic-RL test sets (100 per size).
@@ -71,7 +136,9 @@ def check_params(n_people: int, depth: int, width: int) -> None:
         raise ValueError(f"n_people must be <= {MAX_PEOPLE}, got {n_people}")
 
 
-def _sample_statement(r, n: int, speaker: int, depth: int, width: int, kmasks, full) -> tuple[Statement, int]:
+def _sample_statement(
+    r, n: int, speaker: int, depth: int, width: int, kmasks, full
+) -> tuple[Statement, int]:
     """One statement tree and its truth mask (mem-kk-logic ``_sample_statement``)."""
     dice = int(r() * 6)
     if depth == 1 or dice == 0:
@@ -112,7 +179,9 @@ def _sample_statement(r, n: int, speaker: int, depth: int, width: int, kmasks, f
     return (op, *children), m
 
 
-def sample_statements(r, n_people: int, depth: int, width: int) -> tuple[tuple[Statement, ...], tuple[bool, ...]]:
+def sample_statements(
+    r, n_people: int, depth: int, width: int
+) -> tuple[tuple[Statement, ...], tuple[bool, ...]]:
     """Draw statement sets from ``r`` (a ``random.Random().random``) until exactly one solution."""
     kmasks, full = knight_masks(n_people), full_mask(n_people)
     for _ in range(_MAX_SAMPLE_ATTEMPTS):
@@ -126,8 +195,10 @@ def sample_statements(r, n_people: int, depth: int, width: int) -> tuple[tuple[S
         else:
             if consistent & (consistent - 1) == 0:  # exactly one bit: a unique solution
                 return tuple(stmts), assignment_of(consistent.bit_length() - 1, n_people)
-    raise RuntimeError(f"no uniquely solvable puzzle in {_MAX_SAMPLE_ATTEMPTS} draws "
-                       f"(n_people={n_people}, depth={depth}, width={width})")
+    raise RuntimeError(
+        f"no uniquely solvable puzzle in {_MAX_SAMPLE_ATTEMPTS} draws "
+        f"(n_people={n_people}, depth={depth}, width={width})"
+    )
 
 
 def generate_puzzle(
@@ -144,8 +215,14 @@ def generate_puzzle(
     names = tuple(names)
     verb_ids = [int(rng.random() * len(SPEECH_VERBS)) for _ in range(n_people)]
     return Puzzle(
-        n_people=n_people, names=names, statements=statements, solution=solution,
-        quiz=render_quiz(names, statements, verb_ids), seed=seed, depth=depth, width=width,
+        n_people=n_people,
+        names=names,
+        statements=statements,
+        solution=solution,
+        quiz=render_quiz(names, statements, verb_ids),
+        seed=seed,
+        depth=depth,
+        width=width,
     )
 
 
@@ -166,8 +243,15 @@ def canonical_key(puzzle: Puzzle | Sequence[Statement]) -> str:
     return repr(tuple(_canonical(s) for s in statements))
 
 
-def split_seed(split: str, n_people: int, index: int, depth: int = 2, width: int = 2,
-               base_seed: int = 0, attempt: int = 0) -> int:
+def split_seed(
+    split: str,
+    n_people: int,
+    index: int,
+    depth: int = 2,
+    width: int = 2,
+    base_seed: int = 0,
+    attempt: int = 0,
+) -> int:
     """A 64-bit seed from (split, n_people, depth, width, base_seed, index, attempt) via BLAKE2b."""
     text = f"rlvr.kk|{split}|{n_people}|{depth}|{width}|{base_seed}|{index}|{attempt}"
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
@@ -179,27 +263,47 @@ def _check_split(split: str, index: int, test_size: int) -> None:
     if not isinstance(index, int) or index < 0:
         raise ValueError(f"index must be a non-negative int, got {index!r}")
     if split == "test" and index >= test_size:
-        raise ValueError(f"test index {index} out of range: the test split has test_size={test_size} puzzles")
+        raise ValueError(
+            f"test index {index} out of range: the test split has test_size={test_size} puzzles"
+        )
 
 
 @functools.lru_cache(maxsize=64)
-def held_out_keys(n_people: int, depth: int = 2, width: int = 2, base_seed: int = 0,
-              test_size: int = DEFAULT_TEST_SIZE) -> frozenset[str]:
+def held_out_keys(
+    n_people: int,
+    depth: int = 2,
+    width: int = 2,
+    base_seed: int = 0,
+    test_size: int = DEFAULT_TEST_SIZE,
+) -> frozenset[str]:
     """Canonical keys of the procedural test split (excluded from train)."""
     return frozenset(
-        canonical_key(generate_puzzle(split_seed("test", n_people, i, depth, width, base_seed), n_people, depth, width))
+        canonical_key(
+            generate_puzzle(
+                split_seed("test", n_people, i, depth, width, base_seed), n_people, depth, width
+            )
+        )
         for i in range(test_size)
     )
 
 
-def puzzle_at(split: str, index: int, n_people: int = 3, depth: int = 2, width: int = 2,
-              base_seed: int = 0, test_size: int = DEFAULT_TEST_SIZE) -> Puzzle:
+def puzzle_at(
+    split: str,
+    index: int,
+    n_people: int = 3,
+    depth: int = 2,
+    width: int = 2,
+    base_seed: int = 0,
+    test_size: int = DEFAULT_TEST_SIZE,
+) -> Puzzle:
     """Puzzle ``index`` of a split. The test split has ``test_size`` puzzles; the train split is
     unbounded and never yields a puzzle whose canonical key is in the test split."""
     check_params(n_people, depth, width)
     _check_split(split, index, test_size)
     if split == "test":
-        return generate_puzzle(split_seed("test", n_people, index, depth, width, base_seed), n_people, depth, width)
+        return generate_puzzle(
+            split_seed("test", n_people, index, depth, width, base_seed), n_people, depth, width
+        )
     excluded = held_out_keys(n_people, depth, width, base_seed, test_size)
     for attempt in range(_MAX_TRAIN_ATTEMPTS):
         seed = split_seed("train", n_people, index, depth, width, base_seed, attempt)
@@ -212,8 +316,15 @@ def puzzle_at(split: str, index: int, n_people: int = 3, depth: int = 2, width: 
     )
 
 
-def make_split(n_people: int, n: int, split: str = "test", seed: int = 0, depth: int = 2, width: int = 2,
-               test_size: int = DEFAULT_TEST_SIZE) -> list[Puzzle]:
+def make_split(
+    n_people: int,
+    n: int,
+    split: str = "test",
+    seed: int = 0,
+    depth: int = 2,
+    width: int = 2,
+    test_size: int = DEFAULT_TEST_SIZE,
+) -> list[Puzzle]:
     """The first ``n`` puzzles of a split (for evaluation: ``make_split(5, 100, "test")``)."""
     if split == "test" and n > test_size:
         raise ValueError(f"n={n} exceeds test_size={test_size}; pass a larger test_size")

@@ -12,6 +12,7 @@ of a mask stands for assignment ``a``, in which person ``p`` is a knight iff bit
 set. A statement's truth table is then one int, and/or/not are ``&``/``|``/xor with the full mask,
 and the puzzle's solutions are the set bits of AND_i (knight_i <=> statement_i).
 """
+
 from __future__ import annotations
 
 import ast
@@ -30,9 +31,7 @@ Statement = tuple
 @functools.lru_cache(maxsize=None)
 def knight_masks(n_people: int) -> tuple[int, ...]:
     """``masks[p]`` = the set of assignments (bits over 0..2^n-1) in which person ``p`` is a knight."""
-    return tuple(
-        sum(1 << a for a in range(1 << n_people) if (a >> p) & 1) for p in range(n_people)
-    )
+    return tuple(sum(1 << a for a in range(1 << n_people) if (a >> p) & 1) for p in range(n_people))
 
 
 def full_mask(n_people: int) -> int:

@@ -5,6 +5,7 @@
 a newline, so ``kk_prompt(quiz)`` with the Qwen template and ``<think>`` prefill reproduces their
 ``prompt`` strings exactly.
 """
+
 from __future__ import annotations
 
 from rlvr.envs.prompts import chat_messages, render_prompt
@@ -31,10 +32,17 @@ def user_message(quiz: str) -> str:
     return quiz + "\n"
 
 
-def kk_prompt(quiz: str, *, template: str = "qwen", prefill_think: bool = True,
-              system_prompt: str | None = None) -> tuple[str, list[dict[str, str]]]:
+def kk_prompt(
+    quiz: str,
+    *,
+    template: str = "qwen",
+    prefill_think: bool = True,
+    system_prompt: str | None = None,
+) -> tuple[str, list[dict[str, str]]]:
     """(prompt text, chat messages) for one quiz; ``system_prompt=None`` means Logic-RL's."""
     system = LOGIC_RL_SYSTEM_PROMPT if system_prompt is None else system_prompt
     user = user_message(quiz)
-    prompt = render_prompt(system, user, template=template, prefill=THINK_PREFILL if prefill_think else "")
+    prompt = render_prompt(
+        system, user, template=template, prefill=THINK_PREFILL if prefill_think else ""
+    )
     return prompt, chat_messages(system, user)

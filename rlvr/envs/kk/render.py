@@ -14,6 +14,7 @@ as in reasoning-gym's port of mem-kk-logic, so depth > 2 stays readable)::
 ``("not", leaf)`` renders as the atom "X is not a knight" (it keeps the tree, unlike writing the
 complementary role). The first letter of a quoted statement is capitalised.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,7 +30,14 @@ QUESTION = "So who is a knight and who is a knave?"
 
 #: Speech verbs for the statement sentences ``{name} {verb}, "{statement}".``
 SPEECH_VERBS = (
-    "said", "claimed", "stated", "remarked", "declared", "asserted", "told you", "was heard saying",
+    "said",
+    "claimed",
+    "stated",
+    "remarked",
+    "declared",
+    "asserted",
+    "told you",
+    "was heard saying",
 )
 
 _ROLE_WORD = {KNIGHT: "knight", KNAVE: "knave"}
@@ -76,7 +84,9 @@ def join_names(names: Sequence[str]) -> str:
     return ", ".join(names[:-1]) + ", and " + names[-1]
 
 
-def render_quiz(names: Sequence[str], statements: Sequence[Statement], verb_ids: Sequence[int]) -> str:
+def render_quiz(
+    names: Sequence[str], statements: Sequence[Statement], verb_ids: Sequence[int]
+) -> str:
     """The whole puzzle text, in the layout of the K&K / Logic-RL quizzes."""
     parts = [INTRO, f"You meet {len(names)} inhabitants: {join_names(names)}."]
     for p, (stmt, v) in enumerate(zip(statements, verb_ids)):
@@ -88,7 +98,8 @@ def render_quiz(names: Sequence[str], statements: Sequence[Statement], verb_ids:
 def solution_text_format(names: Sequence[str], knights: Sequence[bool]) -> str:
     """Logic-RL's answer layout: ``(1) Zoey is a knight\\n(2) ...``."""
     return "\n".join(
-        f"({i}) {name} is a {'knight' if k else 'knave'}" for i, (name, k) in enumerate(zip(names, knights), 1)
+        f"({i}) {name} is a {'knight' if k else 'knave'}"
+        for i, (name, k) in enumerate(zip(names, knights), 1)
     )
 
 
@@ -173,7 +184,7 @@ def parse_statement(text: str, names: Sequence[str]) -> Statement:
     parser = _Parser(tokens, {n: i for i, n in enumerate(names)})
     stmt = parser.expr()
     if parser.i != len(tokens):
-        raise RenderParseError(f"trailing tokens after statement: {tokens[parser.i:]!r}")
+        raise RenderParseError(f"trailing tokens after statement: {tokens[parser.i :]!r}")
     return stmt
 
 

@@ -13,6 +13,7 @@ The answer is the last ``<answer>...</answer>`` (non-overlapping, leftmost-short
 ``\\bName\\b\\s+is\\s+a\\s+(knight|knave)`` (case-insensitive). Format and answer failures are
 reported separately (Logic-RL's own format-error metric counted the wrong value).
 """
+
 from __future__ import annotations
 
 import re
@@ -84,7 +85,7 @@ def last_answer(text: str) -> str | None:
             break
         last = (start + len(ANSWER_OPEN), end)
         pos = end + len(ANSWER_CLOSE)
-    return None if last is None else text[last[0]:last[1]].strip()
+    return None if last is None else text[last[0] : last[1]].strip()
 
 
 def parse_answer(answer_text: str, names: list[str]) -> tuple[dict[str, str] | None, str]:
@@ -95,7 +96,9 @@ def parse_answer(answer_text: str, names: list[str]) -> tuple[dict[str, str] | N
         return None, f"{mentions} knight/knave mentions for {len(names)} people"
     out = {}
     for name in names:
-        m = re.search(rf"\b{re.escape(name)}\b\s+is\s+a\s+\b(knight|knave)\b", answer_text, re.IGNORECASE)
+        m = re.search(
+            rf"\b{re.escape(name)}\b\s+is\s+a\s+\b(knight|knave)\b", answer_text, re.IGNORECASE
+        )
         if not m:
             return None, f"no 'is a knight/knave' statement for {name}"
         out[name] = m.group(1).lower()
@@ -111,11 +114,16 @@ def score(response: Any, ground_truth: Any, *, prefilled_think: bool = False) ->
     try:
         gt = normalize_ground_truth(ground_truth)
     except Exception as exc:  # noqa: BLE001 - a ground truth whose __str__ raises included
-        return Score(format_score + ANSWER_UNPARSEABLE, False,
-                     {"format": format_score, "answer": ANSWER_UNPARSEABLE},
-                     f"invalid ground truth: {coerce_text(exc) or type(exc).__name__}")
+        return Score(
+            format_score + ANSWER_UNPARSEABLE,
+            False,
+            {"format": format_score, "answer": ANSWER_UNPARSEABLE},
+            f"invalid ground truth: {coerce_text(exc) or type(exc).__name__}",
+        )
     answer_text = last_answer(processed)
-    pred, parse_reason = parse_answer(answer_text, list(gt)) if answer_text else (None, "empty or missing <answer>")
+    pred, parse_reason = (
+        parse_answer(answer_text, list(gt)) if answer_text else (None, "empty or missing <answer>")
+    )
     if not format_ok:
         answer_score, reason = ANSWER_UNPARSEABLE, f"format: {format_reason}"
         if pred == gt:
@@ -140,10 +148,14 @@ def answer_status(result: Score) -> str:
     """``correct`` / ``wrong`` / ``unparseable`` / ``format_failed``: the answer outcome for logging."""
     if result.components.get("format", -1.0) < 0:
         return "format_failed"
-    return {ANSWER_CORRECT: "correct", ANSWER_WRONG: "wrong"}.get(result.components.get("answer"), "unparseable")
+    return {ANSWER_CORRECT: "correct", ANSWER_WRONG: "wrong"}.get(
+        result.components.get("answer"), "unparseable"
+    )
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None) -> dict:
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None
+) -> dict:
     """verl's reward signature. verl passes the response alone, and Logic-RL's prompts end with
     ``<think>``, so the prefill is counted unless ``extra_info["prefilled_think"]`` is False."""
     prefilled = bool((extra_info or {}).get("prefilled_think", True))

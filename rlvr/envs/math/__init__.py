@@ -6,6 +6,7 @@
   shared data folder, the Hugging Face hub, or a local JSONL/Parquet), plus ``"synthetic"``.
 - ``MathEnv``: the Gymnasium environment ``rlvr/Math-v0``.
 """
+
 from rlvr.envs.math.data import DATASETS, load_dataset
 from rlvr.envs.math.env import MathEnv
 from rlvr.envs.math.pool import VerifierPool, close_shared_pools

@@ -15,6 +15,7 @@ has them, else from the Hugging Face hub when ``datasets`` is installed and a ne
 Any other argument is a local ``.jsonl``/``.json``/``.parquet`` path; its gold format is guessed
 from its fields unless ``answer_format`` says it.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,15 @@ from rlvr.envs.math.extract import last_boxed
 from rlvr.envs.math.reward import gold_to_text
 from rlvr.envs.math.synthetic import generate_dataset
 
-ANSWER_FORMATS = ("auto", "answer", "amc", "solution_boxed", "final_answer", "gsm8k", "ground_truth")
+ANSWER_FORMATS = (
+    "auto",
+    "answer",
+    "amc",
+    "solution_boxed",
+    "final_answer",
+    "gsm8k",
+    "ground_truth",
+)
 
 
 @dataclass(frozen=True)
@@ -40,22 +49,37 @@ class DatasetSpec:
 
 
 DATASETS: dict[str, DatasetSpec] = {
-    "math500": DatasetSpec("math500/test.jsonl", "answer", ("HuggingFaceH4/MATH-500", None, "test"), 500),
-    "aime24": DatasetSpec("aime24/test.jsonl", "answer", ("HuggingFaceH4/aime_2024", None, "train"), 30),
+    "math500": DatasetSpec(
+        "math500/test.jsonl", "answer", ("HuggingFaceH4/MATH-500", None, "test"), 500
+    ),
+    "aime24": DatasetSpec(
+        "aime24/test.jsonl", "answer", ("HuggingFaceH4/aime_2024", None, "train"), 30
+    ),
     "amc23": DatasetSpec("amc23/test.jsonl", "amc", ("math-ai/amc23", None, "test"), 40),
-    "minerva": DatasetSpec("minerva_math/test.jsonl", "solution_boxed", ("math-ai/minervamath", None, "test"), 272),
+    "minerva": DatasetSpec(
+        "minerva_math/test.jsonl", "solution_boxed", ("math-ai/minervamath", None, "test"), 272
+    ),
     "olympiadbench": DatasetSpec(
-        "olympiadbench/test.jsonl", "final_answer", ("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train"), 675
+        "olympiadbench/test.jsonl",
+        "final_answer",
+        ("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train"),
+        675,
     ),
     "gsm8k": DatasetSpec("gsm8k/test.jsonl", "gsm8k", ("openai/gsm8k", "main", "test"), 1319),
 }
 #: Training sets (hub only; split "train"): DeepScaleR's 40,315 problems (the DSR recipe's data).
 TRAIN_SETS: dict[str, DatasetSpec] = {
     "deepscaler": DatasetSpec(
-        "", "answer", ("agentica-org/DeepScaleR-Preview-Dataset", None, "train"), 40315),
+        "", "answer", ("agentica-org/DeepScaleR-Preview-Dataset", None, "train"), 40315
+    ),
 }
-_ALIASES = {"math-500": "math500", "minerva_math": "minerva", "olympiad": "olympiadbench",
-            "aime2024": "aime24", "agentica-org/deepscaler-preview-dataset": "deepscaler"}
+_ALIASES = {
+    "math-500": "math500",
+    "minerva_math": "minerva",
+    "olympiad": "olympiadbench",
+    "aime2024": "aime24",
+    "agentica-org/deepscaler-preview-dataset": "deepscaler",
+}
 
 
 # -- gold normalisation -----------------------------------------------------------------------------
@@ -169,8 +193,11 @@ def _from_hub(name: str, spec: DatasetSpec) -> list[dict]:
     try:
         return hub_rows(hub_name, config, split, fetch=name)
     except (ImportError, FileNotFoundError) as e:
-        where = (f"no copy in a shared data folder (RLVR_SHARED_DATA holding {spec.local_path}); "
-                 if spec.local_path else "")
+        where = (
+            f"no copy in a shared data folder (RLVR_SHARED_DATA holding {spec.local_path}); "
+            if spec.local_path
+            else ""
+        )
         raise FileNotFoundError(f"dataset {name!r}: {where}{e}") from None
 
 
@@ -199,8 +226,11 @@ def load_dataset(
         if split != "train":
             raise ValueError(f"dataset {key!r} is a training set: use split='train', got {split!r}")
         spec = TRAIN_SETS[key]
-        return normalize_records(_from_hub(key, spec), key,
-                                 spec.answer_format if answer_format == "auto" else answer_format)
+        return normalize_records(
+            _from_hub(key, spec),
+            key,
+            spec.answer_format if answer_format == "auto" else answer_format,
+        )
     if key in DATASETS:
         if split != "test":
             raise ValueError(f"dataset {key!r} has only a 'test' split, got split={split!r}")

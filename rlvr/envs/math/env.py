@@ -9,6 +9,7 @@ list), a name in ``DATASETS`` (math500, aime24, amc23, minerva, olympiadbench, g
 JSONL/Parquet path. ``options={"index": i}`` picks item ``i`` (dataset row / i-th generated
 problem of the split); otherwise the item is drawn with the env's seeded RNG.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -61,7 +62,9 @@ class MathEnv(SingleTurnEnv):
         self.system_prompt = system_prompt
         if self.synthetic:
             self.difficulty = parse_difficulty(difficulty)
-            generate_problem(0, split=self.split, difficulty=self.difficulty, seed=self.generator_seed)
+            generate_problem(
+                0, split=self.split, difficulty=self.difficulty, seed=self.generator_seed
+            )
             self.records: list[dict] = []
         else:
             if difficulty is not None:
@@ -105,7 +108,9 @@ class MathEnv(SingleTurnEnv):
         return prompt, rec["ground_truth"], extra
 
     def _score(self, response: str, ground_truth: Any) -> Score:
-        return score(response, ground_truth, require_think=self.require_think, timeout_s=self.timeout_s)
+        return score(
+            response, ground_truth, require_think=self.require_think, timeout_s=self.timeout_s
+        )
 
     def step(self, action):
         obs, reward, terminated, truncated, info = super().step(action)

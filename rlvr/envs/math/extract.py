@@ -16,6 +16,7 @@ depth cap. Nothing here evaluates the text.
   per unbraced argument (one character or one control word), so ``\\frac123`` is
   ``\\frac{1}{2}3``; we follow TeX, which keeps ``\\sqrt(2)`` unrepaired.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -19,6 +19,7 @@ fires when the *thread* that started the child ends, so every worker is started 
 long-lived spawner thread); elsewhere a watchdog thread in the worker polls its parent id. The
 event loop waits with ``poll`` (no ``FD_SETSIZE`` limit, unlike ``select``). POSIX only.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -64,8 +65,9 @@ def check_timeout(timeout_s) -> float:
     (NaN would disable every deadline comparison; infinity cannot be waited for)."""
     ok = isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool)
     if not ok or not math.isfinite(timeout_s) or not 0 < timeout_s <= MAX_TIMEOUT_S:
-        raise ValueError(f"timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], "
-                         f"got {timeout_s!r}")
+        raise ValueError(
+            f"timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {timeout_s!r}"
+        )
     return float(timeout_s)
 
 
@@ -86,8 +88,9 @@ class _Spawner:
         with self._lock:
             if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
                 self._jobs, self._pid = queue_mod.Queue(), os.getpid()
-                self._thread = threading.Thread(target=self._run, args=(self._jobs,),
-                                                name="rlvr-math-spawner", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, args=(self._jobs,), name="rlvr-math-spawner", daemon=True
+                )
                 self._thread.start()
         done = threading.Event()
         box: list = []
@@ -281,7 +284,9 @@ class VerifierPool:
             self._on_result = on_result
             try:
                 dispatch()
-                self._pump_until(lambda: not queue and all(r is not None for r in results), dispatch, queue)
+                self._pump_until(
+                    lambda: not queue and all(r is not None for r in results), dispatch, queue
+                )
             except BaseException:
                 # Interrupted mid-batch (Ctrl-C, start failure): workers still hold items of this
                 # batch; replace them so no stale answer leaks into the next batch.
@@ -303,7 +308,8 @@ class VerifierPool:
                 dispatch()
                 continue
             next_deadline = min(
-                w.started + START_TIMEOUT_S if w.state == "starting" else w.deadline for w in waiting
+                w.started + START_TIMEOUT_S if w.state == "starting" else w.deadline
+                for w in waiting
             )
             poller = select.poll()
             for w in waiting:
@@ -371,8 +377,9 @@ def chunk_size(queued: int, workers: int) -> int:
     return max(1, min(MAX_CHUNK, queued // (4 * max(1, workers)), queued))
 
 
-def take_chunk(queue: collections.deque, pairs: list[tuple[str, str]],
-               workers: int) -> tuple[list[int], bytes]:
+def take_chunk(
+    queue: collections.deque, pairs: list[tuple[str, str]], workers: int
+) -> tuple[list[int], bytes]:
     """Pop the next chunk off ``queue``: its items and the line that sends them,
     ``[[tag, gold, answer], ...]`` with ``gold`` null when it repeats the previous item's.
 

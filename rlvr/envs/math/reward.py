@@ -12,6 +12,7 @@ found where the rules want it, else 0). Reasons: "" (correct), ``wrong``, ``empt
 ``answer_too_long``, ``answer_too_deep``, ``answer_unparseable``, ``gold_empty``,
 ``gold_unparseable``, ``timeout``, ``memory``, ``worker_crashed``, ``verifier_error:<type>``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -90,7 +91,9 @@ def score_batch(
     jobs: list[tuple[int, str, str]] = []
     for i, (response, gold) in enumerate(zip(responses, ground_truths)):
         gold_text = gold_to_text(gold)
-        answer, reason = final_answer(coerce_text(response)[:MAX_RESPONSE_CHARS], require_think=require_think)
+        answer, reason = final_answer(
+            coerce_text(response)[:MAX_RESPONSE_CHARS], require_think=require_think
+        )
         if answer is None:
             scores[i] = _fail(reason, 0.0)
         elif not gold_text:
@@ -105,7 +108,9 @@ def score_batch(
     return scores  # type: ignore[return-value]
 
 
-def _verify(jobs: list[tuple[int, str, str]], timeout_s: float, workers: int | None) -> list[Verdict]:
+def _verify(
+    jobs: list[tuple[int, str, str]], timeout_s: float, workers: int | None
+) -> list[Verdict]:
     pairs = [(gold, answer) for _, gold, answer in jobs]
     try:
         return shared_pool(workers).verify_many(pairs, timeout_s)
@@ -126,9 +131,13 @@ def score(
     """Reward 1/0 for one response: its last ``\\boxed{}`` verified against ``ground_truth``
     (gold parsed first, ``verify(gold, pred)``). Never raises, never runs past ``timeout_s``
     plus process overhead."""
-    return score_batch([response], [ground_truth], require_think=require_think, timeout_s=timeout_s, workers=None)[0]
+    return score_batch(
+        [response], [ground_truth], require_think=require_think, timeout_s=timeout_s, workers=None
+    )[0]
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> float:
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None
+) -> float:
     """verl's reward-function signature (``custom_reward_function``): the 1/0 reward."""
     return score(solution_str, ground_truth).reward

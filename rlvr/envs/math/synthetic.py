@@ -17,6 +17,7 @@ seeded with a string (hashed with SHA-512 by CPython, so identical across machin
 of its text falls in the first 10 % of buckets; each stream skips the other split's problems, so
 no test problem text ever appears in the train stream, whatever the seed.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -144,7 +145,11 @@ def _level1(rng: random.Random) -> tuple[str, sympy.Rational, str]:
         expr = sympy.Integer(b * q) / sympy.Integer(b)
         text = f"{b * q} / {b}"
         return f"Compute {text}.", expr, f"{text} = {_num(expr)}."
-    a, b = (rng.randint(2, 12), rng.randint(2, 12)) if op == "*" else (rng.randint(0, 50), rng.randint(0, 50))
+    a, b = (
+        (rng.randint(2, 12), rng.randint(2, 12))
+        if op == "*"
+        else (rng.randint(0, 50), rng.randint(0, 50))
+    )
     node = _combine(op, _leaf(a), _leaf(b))
     return f"Compute {_render(node)}.", node.value, f"{_steps(node)}."
 
@@ -230,7 +235,9 @@ def _level5_quadratic(rng: random.Random) -> tuple[str, sympy.Rational, str]:
         if c != 0
     )
     f1, f2 = _linear([(1, "x")], -roots[0]), _linear([(1, "x")], -roots[1])
-    trace = f"{text} = ({f1})({f2}), so x = {roots[0]} or x = {roots[1]}; the {which} root is {value}."
+    trace = (
+        f"{text} = ({f1})({f2}), so x = {roots[0]} or x = {roots[1]}; the {which} root is {value}."
+    )
     return f"Find the {which} root of {text} = 0.", value, trace
 
 
@@ -247,8 +254,12 @@ def parse_difficulty(difficulty: int | Sequence[int] | None) -> tuple[int, ...]:
     if difficulty is None:
         return LEVELS
     levels = (difficulty,) if isinstance(difficulty, int) else tuple(difficulty)
-    if not levels or any(not isinstance(d, int) or isinstance(d, bool) or d not in LEVELS for d in levels):
-        raise ValueError(f"difficulty must be an int in {LEVELS} or a list of them, got {difficulty!r}")
+    if not levels or any(
+        not isinstance(d, int) or isinstance(d, bool) or d not in LEVELS for d in levels
+    ):
+        raise ValueError(
+            f"difficulty must be an int in {LEVELS} or a list of them, got {difficulty!r}"
+        )
     return levels
 
 
@@ -287,4 +298,7 @@ def generate_dataset(
     n: int, *, split: str = "train", difficulty: int | Sequence[int] | None = None, seed: int = 0
 ) -> list[dict]:
     """The first ``n`` problems of a stream as records (``problem``, ``ground_truth``, ...)."""
-    return [generate_problem(i, split=split, difficulty=difficulty, seed=seed).as_record() for i in range(n)]
+    return [
+        generate_problem(i, split=split, difficulty=difficulty, seed=seed).as_record()
+        for i in range(n)
+    ]

@@ -14,6 +14,7 @@
 Only LaTeX/number text reaches math-verify's own parser; this module never calls ``sympify`` or
 ``eval`` on model text.
 """
+
 from __future__ import annotations
 
 import functools

@@ -8,6 +8,7 @@ line per item as soon as that item is done (the pool's per-item deadline starts 
 past its deadline. Stray prints from libraries go to stderr so they cannot corrupt the protocol.
 EOF on stdin ends it, and so does the death of ``parent`` (its pid), even mid-item.
 """
+
 from __future__ import annotations
 
 import gc
@@ -56,6 +57,7 @@ def _die_with_parent(parent: int) -> None:
     if parent and os.getppid() != parent:
         os._exit(1)
     if not armed and parent:
+
         def watch() -> None:
             while os.getppid() == parent:
                 time.sleep(0.2)

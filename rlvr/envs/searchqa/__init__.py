@@ -1,6 +1,7 @@
 """Retrieval tool-use QA (Search-R1 / verl-tool "VT-Search"): reward, encoders, FAISS indexes,
 a Search-R1-protocol retrieval service and client, data loaders, a synthetic knowledge task and
 the ``rlvr/SearchQA-v0`` environment. See ``docs/envs_searchqa.md``."""
+
 from rlvr.envs.searchqa.client import RemoteRetriever, RetrievalError
 from rlvr.envs.searchqa.corpus import Corpus, JsonlCorpus, Passage, load_corpus, write_corpus
 from rlvr.envs.searchqa.data import QAItem, load_qa
@@ -13,9 +14,35 @@ from rlvr.envs.searchqa.server import make_server, serve_in_thread
 from rlvr.envs.searchqa.synthetic import make_world, synthetic_passages, synthetic_task
 
 __all__ = [
-    "Corpus", "HashedTfidfEncoder", "Hit", "JsonlCorpus", "Passage", "QAItem", "RemoteRetriever",
-    "RetrievalError", "SearchIndex", "SearchQAEnv", "SentenceTransformerEncoder", "build_faiss",
-    "build_index", "compute_score", "exact_match", "extract_answer", "get_encoder", "load_corpus",
-    "load_index", "load_qa", "make_server", "make_world", "max_f1", "normalize_answer", "parse_action",
-    "score", "serve_in_thread", "synthetic_passages", "synthetic_task", "token_f1", "write_corpus",
+    "Corpus",
+    "HashedTfidfEncoder",
+    "Hit",
+    "JsonlCorpus",
+    "Passage",
+    "QAItem",
+    "RemoteRetriever",
+    "RetrievalError",
+    "SearchIndex",
+    "SearchQAEnv",
+    "SentenceTransformerEncoder",
+    "build_faiss",
+    "build_index",
+    "compute_score",
+    "exact_match",
+    "extract_answer",
+    "get_encoder",
+    "load_corpus",
+    "load_index",
+    "load_qa",
+    "make_server",
+    "make_world",
+    "max_f1",
+    "normalize_answer",
+    "parse_action",
+    "score",
+    "serve_in_thread",
+    "synthetic_passages",
+    "synthetic_task",
+    "token_f1",
+    "write_corpus",
 ]

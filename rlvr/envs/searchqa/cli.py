@@ -1,5 +1,6 @@
 """``rlvr index`` (build a FAISS index from a passage JSONL) and ``rlvr retrieval-serve``
 (serve an index over Search-R1's ``POST /retrieve`` protocol on loopback)."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,11 +10,17 @@ import time
 
 
 def add_index_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--corpus", required=True,
-                   help="passages JSONL ({id,title,text} or Search-R1 {id,contents}); 'synthetic' for the synthetic task's corpus")
+    p.add_argument(
+        "--corpus",
+        required=True,
+        help="passages JSONL ({id,title,text} or Search-R1 {id,contents}); 'synthetic' for the synthetic task's corpus",
+    )
     p.add_argument("--out", required=True, help="output folder (index.faiss, meta.json, ...)")
-    p.add_argument("--encoder", default="minilm",
-                   help="lexical | minilm (offline default) | e5 | a sentence-transformers name or folder")
+    p.add_argument(
+        "--encoder",
+        default="minilm",
+        help="lexical | minilm (offline default) | e5 | a sentence-transformers name or folder",
+    )
     p.add_argument("--kind", default="flat", choices=["flat", "hnsw", "ivfpq"])
     p.add_argument("--hnsw-m", type=int, help="HNSW graph degree M (default 32)")
     p.add_argument("--ef-construction", type=int, help="HNSW efConstruction (default 200)")
@@ -21,11 +28,17 @@ def add_index_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nlist", type=int, help="IVF lists (default ~4 sqrt(n))")
     p.add_argument("--pq-m", type=int, help="PQ bytes per vector (default min(64, d/4) dividing d)")
     p.add_argument("--nprobe", type=int, help="IVF lists visited per query (default 32)")
-    p.add_argument("--refine", type=float,
-                   help="IVF-PQ: re-rank refine*k PQ candidates with the full vectors (default 0: off)")
+    p.add_argument(
+        "--refine",
+        type=float,
+        help="IVF-PQ: re-rank refine*k PQ candidates with the full vectors (default 0: off)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic corpus")
-    p.add_argument("--device", default="cpu",
-                   help="where a sentence-transformers encoder runs (cuda: for wiki-18 with e5)")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="where a sentence-transformers encoder runs (cuda: for wiki-18 with e5)",
+    )
 
 
 def run_index(args) -> int:
@@ -33,8 +46,17 @@ def run_index(args) -> int:
     from rlvr.envs.searchqa.synthetic import synthetic_task
 
     params = {
-        "hnsw": {"M": args.hnsw_m, "efConstruction": args.ef_construction, "efSearch": args.ef_search},
-        "ivfpq": {"nlist": args.nlist, "pq_m": args.pq_m, "nprobe": args.nprobe, "refine": args.refine},
+        "hnsw": {
+            "M": args.hnsw_m,
+            "efConstruction": args.ef_construction,
+            "efSearch": args.ef_search,
+        },
+        "ivfpq": {
+            "nlist": args.nlist,
+            "pq_m": args.pq_m,
+            "nprobe": args.nprobe,
+            "refine": args.refine,
+        },
         "flat": {},
     }[args.kind]
     corpus = synthetic_task(args.seed)[0] if args.corpus == "synthetic" else args.corpus
@@ -45,23 +67,42 @@ def run_index(args) -> int:
             from rlvr.envs.searchqa.encoders import get_encoder
 
             encoder = get_encoder(encoder, device=args.device)
-        index = build_index(corpus, encoder=encoder, kind=args.kind, params=params,
-                            out_dir=args.out)
+        index = build_index(
+            corpus, encoder=encoder, kind=args.kind, params=params, out_dir=args.out
+        )
     except (FileNotFoundError, ValueError, ImportError, OSError) as e:
         print(f"rlvr index: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({"out": args.out, "passages": len(index), "kind": index.kind, "params": index.params,
-                      "encoder": index.encoder.spec(), "seconds": round(time.perf_counter() - t0, 2)}))
+    print(
+        json.dumps(
+            {
+                "out": args.out,
+                "passages": len(index),
+                "kind": index.kind,
+                "params": index.params,
+                "encoder": index.encoder.spec(),
+                "seconds": round(time.perf_counter() - t0, 2),
+            }
+        )
+    )
     return 0
 
 
 def add_retrieval_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index", required=True, help="folder written by `rlvr index`")
     p.add_argument("--corpus", help="passages JSONL, overriding the one recorded in the index")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback; the service has no auth)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="bind address (default loopback; the service has no auth)",
+    )
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--topk", type=int, default=3, help="top-k when a request gives none")
-    p.add_argument("--no-mmap", action="store_true", help="read the index into memory instead of memory-mapping it")
+    p.add_argument(
+        "--no-mmap",
+        action="store_true",
+        help="read the index into memory instead of memory-mapping it",
+    )
 
 
 def run_retrieval_serve(args) -> int:
@@ -69,8 +110,10 @@ def run_retrieval_serve(args) -> int:
     from rlvr.envs.searchqa.server import LIMITS, make_server
 
     if not 1 <= args.topk <= LIMITS.max_topk:
-        print(f"rlvr retrieval-serve: --topk must be in [1, {LIMITS.max_topk}], got {args.topk}",
-              file=sys.stderr)
+        print(
+            f"rlvr retrieval-serve: --topk must be in [1, {LIMITS.max_topk}], got {args.topk}",
+            file=sys.stderr,
+        )
         return 2
     try:
         index = load_index(args.index, corpus=args.corpus, mmap=not args.no_mmap)
@@ -80,11 +123,15 @@ def run_retrieval_serve(args) -> int:
     try:
         server = make_server(index, args.host, args.port, args.topk)
     except OSError as e:  # port taken, address not local, no permission
-        print(f"rlvr retrieval-serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}",
-              file=sys.stderr)
+        print(
+            f"rlvr retrieval-serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}",
+            file=sys.stderr,
+        )
         return 2
     host, port = server.server_address[:2]
-    print(f"serving {len(index)} passages ({index.kind}) at http://{host}:{port}/retrieve", flush=True)
+    print(
+        f"serving {len(index)} passages ({index.kind}) at http://{host}:{port}/retrieve", flush=True
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -5,6 +5,7 @@
 without scores each entry is the document itself), as in Search-R1's
 ``search_r1/search/retrieval_server.py``. Only the standard library is used.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,13 +47,21 @@ def parse_response(payload, n_queries: int) -> list[list[Hit]]:
     """Hits from a Search-R1 ``/retrieve`` response (with or without scores)."""
     result = payload.get("result") if isinstance(payload, dict) else None
     if not isinstance(result, list) or len(result) != n_queries:
-        raise RetrievalError(f"response has no 'result' list of {n_queries} entries: {str(payload)[:200]}")
+        raise RetrievalError(
+            f"response has no 'result' list of {n_queries} entries: {str(payload)[:200]}"
+        )
     out = []
     for per_query in result:
         hits = []
         for rank, entry in enumerate(per_query or []):
             if isinstance(entry, dict) and "document" in entry:
-                hits.append(Hit(_document_to_passage(entry["document"], str(rank)), float(entry.get("score", 0.0)), -1))
+                hits.append(
+                    Hit(
+                        _document_to_passage(entry["document"], str(rank)),
+                        float(entry.get("score", 0.0)),
+                        -1,
+                    )
+                )
             else:
                 hits.append(Hit(_document_to_passage(entry, str(rank)), 0.0, -1))
         out.append(hits)
@@ -70,17 +79,27 @@ class RemoteRetriever:
         queries = [str(q)[:MAX_QUERY_CHARS] for q in queries]
         if not queries:
             return []
-        body = json.dumps({"queries": queries, "topk": int(k), "return_scores": True}).encode("utf-8")
-        request = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
+        body = json.dumps({"queries": queries, "topk": int(k), "return_scores": True}).encode(
+            "utf-8"
+        )
+        request = urllib.request.Request(
+            self.url, data=body, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as resp:
                 payload = json.loads(resp.read().decode("utf-8"))
         except urllib.error.HTTPError as e:
             detail = e.read().decode("utf-8", "replace")[:300]
-            raise RetrievalError(f"retrieval service at {self.url} answered HTTP {e.code}: {detail}") from None
+            raise RetrievalError(
+                f"retrieval service at {self.url} answered HTTP {e.code}: {detail}"
+            ) from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
-            raise RetrievalError(f"retrieval service at {self.url} is unreachable: {reason}") from None
+            raise RetrievalError(
+                f"retrieval service at {self.url} is unreachable: {reason}"
+            ) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise RetrievalError(f"retrieval service at {self.url} sent invalid JSON: {e}") from None
+            raise RetrievalError(
+                f"retrieval service at {self.url} sent invalid JSON: {e}"
+            ) from None
         return parse_response(payload, len(queries))

@@ -5,6 +5,7 @@ files store ``{"id", "contents"}`` with ``contents = '"Title"\\ntext'``; both la
 A ``JsonlCorpus`` keeps only one int64 offset per passage in memory (168 MB for 21M passages)
 and parses a line when it is asked for.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,7 +54,8 @@ class Corpus(Sequence[Passage]):
 
     def __init__(self, passages: Iterable[Passage | dict]):
         self._passages = [
-            p if isinstance(p, Passage) else passage_from_record(p, str(i)) for i, p in enumerate(passages)
+            p if isinstance(p, Passage) else passage_from_record(p, str(i))
+            for i, p in enumerate(passages)
         ]
 
     def __len__(self) -> int:
@@ -82,7 +84,9 @@ class JsonlCorpus(Sequence[Passage]):
         if progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=self.path.stat().st_size, unit="B", unit_scale=True, desc="scan corpus")
+            bar = tqdm(
+                total=self.path.stat().st_size, unit="B", unit_scale=True, desc="scan corpus"
+            )
         with open(self.path, "rb") as fh:
             pos = 0
             for line in fh:
@@ -117,7 +121,9 @@ class JsonlCorpus(Sequence[Passage]):
             i = 0
             for line in fh:
                 if line.strip():
-                    yield passage_from_record(json.loads(line.decode("utf-8", errors="replace")), str(i))
+                    yield passage_from_record(
+                        json.loads(line.decode("utf-8", errors="replace")), str(i)
+                    )
                     i += 1
 
     def __getstate__(self):
@@ -135,7 +141,9 @@ def load_corpus(source, progress: bool = False) -> Corpus | JsonlCorpus:
         return JsonlCorpus(source, progress=progress)
     if isinstance(source, Iterable):
         return Corpus(source)
-    raise TypeError(f"corpus must be a JSONL path or a list of passages, got {type(source).__name__}")
+    raise TypeError(
+        f"corpus must be a JSONL path or a list of passages, got {type(source).__name__}"
+    )
 
 
 def write_corpus(passages: Iterable[Passage], path: str | Path) -> Path:

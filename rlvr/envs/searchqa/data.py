@@ -11,6 +11,7 @@
   ``triviaqa`` and ``popqa`` (and the names above when no local copy exists) map to their
   FlashRAG subsets.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,13 @@ LOCAL_SAMPLES = {
 
 #: name -> FlashRAG subset in RUC-NLPIR/FlashRAG_datasets
 FLASHRAG_SUBSETS = {
-    "nq": "nq", "triviaqa": "triviaqa", "popqa": "popqa", "hotpotqa": "hotpotqa",
-    "2wiki": "2wikimultihopqa", "musique": "musique", "bamboogle": "bamboogle",
+    "nq": "nq",
+    "triviaqa": "triviaqa",
+    "popqa": "popqa",
+    "hotpotqa": "hotpotqa",
+    "2wiki": "2wikimultihopqa",
+    "musique": "musique",
+    "bamboogle": "bamboogle",
 }
 FLASHRAG_REPO = "RUC-NLPIR/FlashRAG_datasets"
 #: FlashRAG subsets without a test split are evaluated on dev, as Search-R1's
@@ -52,6 +58,7 @@ FLASHRAG_DEV_ONLY = ("hotpotqa", "2wikimultihopqa", "musique")
 def flashrag_split(subset: str, split: str) -> str:
     """The FlashRAG split read for ``split`` (``test`` means dev for the dev-only subsets)."""
     return "dev" if split == "test" and subset in FLASHRAG_DEV_ONLY else split
+
 
 _ANSWER_FIELDS = ("golden_answers", "answers", "answer", "target")
 
@@ -65,7 +72,9 @@ def _answers_of(record: dict) -> list[str]:
         gt = (record.get("reward_model") or {}).get("ground_truth")
         value = gt.get("target") if isinstance(gt, dict) else gt
     if value is None:
-        raise ValueError(f"record has no answer field (tried {_ANSWER_FIELDS}); keys: {sorted(record)}")
+        raise ValueError(
+            f"record has no answer field (tried {_ANSWER_FIELDS}); keys: {sorted(record)}"
+        )
     if isinstance(value, str):
         return [value]
     return [str(v) for v in value]
@@ -110,8 +119,9 @@ def load_flashrag(subset: str, split: str = "test") -> list[QAItem]:
 
     items: list[QAItem] = []
     for name in subset.split("+"):
-        rows = hub_rows(FLASHRAG_REPO, name, flashrag_split(name, split),
-                        fetch=f"flashrag:{subset}")
+        rows = hub_rows(
+            FLASHRAG_REPO, name, flashrag_split(name, split), fetch=f"flashrag:{subset}"
+        )
         items += items_from_records(rows, f"flashrag:{name}")
     return items
 
@@ -126,11 +136,14 @@ def load_qa(name: str, split: str = "test") -> list[QAItem]:
         root = shared_data_dir()
         if root is not None and (root / LOCAL_SAMPLES[name]).is_file():
             return [
-                QAItem(it.question, it.answers, it.id, name) for it in load_qa_file(root / LOCAL_SAMPLES[name])
+                QAItem(it.question, it.answers, it.id, name)
+                for it in load_qa_file(root / LOCAL_SAMPLES[name])
             ]
     if name in FLASHRAG_SUBSETS:
         return load_flashrag(FLASHRAG_SUBSETS[name], split)
     if Path(name).suffix in (".jsonl", ".json", ".parquet"):
         return load_qa_file(name)
     known = sorted(set(LOCAL_SAMPLES) | set(FLASHRAG_SUBSETS) | {"synthetic"})
-    raise ValueError(f"unknown dataset {name!r}: use one of {known}, 'flashrag:<subset>' or a .jsonl/.json/.parquet path")
+    raise ValueError(
+        f"unknown dataset {name!r}: use one of {known}, 'flashrag:<subset>' or a .jsonl/.json/.parquet path"
+    )

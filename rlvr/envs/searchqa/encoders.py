@@ -8,6 +8,7 @@ rows L2-normalised so that inner product is cosine similarity.
   ``intfloat/e5-base-v2`` with its ``"query: "`` / ``"passage: "`` prefixes (mean pooling,
   normalised; the paper's retriever; needs the hub or a local copy).
 """
+
 from __future__ import annotations
 
 import math
@@ -147,7 +148,9 @@ class SentenceTransformerEncoder:
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as e:
-            raise ImportError(f"encoder {model!r} needs sentence-transformers: pip install 'rlvr[embed]'") from e
+            raise ImportError(
+                f"encoder {model!r} needs sentence-transformers: pip install 'rlvr[embed]'"
+            ) from e
         if model in PRESETS:
             source, qp, pp = PRESETS[model]
             source = source() if callable(source) else source
@@ -165,7 +168,10 @@ class SentenceTransformerEncoder:
                 f"could not load sentence-transformers model {model!r} ({source}): {e}. Without a "
                 "network use encoder='minilm' (ships its weights) or 'lexical'."
             ) from e
-        get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        get_dim = (
+            getattr(self.model, "get_embedding_dimension", None)
+            or self.model.get_sentence_embedding_dimension
+        )
         self.dim = int(get_dim())
         self.name = model
 
@@ -211,5 +217,7 @@ def encoder_from_spec(spec: dict, idf: np.ndarray | None = None) -> Encoder:
     if spec.get("name") == "lexical":
         return HashedTfidfEncoder(dim=spec["dim"], ngram_max=spec["ngram_max"], idf=idf)
     if spec.get("name") == "sentence-transformers":
-        return SentenceTransformerEncoder(spec["model"], spec.get("query_prefix"), spec.get("passage_prefix"))
+        return SentenceTransformerEncoder(
+            spec["model"], spec.get("query_prefix"), spec.get("passage_prefix")
+        )
     raise ValueError(f"unknown encoder spec {spec!r}")

@@ -18,6 +18,7 @@ Empty and very long queries, retriever failures (a service that is down) all bec
 ``info["tool_spans"]`` the ``[start, end)`` character spans of it written by the env, so a trainer
 can mask observation tokens out of the loss.
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,7 +31,12 @@ from rlvr.envs.prompts import chat_messages, render_prompt
 from rlvr.envs.searchqa.client import MAX_QUERY_CHARS, RemoteRetriever
 from rlvr.envs.searchqa.data import QAItem, load_qa
 from rlvr.envs.searchqa.index import build_index, load_index
-from rlvr.envs.searchqa.reward import INVALID_ACTION_MESSAGE, MAX_ANSWER_TAGS, last_tag_content, score
+from rlvr.envs.searchqa.reward import (
+    INVALID_ACTION_MESSAGE,
+    MAX_ANSWER_TAGS,
+    last_tag_content,
+    score,
+)
 from rlvr.envs.searchqa.synthetic import synthetic_task
 
 #: Search-R1's prompt (``scripts/data_process/nq_search.py``, ``make_prefix``), kept word for word
@@ -62,7 +68,7 @@ def format_passages(hits) -> str:
 
 
 def information_block(body: str, max_chars: int | None = None) -> str:
-    """Wrap tool text as an observation; a body longer than ``max_chars`` is cut and ends in "...". """
+    """Wrap tool text as an observation; a body longer than ``max_chars`` is cut and ends in "..."."""
     if max_chars is not None and len(body) > max_chars:
         body = body[: max(0, max_chars - 4)].rstrip() + " ..."
     return f"\n\n<information>{body.strip()}</information>\n\n"
@@ -147,11 +153,15 @@ class SearchQAEnv(gym.Env):
             wanted = {int(h) for h in (hops if isinstance(hops, (list, tuple)) else [hops])}
             self.items = [it for it in self.items if it.meta.get("hops") in wanted]
             if not self.items:
-                raise ValueError(f"hops: no questions with hops in {sorted(wanted)} "
-                                 f"(dataset {dataset!r}; only the synthetic task records hops)")
+                raise ValueError(
+                    f"hops: no questions with hops in {sorted(wanted)} "
+                    f"(dataset {dataset!r}; only the synthetic task records hops)"
+                )
         if not self.items:
             raise ValueError(f"dataset {dataset!r} split {split!r} has no questions")
-        self.retriever = self._make_retriever(dataset, corpus, retriever, index_path, seed, synthetic or {})
+        self.retriever = self._make_retriever(
+            dataset, corpus, retriever, index_path, seed, synthetic or {}
+        )
         obs_len = max(max_prompt_chars, (self.max_obs_chars or MAX_RESPONSE_CHARS) + 1000)
         self.observation_space = AnyText(obs_len)
         self.action_space = AnyText(MAX_RESPONSE_CHARS)
@@ -163,7 +173,10 @@ class SearchQAEnv(gym.Env):
     @staticmethod
     def _load_items(dataset, split, seed, synthetic) -> list[QAItem]:
         if isinstance(dataset, (list, tuple)):
-            return [it if isinstance(it, QAItem) else QAItem(str(it["question"]), tuple(it["answers"])) for it in dataset]
+            return [
+                it if isinstance(it, QAItem) else QAItem(str(it["question"]), tuple(it["answers"]))
+                for it in dataset
+            ]
         if dataset == "synthetic":
             return synthetic_task(seed, split, **synthetic)[1]
         return load_qa(dataset, split)
@@ -173,7 +186,9 @@ class SearchQAEnv(gym.Env):
         if hasattr(retriever, "search"):
             return retriever
         if not isinstance(retriever, str):
-            raise TypeError(f"retriever must be a name, a URL or an object with search(), got {type(retriever).__name__}")
+            raise TypeError(
+                f"retriever must be a name, a URL or an object with search(), got {type(retriever).__name__}"
+            )
         if retriever.startswith(("http://", "https://")):
             return RemoteRetriever(retriever)
         if index_path is not None:
@@ -193,8 +208,14 @@ class SearchQAEnv(gym.Env):
         options = dict(options or {})
         if "index" in options:
             index = options["index"]
-            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.items):
-                raise ValueError(f"options['index'] must be an int in [0, {len(self.items)}), got {index!r}")
+            if (
+                isinstance(index, bool)
+                or not isinstance(index, int)
+                or not 0 <= index < len(self.items)
+            ):
+                raise ValueError(
+                    f"options['index'] must be an int in [0, {len(self.items)}), got {index!r}"
+                )
         else:
             index = int(self.np_random.integers(len(self.items)))
         self._item = self.items[index]
@@ -219,7 +240,9 @@ class SearchQAEnv(gym.Env):
     def _search_observation(self, query: str) -> tuple[str, str]:
         """Observation for one query and an error string ("" when the search ran)."""
         if not query:
-            return information_block("Empty search query: write the query between <search> and </search>."), "empty query"
+            return information_block(
+                "Empty search query: write the query between <search> and </search>."
+            ), "empty query"
         note = ""
         if len(query) > MAX_QUERY_CHARS:
             query = query[:MAX_QUERY_CHARS]
@@ -254,7 +277,9 @@ class SearchQAEnv(gym.Env):
             self._transcript += obs
             self._tool_spans.append((start, len(self._transcript)))
         self._done = terminated or truncated
-        result = score("".join(self._responses), self._item.answers, max_answer_tags=self.max_answer_tags)
+        result = score(
+            "".join(self._responses), self._item.answers, max_answer_tags=self.max_answer_tags
+        )
         reward = float(result.reward) if self._done else 0.0
         info = {
             "ground_truth": list(self._item.answers),
@@ -274,7 +299,9 @@ class SearchQAEnv(gym.Env):
         if not self._done:
             info["reason"] = "episode continues"
         elif truncated:
-            info["reason"] = f"max_turns={self.max_turns} reached without an answer; " + result.reason
+            info["reason"] = (
+                f"max_turns={self.max_turns} reached without an answer; " + result.reason
+            )
         return obs, reward, terminated, truncated, info
 
     def render(self):

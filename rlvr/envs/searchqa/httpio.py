@@ -7,16 +7,26 @@ slowly, or promises a body and never sends it, is cut off after that deadline ho
 its bytes. Chunked bodies are refused (411): the clients of this protocol (Search-R1's
 ``requests.post(json=...)``, ``urllib``) always send a length.
 """
+
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
 
-REASONS = {200: "OK", 100: "Continue", 400: "Bad Request", 404: "Not Found",
-           405: "Method Not Allowed", 408: "Request Timeout", 411: "Length Required",
-           413: "Content Too Large", 422: "Unprocessable Content",
-           431: "Request Header Fields Too Large", 500: "Internal Server Error",
-           503: "Service Unavailable"}
+REASONS = {
+    200: "OK",
+    100: "Continue",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    411: "Length Required",
+    413: "Content Too Large",
+    422: "Unprocessable Content",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 class RequestError(ValueError):
@@ -50,8 +60,13 @@ class ReadState:
     reserved: int = 0
 
 
-async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       state: ReadState, max_body_bytes: int, reserve) -> Request | None:
+async def read_request(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    state: ReadState,
+    max_body_bytes: int,
+    reserve,
+) -> Request | None:
     """One request from ``reader``; None on a clean EOF before any byte.
 
     ``reserve(n) -> bool`` asks the server for ``n`` bytes of its in-flight body budget before the
@@ -105,8 +120,9 @@ async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
 
 
 def response_bytes(status: int, body: bytes, close: bool) -> bytes:
-    head = (f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\n"
-            "Content-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n"
-            + ("Connection: close\r\n" if close else "") + "\r\n")
+    head = (
+        f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if close else "") + "\r\n"
+    )
     return head.encode("latin-1") + body

@@ -10,6 +10,7 @@ Sizes (docs/design.md §4): flat stores 4*d bytes per passage (21M x 768 = 62 GB
 Wikipedia); HNSW adds about 8*M bytes of graph links; IVF-PQ stores ``pq_m`` bytes per passage,
 plus the 4*d-byte full vectors when ``refine`` > 0 re-ranks its candidates exactly.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ from typing import Sequence
 import faiss
 import numpy as np
 
-from rlvr.envs.searchqa.corpus import Corpus, JsonlCorpus, Passage, load_corpus, write_corpus
+from rlvr.envs.searchqa.corpus import JsonlCorpus, Passage, load_corpus, write_corpus
 from rlvr.envs.searchqa.encoders import Encoder, HashedTfidfEncoder, encoder_from_spec, get_encoder
 
 INDEX_KINDS = ("flat", "hnsw", "ivfpq")
@@ -60,7 +61,9 @@ def resolve_params(kind: str, n: int, dim: int, params: dict | None = None) -> d
     params = dict(params or {})
     unknown = set(params) - set(DEFAULT_PARAMS[kind])
     if unknown:
-        raise ValueError(f"unknown {kind} index parameters {sorted(unknown)}; known: {sorted(DEFAULT_PARAMS[kind])}")
+        raise ValueError(
+            f"unknown {kind} index parameters {sorted(unknown)}; known: {sorted(DEFAULT_PARAMS[kind])}"
+        )
     out = {**DEFAULT_PARAMS[kind], **{k: v for k, v in params.items() if v is not None}}
     if kind == "ivfpq":
         # nlist ~ 4 sqrt(n) (FAISS guideline) with >= 39 training points per list.
@@ -75,7 +78,9 @@ def resolve_params(kind: str, n: int, dim: int, params: dict | None = None) -> d
         except (TypeError, ValueError):
             refine = float("nan")
         if not (refine == 0 or refine >= 1):
-            raise ValueError(f"refine must be 0 (no re-ranking) or >= 1 (candidates per result), got {out['refine']!r}")
+            raise ValueError(
+                f"refine must be 0 (no re-ranking) or >= 1 (candidates per result), got {out['refine']!r}"
+            )
         out["refine"] = int(refine) if refine.is_integer() else refine
     return out
 
@@ -91,7 +96,9 @@ def apply_search_params(index: faiss.Index, kind: str, params: dict) -> None:
             ps.set_index_parameter(index, "k_factor_rf", float(params["refine"]))
 
 
-def refine_with_full_vectors(base: faiss.Index, vectors: np.ndarray, k_factor: float) -> faiss.IndexRefineFlat:
+def refine_with_full_vectors(
+    base: faiss.Index, vectors: np.ndarray, k_factor: float
+) -> faiss.IndexRefineFlat:
     """Wrap a filled approximate index so that a search for k takes its ``k_factor * k`` best
     candidates and re-ranks them by exact inner product with ``vectors`` (FAISS IndexRefineFlat)."""
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -103,8 +110,13 @@ def refine_with_full_vectors(base: faiss.Index, vectors: np.ndarray, k_factor: f
 
 
 def build_faiss(
-    vectors: np.ndarray, kind: str = "flat", params: dict | None = None, *, progress: bool = True,
-    batch_size: int = 20_000, seed: int = 0,
+    vectors: np.ndarray,
+    kind: str = "flat",
+    params: dict | None = None,
+    *,
+    progress: bool = True,
+    batch_size: int = 20_000,
+    seed: int = 0,
 ) -> tuple[faiss.Index, dict]:
     """Build a FAISS inner-product index over ``vectors`` (n, d); returns ``(index, params)``."""
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -120,7 +132,12 @@ def build_faiss(
     else:
         quantizer = faiss.IndexFlatIP(dim)
         index = faiss.IndexIVFPQ(
-            quantizer, dim, int(params["nlist"]), int(params["pq_m"]), int(params["nbits"]), faiss.METRIC_INNER_PRODUCT
+            quantizer,
+            dim,
+            int(params["nlist"]),
+            int(params["pq_m"]),
+            int(params["nbits"]),
+            faiss.METRIC_INNER_PRODUCT,
         )
         # index_factory("IVF..,PQ..") turns on polysemous training, a code-reordering step that
         # took minutes even on 2k vectors here and only matters for polysemous (Hamming) search.
@@ -146,8 +163,16 @@ class SearchIndex:
 
     def __init__(self, index: faiss.Index, encoder: Encoder, corpus, kind: str, params: dict):
         if index.ntotal != len(corpus):
-            raise ValueError(f"index holds {index.ntotal} vectors but the corpus has {len(corpus)} passages")
-        self.index, self.encoder, self.corpus, self.kind, self.params = index, encoder, corpus, kind, params
+            raise ValueError(
+                f"index holds {index.ntotal} vectors but the corpus has {len(corpus)} passages"
+            )
+        self.index, self.encoder, self.corpus, self.kind, self.params = (
+            index,
+            encoder,
+            corpus,
+            kind,
+            params,
+        )
 
     def __len__(self) -> int:
         return self.index.ntotal
@@ -181,8 +206,13 @@ class SearchIndex:
         if isinstance(self.encoder, HashedTfidfEncoder):
             np.save(out / "idf.npy", self.encoder.idf)
         meta = {
-            "format": 1, "kind": self.kind, "params": self.params, "ntotal": int(self.index.ntotal),
-            "dim": int(self.index.d), "encoder": self.encoder.spec(), "corpus": corpus_ref,
+            "format": 1,
+            "kind": self.kind,
+            "params": self.params,
+            "ntotal": int(self.index.ntotal),
+            "dim": int(self.index.d),
+            "encoder": self.encoder.spec(),
+            "corpus": corpus_ref,
         }
         (out / "meta.json").write_text(json.dumps(meta, indent=2))
         return out
@@ -193,8 +223,14 @@ def _passage_texts(corpus) -> list[str]:
 
 
 def build_index(
-    corpus, encoder: str | Encoder = "lexical", kind: str = "flat", params: dict | None = None, *,
-    out_dir: str | Path | None = None, progress: bool = True, encode_batch: int = 10_000,
+    corpus,
+    encoder: str | Encoder = "lexical",
+    kind: str = "flat",
+    params: dict | None = None,
+    *,
+    out_dir: str | Path | None = None,
+    progress: bool = True,
+    encode_batch: int = 10_000,
 ) -> SearchIndex:
     """Encode every passage of ``corpus`` (path, ``Corpus`` or list) and index it.
 
@@ -231,18 +267,24 @@ def read_faiss(path: str | Path, mmap: bool = True) -> faiss.Index:
     return faiss.read_index(str(path))
 
 
-def load_index(path: str | Path, corpus=None, *, mmap: bool = True, encoder: Encoder | None = None) -> SearchIndex:
+def load_index(
+    path: str | Path, corpus=None, *, mmap: bool = True, encoder: Encoder | None = None
+) -> SearchIndex:
     """Load a folder written by ``SearchIndex.save``; ``corpus`` overrides the recorded one."""
     folder = Path(path)
     meta_path = folder / "meta.json"
     if not meta_path.is_file():
-        raise FileNotFoundError(f"no index at {folder} (meta.json missing); build one with `rlvr index`")
+        raise FileNotFoundError(
+            f"no index at {folder} (meta.json missing); build one with `rlvr index`"
+        )
     meta = json.loads(meta_path.read_text())
     index = read_faiss(folder / "index.faiss", mmap=mmap)
     apply_search_params(index, meta["kind"], meta["params"])
     if encoder is None:
         idf_path = folder / "idf.npy"
-        encoder = encoder_from_spec(meta["encoder"], np.load(idf_path) if idf_path.is_file() else None)
+        encoder = encoder_from_spec(
+            meta["encoder"], np.load(idf_path) if idf_path.is_file() else None
+        )
     if corpus is None:
         ref = Path(meta["corpus"])
         corpus = ref if ref.is_absolute() else folder / ref

@@ -4,6 +4,7 @@ The normalisation is the one of the SQuAD v1.1 evaluation script, which Search-R
 FlashRAG and DPR all reuse: lowercase, drop ASCII punctuation, drop the articles a/an/the, fold
 whitespace (applied in the order lower -> punctuation -> articles -> whitespace).
 """
+
 from __future__ import annotations
 
 import re

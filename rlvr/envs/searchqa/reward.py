@@ -20,6 +20,7 @@
 Reward = EM in {0, 1}. Components: ``em``, ``f1`` (SQuAD token F1, informational) and
 ``format`` (1 when a closed answer was found and the response was not spam).
 """
+
 from __future__ import annotations
 
 import re
@@ -76,7 +77,9 @@ def score(response, golds, *, max_answer_tags: int = MAX_ANSWER_TAGS) -> Score:
     n_tags = text.count("<answer>")
     answer = last_tag_content(text, "answer")
     if answer is None:
-        reason = "unterminated <answer> tag" if n_tags else "no <answer>...</answer> in the response"
+        reason = (
+            "unterminated <answer> tag" if n_tags else "no <answer>...</answer> in the response"
+        )
         return Score(0.0, False, {"em": 0.0, "f1": 0.0, "format": 0.0}, reason, None)
     answer = answer.strip()
     f1 = max_f1(answer, gold_list)

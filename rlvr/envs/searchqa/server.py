@@ -18,6 +18,7 @@ in chunks of ``search_chunk``, so the searches of other clients interleave with 
 instead of waiting for all of it. Why a hand-written asyncio server and not FastAPI + uvicorn:
 ``docs/reliability.md``. It binds to loopback by default: it has no authentication.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -62,8 +63,9 @@ LIMITS = ServerLimits()
 MAX_BODY_BYTES, MAX_QUERIES, MAX_TOPK = LIMITS.max_body_bytes, LIMITS.max_queries, LIMITS.max_topk
 
 
-def validate_request(payload, default_topk: int = 3,
-                     limits: ServerLimits = LIMITS) -> tuple[list[str], int, bool]:
+def validate_request(
+    payload, default_topk: int = 3, limits: ServerLimits = LIMITS
+) -> tuple[list[str], int, bool]:
     """``(queries, topk, return_scores)`` from a decoded request body, or ``RequestError``
     (422 wrong fields, 413 more work than ``limits`` allow)."""
     if not isinstance(payload, dict):
@@ -72,19 +74,24 @@ def validate_request(payload, default_topk: int = 3,
     if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
         raise RequestError(422, "'queries' must be a list of strings")
     if len(queries) > limits.max_queries:
-        raise RequestError(413, f"at most {limits.max_queries} queries per request, "
-                                f"got {len(queries)}")
+        raise RequestError(
+            413, f"at most {limits.max_queries} queries per request, got {len(queries)}"
+        )
     topk = payload.get("topk")
-    if topk is not None and (isinstance(topk, bool) or not isinstance(topk, int)
-                             or not 1 <= topk <= limits.max_topk):
+    if topk is not None and (
+        isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk <= limits.max_topk
+    ):
         raise RequestError(422, f"'topk' must be an integer in [1, {limits.max_topk}]")
     return_scores = payload.get("return_scores", False)
     if not isinstance(return_scores, bool):
         raise RequestError(422, "'return_scores' must be true or false")
     topk = topk or default_topk
     if len(queries) * topk > limits.max_results:
-        raise RequestError(413, f"queries x topk = {len(queries)} x {topk} exceeds "
-                                f"{limits.max_results} results per request; split the request")
+        raise RequestError(
+            413,
+            f"queries x topk = {len(queries)} x {topk} exceeds "
+            f"{limits.max_results} results per request; split the request",
+        )
     return [q[:MAX_QUERY_CHARS] for q in queries], topk, return_scores
 
 
@@ -92,8 +99,11 @@ def format_result(hits_per_query, return_scores: bool) -> dict:
     result = []
     for hits in hits_per_query:
         docs = [{"id": h.passage.id, "contents": h.passage.contents} for h in hits]
-        result.append([{"document": d, "score": h.score} for d, h in zip(docs, hits)]
-                      if return_scores else docs)
+        result.append(
+            [{"document": d, "score": h.score} for d, h in zip(docs, hits)]
+            if return_scores
+            else docs
+        )
     return {"result": result}
 
 
@@ -105,8 +115,10 @@ def encode_result(hits_per_query, return_scores: bool, max_bytes: int) -> bytes:
         part = json.dumps(format_result([hits], return_scores)["result"][0]).encode("utf-8")
         size += len(part) + 2
         if size > max_bytes:
-            raise RequestError(413, f"response would exceed {max_bytes} bytes; ask for fewer "
-                                    "queries or a smaller topk")
+            raise RequestError(
+                413,
+                f"response would exceed {max_bytes} bytes; ask for fewer queries or a smaller topk",
+            )
         parts.append(part)
     return b'{"result": [' + b", ".join(parts) + b"]}"
 
@@ -118,11 +130,18 @@ class RetrievalServer:
     ``serve_forever`` runs the event loop in the calling thread until ``shutdown``.
     """
 
-    def __init__(self, retriever, host: str = "127.0.0.1", port: int = 8000,
-                 default_topk: int = 3, limits: ServerLimits = LIMITS):
+    def __init__(
+        self,
+        retriever,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        default_topk: int = 3,
+        limits: ServerLimits = LIMITS,
+    ):
         self.retriever, self.default_topk, self.limits = retriever, int(default_topk), limits
-        self._sock = socket.create_server((host, port),
-                                          backlog=min(1024, 4 * limits.max_connections))
+        self._sock = socket.create_server(
+            (host, port), backlog=min(1024, 4 * limits.max_connections)
+        )
         self.server_address = self._sock.getsockname()
         self._search = ThreadPoolExecutor(1, thread_name_prefix="rlvr-search")
         self._cpu = ThreadPoolExecutor(2, thread_name_prefix="rlvr-json")
@@ -156,8 +175,9 @@ class RetrievalServer:
 
     async def _main(self) -> None:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        server = await asyncio.start_server(self._handle, sock=self._sock,
-                                            limit=self.limits.max_header_bytes)
+        server = await asyncio.start_server(
+            self._handle, sock=self._sock, limit=self.limits.max_header_bytes
+        )
         await self._stop.wait()
         server.close()
         for task in list(self._tasks):
@@ -177,8 +197,9 @@ class RetrievalServer:
         self.connections += 1
         try:
             if self.connections > self.limits.max_connections and not self._evict():
-                await self._write(writer, 503, {"detail": "too many connections; retry shortly"},
-                                  close=True)
+                await self._write(
+                    writer, 503, {"detail": "too many connections; retry shortly"}, close=True
+                )
                 return
             while await self._one_request(reader, writer, task):
                 pass
@@ -207,7 +228,8 @@ class RetrievalServer:
         try:
             request = await asyncio.wait_for(
                 read_request(reader, writer, state, lim.max_body_bytes, self._reserve),
-                lim.request_timeout_s)
+                lim.request_timeout_s,
+            )
             self._waiting.pop(task, None)
             if request is None:
                 return False
@@ -249,13 +271,13 @@ class RetrievalServer:
         hits: list = []
         try:
             for i in range(0, len(queries), self.limits.search_chunk):
-                chunk = queries[i:i + self.limits.search_chunk]
-                hits += await loop.run_in_executor(self._search, self.retriever.search, chunk,
-                                                   topk)
+                chunk = queries[i : i + self.limits.search_chunk]
+                hits += await loop.run_in_executor(self._search, self.retriever.search, chunk, topk)
         except Exception as e:  # noqa: BLE001 - keep serving: report the failure to this client
             return 500, {"detail": f"retrieval failed: {type(e).__name__}: {e}"}
-        data = await loop.run_in_executor(self._cpu, encode_result, hits, return_scores,
-                                          self.limits.max_response_bytes)
+        data = await loop.run_in_executor(
+            self._cpu, encode_result, hits, return_scores, self.limits.max_response_bytes
+        )
         return 200, data
 
 
@@ -268,15 +290,25 @@ def _decode_json(raw: bytes):
         raise RequestError(400, "request body is nested too deeply") from None
 
 
-def make_server(retriever, host: str = "127.0.0.1", port: int = 8000, default_topk: int = 3,
-                limits: ServerLimits = LIMITS) -> RetrievalServer:
+def make_server(
+    retriever,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    default_topk: int = 3,
+    limits: ServerLimits = LIMITS,
+) -> RetrievalServer:
     """The service over ``retriever``; ``port=0`` picks a free port
     (``server.server_address[1]``)."""
     return RetrievalServer(retriever, host, port, default_topk, limits)
 
 
-def serve_in_thread(retriever, host: str = "127.0.0.1", port: int = 0, default_topk: int = 3,
-                    limits: ServerLimits = LIMITS):
+def serve_in_thread(
+    retriever,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    default_topk: int = 3,
+    limits: ServerLimits = LIMITS,
+):
     """Start a server in a daemon thread; returns ``(server, url)``. Stop with ``server.shutdown()``
     then ``server.server_close()``."""
     server = make_server(retriever, host, port, default_topk, limits)
