@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.config import ConfigError
+from rlvr.config import ConfigError, nest
 
 #: The six methods of the K&K table (docs/design.md §5), in the paper's order.
 KK_METHODS = ("grpo", "entropy_top", "ar", "lopti", "reverse", "grpo_sg")
@@ -377,17 +377,6 @@ def setting_overrides(
     }
 
 
-def flat_to_nested(flat: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = out
-        parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
-    return out
-
-
 def param_count(arch: dict[str, int]) -> int:
     """Parameters of a Qwen2 decoder (attention with biases on q/k/v, SwiGLU MLP; the output head
     is tied to the embeddings when ``arch["tied"]``, as in Qwen2.5-3B)."""
@@ -476,7 +465,7 @@ def plan_rows(profile: Profile) -> list[dict[str, Any]]:
     for key, s in profile.settings.items():
         if not s.arch:
             continue
-        cfg = load_train_config(flat_to_nested(setting_overrides(s, "grpo", 0, {"out": "plan"})))
+        cfg = load_train_config(nest(setting_overrides(s, "grpo", 0, {"out": "plan"})))
         est = native_estimate(s, cfg)
         native = est.total <= est.available
         rows.append(
@@ -530,7 +519,7 @@ def validate(profile: Profile, algos: tuple[str, ...] = KK_METHODS) -> int:
         for algo in algos:
             try:
                 load_train_config(
-                    flat_to_nested(setting_overrides(s, algo, 0, {"out": "validate"}))
+                    nest(setting_overrides(s, algo, 0, {"out": "validate"}))
                 )
             except ConfigError as e:
                 raise ConfigError(f"profile {profile.name}, setting {key}, algo {algo}: {e}") from e

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import config_hash
+from rlvr.config import config_hash, nest
 from rlvr.eval.metrics import summarize_by_group
 from rlvr.eval.runner import EvalConfig, EvalResult, evaluate, read_jsonl, save_result
-from rlvr.reproduce.profiles import Setting, flat_to_nested, setting_overrides
+from rlvr.reproduce.profiles import Setting, setting_overrides
 
 DONE = "run.json"
 
@@ -82,7 +82,7 @@ def train_config(
             )
         more["model"] = base_spec(setting.model, base_seed)
     flat = setting_overrides(setting, algo, seed, {**(extra or {}), **more, "out": "pending"})
-    return load_train_config(flat_to_nested(flat))
+    return load_train_config(nest(flat))
 
 
 def model_identity(model: str) -> str:
