@@ -285,6 +285,23 @@ def check_env_kwargs(env: str, kwargs: dict[str, Any]) -> None:
             )
 
 
+def base_env_kwargs(model: str, env: str) -> dict[str, Any]:
+    """The environment settings a tiny preset base (``tiny-kk``, ``tiny-kk@1``...) was
+    warm-started on, when ``model`` is one for ``env`` (else ``{}``): a run on that base inherits
+    them, so the prompt format has one source (``rlvr.models.traces.TINY_SETTINGS``)."""
+    from rlvr.models.presets import preset_config
+
+    try:
+        build = preset_config(model)
+    except ValueError:
+        return {}
+    if build is None or build.task != env:
+        return {}
+    from rlvr.models import traces
+
+    return traces.env_kwargs(env, build.data)
+
+
 def upgrade_legacy(values: dict[str, Any]) -> dict[str, Any]:
     """Configuration files written before ``weights.scheme`` was dropped (it repeated ``algo``)
     still load: a ``weights.scheme`` equal to ``algo`` is removed, a different one is an error."""
@@ -327,6 +344,9 @@ def load_train_config(
         values = deep_merge(values, load_yaml(path))
     values = deep_merge(values, ov)
     values = upgrade_legacy(values)
+    prompt = base_env_kwargs(str(values.get("model", TrainConfig.model)), env)
+    if prompt:  # the prompt format the base was warm-started on, under the profile's choices
+        values = deep_merge({"env_kwargs": prompt}, values)
     cfg = merge(TrainConfig(), values)
     cfg.validate()
     return cfg
