@@ -6,8 +6,9 @@ Each item compares MATH-500's gold ``answer`` with the last ``\\boxed{}`` of its
 ``solution`` (a gold-like prediction). Both paths extract the answer in this process with the
 same code; the pool (``score_batch``, ``workers`` processes, hard per-item deadline) runs first
 on fresh workers, then the serial baseline (``verify_answer_in_process``: math-verify in this
-process with its own ``signal.alarm`` timeouts), so neither path sees a warm parse cache (math-verify caches parsed strings: a second
-pass over the same items would measure the cache). Both warm up on a few unrelated items first.
+process with its own ``signal.alarm`` timeouts), so neither path sees a warm parse cache
+(math-verify caches parsed strings: a second pass over the same items would measure the cache).
+Both warm up on a few unrelated items first.
 Worker start-up is timed separately. Wall-clock figures depend on what else runs on the machine,
 so CPU seconds are printed too (this process for serial; each worker, from /proc, for the pool):
 ``workers`` x serial CPU / total worker CPU is the speed-up that otherwise idle cores would give

@@ -39,7 +39,8 @@ timed both ways: "1/call" (``--single`` queries, one ``search`` call each) and "
 on a shared machine; index builds use ``--build-threads`` (default: all CPUs), minilm encoding 1
 thread. Each timing is the best of ``--repeat`` runs.
 
-    python bench/bench_retrieval.py [--passages 100000] [--hnsw 16:100,32:40] [--sections dense,lexical]
+    python bench/bench_retrieval.py [--passages 100000] [--hnsw 16:100,32:40]
+                                    [--sections dense,lexical]
 """
 
 from __future__ import annotations
@@ -151,7 +152,8 @@ def fit_embedding_model(
 def recall_at_k(
     ids: np.ndarray, ref_ids: np.ndarray, queries: np.ndarray, vectors: np.ndarray
 ) -> float:
-    """Tie-aware recall@k: share of returned ids scoring at least the reference's k-th exact score."""
+    """Tie-aware recall@k: share of returned ids scoring at least the reference's k-th exact
+    score."""
     kth = np.einsum("qkd,qd->qk", vectors[ref_ids], queries).min(axis=1)
     got = np.einsum("qkd,qd->qk", vectors[np.maximum(ids, 0)], queries)
     return float(np.mean((got >= kth[:, None] - 1e-5) & (ids >= 0)))
@@ -337,20 +339,23 @@ def run_section(
         best = max(ok, key=lambda r: r.single_qps) if ok else max(rows, key=lambda r: r.recall)
         summary.append(
             f"  {name}: {'fastest at recall >= %g' % GOAL_RECALL if ok else 'best recall'} "
-            f"{best.recall:.4f} ({best.name.rsplit(' ', 1)[1]}), 1/call x{best.single_qps / flat_row.single_qps:.1f}, "
+            f"{best.recall:.4f} ({best.name.rsplit(' ', 1)[1]}), "
+            f"1/call x{best.single_qps / flat_row.single_qps:.1f}, "
             f"{mib:.0f} MiB"
         )
     print("\n".join(summary))
     if goal is None:
         print(
-            f"  goal (HNSW >= {GOAL_SPEEDUP:g}x flat at recall@10 >= {GOAL_RECALL}): NOT MET, no HNSW setting "
+            f"  goal (HNSW >= {GOAL_SPEEDUP:g}x flat at recall@10 >= {GOAL_RECALL}): "
+            "NOT MET, no HNSW setting "
             f"reached recall {GOAL_RECALL}"
         )
         return
     s1, sb = goal.single_qps / flat_row.single_qps, goal.batched_qps / flat_row.batched_qps
     verdict = lambda x: "MET" if x >= GOAL_SPEEDUP else "NOT MET"  # noqa: E731
     print(
-        f"  goal (HNSW >= {GOAL_SPEEDUP:g}x flat at recall@10 >= {GOAL_RECALL}): fastest qualifying setting "
+        f"  goal (HNSW >= {GOAL_SPEEDUP:g}x flat at recall@10 >= {GOAL_RECALL}): "
+        "fastest qualifying setting "
         f"{goal.name}, recall {goal.recall:.4f}: 1/call x{s1:.1f} {verdict(s1)}; "
         f"batched ({len(queries)} queries per call) x{sb:.1f} {verdict(sb)}"
     )
@@ -383,8 +388,10 @@ def dense_section(passages, questions, args) -> None:
     vectors, sources = vectors[: args.passages], vectors[args.passages :]
     queries = model.queries(sources, rng)
     print(
-        f"fitted Gaussian mixture: {model.n_clusters} clusters, between-cluster share b={model.between:.3f}; "
-        f"generated {len(vectors)} passages + {len(queries)} queries in {time.perf_counter() - t:.1f}s"
+        f"fitted Gaussian mixture: {model.n_clusters} clusters, "
+        f"between-cluster share b={model.between:.3f}; "
+        f"generated {len(vectors)} passages + {len(queries)} queries "
+        f"in {time.perf_counter() - t:.1f}s"
     )
     real_cos = np.sum(real_q * real_p[paired], axis=1)
     gen_cos = np.sum(queries * sources, axis=1)
@@ -393,10 +400,12 @@ def dense_section(passages, questions, args) -> None:
     b = embedding_stats(vectors[rng.choice(len(vectors), size=len(real_p), replace=False)])
     print(f"  {'|mean vector|':<34} {a['mean_norm']:16.3f} {b['mean_norm']:16.3f}")
     print(
-        f"  {'pairwise cosine mean / std':<34} {'%.3f / %.3f' % a['pair_cos']:>16} {'%.3f / %.3f' % b['pair_cos']:>16}"
+        f"  {'pairwise cosine mean / std':<34} {'%.3f / %.3f' % a['pair_cos']:>16} "
+        f"{'%.3f / %.3f' % b['pair_cos']:>16}"
     )
     print(
-        f"  {'NN cosine q10 / q50 / q90 (%d)' % len(real_p):<34} {'%.2f/%.2f/%.2f' % a['nn_cos']:>16} "
+        f"  {'NN cosine q10 / q50 / q90 (%d)' % len(real_p):<34} "
+        f"{'%.2f/%.2f/%.2f' % a['nn_cos']:>16} "
         f"{'%.2f/%.2f/%.2f' % b['nn_cos']:>16}"
     )
     print(f"  {'effective dim (participation)':<34} {a['eff_dim']:16.1f} {b['eff_dim']:16.1f}")
@@ -420,8 +429,8 @@ def lexical_section(passages, questions, args) -> None:
     pick = np.random.default_rng(args.seed).choice(len(questions), size=args.queries, replace=False)
     queries = enc.encode_queries([questions[i] for i in pick])
     print(
-        f"\nlexical hashed TF-IDF ({args.lexical_dim}-d) of all {len(texts)} passages and {len(queries)} "
-        f"questions in {time.perf_counter() - t:.1f}s"
+        f"\nlexical hashed TF-IDF ({args.lexical_dim}-d) of all {len(texts)} passages and "
+        f"{len(queries)} questions in {time.perf_counter() - t:.1f}s"
     )
     run_section(
         f"lexical (hashed TF-IDF {args.lexical_dim}-d)",
@@ -508,7 +517,8 @@ def main() -> None:
     t0 = time.perf_counter()
     passages, questions = synthetic_passages(args.passages, seed=args.seed)
     print(
-        f"synthetic corpus: {len(passages)} passages; faiss {faiss.__version__}, {os.cpu_count()} CPUs, "
+        f"synthetic corpus: {len(passages)} passages; faiss {faiss.__version__}, "
+        f"{os.cpu_count()} CPUs, "
         f"builds with {args.build_threads} thread(s), all timings with 1 thread"
     )
     for name in sections:

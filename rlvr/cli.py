@@ -1,9 +1,11 @@
 """The ``rlvr`` command.
 
 Each sub-command lives in the module that owns it and exposes ``add_<name>_arguments(parser)``
-and ``run_<name>(args) -> int`` (hyphens in the name read as underscores) (or plain ``add_arguments``/``run``); sub-commands that take
-``key=value`` overrides add a positional ``overrides`` argument with ``nargs="*"``; this table maps the sub-command's name to that module, imported only when
-the sub-command is used (so ``rlvr --help`` stays fast and one broken extra never blocks another).
+and ``run_<name>(args) -> int`` (hyphens in the name read as underscores) (or plain
+``add_arguments``/``run``); sub-commands that take ``key=value`` overrides add a positional
+``overrides`` argument with ``nargs="*"``; this table maps the sub-command's name to that module,
+imported only when the sub-command is used (so ``rlvr --help`` stays fast and one broken extra
+never blocks another).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ def test_sample_then_score_kk(tmp_path, capsys):
         main(["sample", "--env", "kk", "-n", "3", "--seed", "5", "--out", str(tasks), "n_people=3"])
         == 0
     )
-    recs = [json.loads(l) for l in tasks.read_text().splitlines()]
+    recs = [json.loads(line) for line in tasks.read_text().splitlines()]
     assert [r["seed"] for r in recs] == [5, 6, 7] and all(r["n_people"] == 3 for r in recs)
     # Right, wrong, and a malformed line.
     lines = [
@@ -26,13 +26,13 @@ def test_sample_then_score_kk(tmp_path, capsys):
         dict(recs[1], response="<answer>nonsense</answer>"),
     ]
     inp = tmp_path / "resp.jsonl"
-    inp.write_text("\n".join(json.dumps(l) for l in lines) + "\n{not json\n")
+    inp.write_text("\n".join(json.dumps(line) for line in lines) + "\n{not json\n")
     out = tmp_path / "scored.jsonl"
     capsys.readouterr()
     assert main(["score", "--env", "kk", str(inp), "--out", str(out), "prefilled_think=true"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["scored"] == 2 and summary["skipped"] == 1 and summary["accuracy"] == 0.5
-    scored = [json.loads(l) for l in out.read_text().splitlines()]
+    scored = [json.loads(line) for line in out.read_text().splitlines()]
     assert scored[0]["reward"] == 3.0 and scored[0]["correct"] is True
     assert scored[1]["correct"] is False
 

@@ -65,8 +65,12 @@ def test_env_on_parquet(kk_dir):
 
 def test_jsonl_in_kk_layout(tmp_path):
     row = {
-        "quiz": "A very special island ... You meet 2 inhabitants: Zoey and Liam. Zoey said, \"Liam is a knave\". "
-        "Liam said, \"Zoey is a knave and Liam is a knight\". So who is a knight and who is a knave?",
+        "quiz": (
+            "A very special island ... You meet 2 inhabitants: Zoey and Liam. "
+            "Zoey said, \"Liam is a knave\". "
+            "Liam said, \"Zoey is a knave and Liam is a knight\". "
+            "So who is a knight and who is a knave?"
+        ),
         "names": ["Zoey", "Liam"],
         "solution": [False, True],
         "statements": "(('lying', 1), ('and', ('lying', 0), ('telling-truth', 1)))",

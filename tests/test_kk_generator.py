@@ -109,7 +109,8 @@ def test_nested_rendering_reads_naturally():
         ("and", ("telling-truth", 0), ("->", ("lying", 1), ("not", ("telling-truth", 0)))),
     )
     assert render_statement(tree, names) == (
-        "It is not the case that (Zoey is a knight and (if Liam is a knave then Zoey is not a knight))"
+        "It is not the case that (Zoey is a knight and (if Liam is a knave then Zoey is not a "
+        "knight))"
     )
 
 

@@ -89,7 +89,8 @@ def test_reproduce_all_smoke(tmp_path):
 
 @pytest.mark.slow
 def test_reproduce_jobs_prefetches_everything(tmp_path, capsys):
-    """With --jobs 2 the worker processes train and evaluate; the script then finds it all cached."""
+    """With --jobs 2 the worker processes train and evaluate; the script then finds it all
+    cached."""
     from rlvr.cli import main
 
     out = tmp_path / "results"

@@ -56,9 +56,8 @@ def test_search_then_answer(env):
     policy_text = i2["transcript"]
     for a, b in reversed(i2["tool_spans"]):
         policy_text = policy_text[:a] + policy_text[b:]
-    assert (
-        policy_text
-        == f"<think>need facts</think>\n<search> {info['question']} </search><answer> {gold} </answer>"
+    assert policy_text == (
+        f"<think>need facts</think>\n<search> {info['question']} </search><answer> {gold} </answer>"
     )
     with pytest.raises(RuntimeError, match="reset"):
         env.step("<answer>x</answer>")

@@ -1,4 +1,5 @@
-"""The trainer on the micro model: every algorithm, optimizer-step accounting, faults, determinism."""
+"""The trainer on the micro model: every algorithm, optimizer-step accounting, faults,
+determinism."""
 
 from __future__ import annotations
 

@@ -77,7 +77,8 @@ def grpo_advantages(rewards: torch.Tensor, group_size: int, *, eps: float = 1e-6
 
 @register_advantage_estimator("drgrpo")
 def drgrpo_advantages(rewards: torch.Tensor, group_size: int, *, eps: float = 1e-6) -> torch.Tensor:
-    """Dr.GRPO: ``A_i = r_i - mean(r)`` within each group (``eps`` unused, kept for one signature)."""
+    """Dr.GRPO: ``A_i = r_i - mean(r)`` within each group (``eps`` unused, kept for one
+    signature)."""
     return group_advantages(rewards, group_size, scale="none", eps=eps)
 
 
@@ -86,6 +87,7 @@ def compute_advantages(name: str, rewards: torch.Tensor, group_size: int, **kwar
     fn = ADVANTAGE_ESTIMATORS.get(name)
     if fn is None:
         raise ValueError(
-            f"estimator: unknown advantage estimator {name!r}; known: {sorted(ADVANTAGE_ESTIMATORS)}"
+            f"estimator: unknown advantage estimator {name!r}; "
+            f"known: {sorted(ADVANTAGE_ESTIMATORS)}"
         )
     return fn(rewards, group_size, **kwargs)

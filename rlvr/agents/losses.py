@@ -79,7 +79,8 @@ def agg_loss(
         raise ValueError(f"agg: unknown aggregation {agg!r}; known: {list(AGG_MODES)}")
     if loss_mat.dim() != 2 or mask.shape != loss_mat.shape:
         raise ValueError(
-            f"mask: shape {tuple(mask.shape)} must equal loss shape {tuple(loss_mat.shape)} ([B, T])"
+            f"mask: shape {tuple(mask.shape)} must equal loss shape "
+            f"{tuple(loss_mat.shape)} ([B, T])"
         )
     mask = mask.to(torch.bool)
     zero_loss = _masked_sum(loss_mat, mask) * 0.0
@@ -211,7 +212,8 @@ def policy_loss(
         adv = advantages
     else:
         raise ValueError(
-            f"advantages: expected [B]={shape[0]} or [B, T]={tuple(shape)}, got {tuple(advantages.shape)}"
+            f"advantages: expected [B]={shape[0]} or [B, T]={tuple(shape)}, "
+            f"got {tuple(advantages.shape)}"
         )
     if not (kl_coef >= 0.0 and math.isfinite(kl_coef)):
         raise ValueError(f"kl_coef: must be >= 0, got {kl_coef!r}")

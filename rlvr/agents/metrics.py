@@ -54,7 +54,8 @@ def combine_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
 
 
 def rollout_metrics(episodes: list[Episode], group_size: int) -> dict[str, float]:
-    """Reward, accuracy, length and finish statistics of a batch of episodes (``docs/design.md``, Metrics)."""
+    """Reward, accuracy, length and finish statistics of a batch of episodes
+    (``docs/design.md``, Metrics)."""
     n = len(episodes)
     rewards = np.array([e.reward for e in episodes], dtype=np.float64)
     out: dict[str, float] = {

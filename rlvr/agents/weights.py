@@ -46,7 +46,8 @@ _INPUTS = ("logprobs", "mask", "logits", "old_logprobs", "entropy")
 
 
 def register_weight_scheme(name: str) -> Callable[[WeightFn], WeightFn]:
-    """Register ``fn(*, logprobs, mask, logits, old_logprobs, entropy, **params) -> w`` as ``name``."""
+    """Register ``fn(*, logprobs, mask, logits, old_logprobs, entropy, **params) -> w`` as
+    ``name``."""
 
     def decorator(fn: WeightFn) -> WeightFn:
         if name in WEIGHT_SCHEMES and WEIGHT_SCHEMES[name] is not fn:
@@ -222,7 +223,8 @@ def reverse_weights(
     upper: float | None = None,
     shaping_input: str = "prob",
 ) -> torch.Tensor:
-    """Reverse shaping: ``w = clip(alpha * (sigmoid(-sg[h] / tau) - mu), L, U)``, monotone decreasing.
+    """Reverse shaping: ``w = clip(alpha * (sigmoid(-sg[h] / tau) - mu), L, U)``, monotone
+    decreasing.
 
     Exactly GRPO-SG Eq. 20 applied to ``-h``; emphasises low-probability tokens. Defaults
     (``REVERSE_DEFAULTS``) keep tau, L, U of ``grpo_sg``, set mu = 0 and re-solve alpha so the

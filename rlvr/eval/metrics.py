@@ -127,7 +127,8 @@ def correct_by_item(
 
 
 def summarize(records: Sequence[Mapping[str, Any]], ks: Sequence[int] = (1,)) -> dict[str, float]:
-    """Metrics of one evaluation: greedy accuracy, avg@n and pass@k of the samples, EM/F1 and reward.
+    """Metrics of one evaluation: greedy accuracy, avg@n and pass@k of the samples, EM/F1 and
+    reward.
 
     Returns flat keys: ``n_items``, ``greedy`` (accuracy of the greedy response), ``avg@n`` (n =
     samples per item; also under ``avg@k``), ``pass@k`` for each k in ``ks`` not above n,
@@ -174,7 +175,8 @@ def summarize(records: Sequence[Mapping[str, Any]], ks: Sequence[int] = (1,)) ->
 def summarize_by_group(
     records: Sequence[Mapping[str, Any]], ks: Sequence[int] = (1,), group_key: str = "group"
 ) -> dict[Any, dict[str, float]]:
-    """``summarize`` per value of ``group_key`` (e.g. K&K accuracy by number of people), plus ``"all"``."""
+    """``summarize`` per value of ``group_key`` (e.g. K&K accuracy by number of people), plus
+    ``"all"``."""
     groups: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
     for r in records:
         groups[r.get(group_key)].append(r)

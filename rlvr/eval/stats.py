@@ -55,7 +55,8 @@ def bootstrap_ci(
     n_resamples: int = N_RESAMPLES,
     seed: int = 0,
 ) -> Interval:
-    """Mean of ``values`` with a seeded percentile-bootstrap interval (one value: a zero-width one)."""
+    """Mean of ``values`` with a seeded percentile-bootstrap interval (one value: a zero-width
+    one)."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"bootstrap_ci: confidence={confidence} must lie in (0, 1)")
     if n_resamples < 1:
@@ -69,7 +70,8 @@ def bootstrap_ci(
     means = arr[idx].mean(axis=1)
     alpha = 1.0 - confidence
     low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    # The percentile interval of a mean always brackets it up to Monte-Carlo noise; clamp that noise.
+    # The percentile interval of a mean always brackets it up to Monte-Carlo noise; clamp that
+    # noise.
     return Interval(mean, float(min(low, mean)), float(max(high, mean)), int(arr.size), confidence)
 
 
@@ -179,7 +181,8 @@ def verdict_greater(diff: Interval) -> str:
 
 
 def verdict_close(diff: Interval, margin: float) -> str:
-    """Equivalence within ``±margin`` (the two one-sided tests read off one interval, Schuirmann 1987).
+    """Equivalence within ``±margin`` (the two one-sided tests read off one interval,
+    Schuirmann 1987).
 
     ``"held"`` when the whole interval lies inside ``[-margin, margin]``, ``"not held"`` when it
     lies wholly outside (the methods differ by more than the margin), else ``"inconclusive"``.

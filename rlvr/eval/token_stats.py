@@ -102,7 +102,8 @@ def extreme_words(
 ) -> tuple[list[tuple[str, int, float]], list[tuple[str, int, float]]]:
     """The ``n`` words seen at least ``min_count`` times with the highest and the lowest mean
     probability (ties broken by frequency, then alphabetically). When fewer than ``2n`` words
-    qualify, the two lists split them (the top half high, the bottom half low) so no word is in both."""
+    qualify, the two lists split them (the top half high, the bottom half low) so no word is in
+    both."""
     rows = [r for r in stats.rows() if r[1] >= min_count]
     rows.sort(key=lambda r: (-r[2], -r[1], r[0]))
     k = min(n, len(rows) // 2) if len(rows) < 2 * n else n

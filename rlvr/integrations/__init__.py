@@ -5,7 +5,8 @@ where that library is installed:
 
 - ``verl_plugin``: our probability-based policy losses in verl's ``POLICY_LOSS_REGISTRY``
   (loaded by verl 0.9.1's ``verl.plugins`` entry-point group at ``import verl``).
-- ``verl_actor``: a whole actor loss for verl's ``set_loss_fn`` (logit-shaped GRPO-SG, 80/20, Lopti).
+- ``verl_actor``: a whole actor loss for verl's ``set_loss_fn`` (logit-shaped GRPO-SG, 80/20,
+  Lopti).
 - ``verl_reward``: ``compute_score(data_source, solution_str, ground_truth, extra_info)`` for
   verl's ``reward.custom_reward_function``, dispatching to our three environments.
 - ``verl_data``: our tasks as verl-ready parquet (``rlvr prepare-verl``); needs only pyarrow.

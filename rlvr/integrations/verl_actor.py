@@ -24,10 +24,11 @@ entropy bonus and KL loss) with our token weights on the surrogate:
   mini-batch as its denominator.
 
 The sampled token's *logit* (needed by ``shaping_input="logit"``) is not in verl's
-``model_output``. verl calls the loss function a second way, ``loss_fn(student_logits=..., data=...)``,
-from inside the forward pass when the batch's non-tensor ``distillation_use_topk`` is True, and stores
-each returned ``(1, total_nnz)`` tensor in ``model_output`` (``FSDPEngineWithLMHead.prepare_model_outputs``,
-remove-padding path, sequence parallel 1, no fused kernels). verl has divided those logits by the
+``model_output``. verl calls the loss function a second way,
+``loss_fn(student_logits=..., data=...)``, from inside the forward pass when the batch's
+non-tensor ``distillation_use_topk`` is True, and stores each returned ``(1, total_nnz)`` tensor
+in ``model_output`` (``FSDPEngineWithLMHead.prepare_model_outputs``, remove-padding path,
+sequence parallel 1, no fused kernels). verl has divided those logits by the
 rollout temperature; ``RlvrActorLoss`` answers that call with the raw logit of each next token
 (``SAMPLED_LOGIT_KEY``, multiplied back by the temperature: the convention of the native trainer,
 ``docs/algorithms.md``), so a trainer that sets ``distillation_use_topk=True`` on the
@@ -83,8 +84,8 @@ def sampled_token_logits(student_logits: torch.Tensor, data: TensorDict) -> torc
     logits = student_logits.reshape(-1, student_logits.shape[-1])
     if logits.shape[0] != ids.shape[0]:
         raise ValueError(
-            f"student_logits: {logits.shape[0]} positions for {ids.shape[0]} tokens; the logit hook "
-            "supports remove-padding without sequence parallelism only"
+            f"student_logits: {logits.shape[0]} positions for {ids.shape[0]} tokens; "
+            "the logit hook supports remove-padding without sequence parallelism only"
         )
     labels = torch.roll(ids, shifts=-1, dims=0).to(logits.device)
     picked = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1).unsqueeze(0)
@@ -97,8 +98,9 @@ class RlvrActorLoss:
     shaping_input="logit"))``.
 
     ``config`` is verl's ``ActorConfig`` (the worker's ``omega_conf_to_dataclass(config.actor)``);
-    ``params`` are ``WeightConfig`` fields (``shaping_input``, ``alpha``, ``tau``, ``mu``, ``lower``,
-    ``upper``, ``ar_alpha``, ``fraction``, ``eta``); ``weight_position`` as in ``policy_loss``.
+    ``params`` are ``WeightConfig`` fields (``shaping_input``, ``alpha``, ``tau``, ``mu``,
+    ``lower``, ``upper``, ``ar_alpha``, ``fraction``, ``eta``); ``weight_position`` as in
+    ``policy_loss``.
     """
 
     def __init__(

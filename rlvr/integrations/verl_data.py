@@ -36,7 +36,8 @@ def _parse_value(text: str) -> Any:
 
 
 def parse_env_args(pairs: list[str] | None) -> dict[str, Any]:
-    """``["n_people=5", "depth=2"]`` -> ``{"n_people": 5, "depth": 2}`` (values read as YAML scalars)."""
+    """``["n_people=5", "depth=2"]`` -> ``{"n_people": 5, "depth": 2}`` (values read as YAML
+    scalars)."""
     out: dict[str, Any] = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
@@ -90,7 +91,8 @@ def verl_rows(
     start: int = 0,
     env_kwargs: dict | None = None,
 ) -> Iterator[dict]:
-    """Rows ``start .. start+n-1`` of ``env``'s ``split`` in verl's parquet layout (module docstring)."""
+    """Rows ``start .. start+n-1`` of ``env``'s ``split`` in verl's parquet layout (module
+    docstring)."""
     import gymnasium as gym
 
     import rlvr  # noqa: F401  (registers the gymnasium ids)

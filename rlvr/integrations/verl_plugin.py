@@ -9,8 +9,8 @@ only the named entry points). rlvr declares::
 
 so importing this module registers, with ``verl.trainer.ppo.core_algos.register_policy_loss``:
 
-- ``grpo_sg``: TR-GRPO weights ``clip(alpha * (sigmoid(p / tau) - mu), L, U)`` on ``p = exp(log_prob)``
-  (GRPO-SG Eq. 20 with ``shaping_input="prob"``);
+- ``grpo_sg``: TR-GRPO weights ``clip(alpha * (sigmoid(p / tau) - mu), L, U)`` on
+  ``p = exp(log_prob)`` (GRPO-SG Eq. 20 with ``shaping_input="prob"``);
 - ``reverse``: the decreasing counterpart (``rlvr.agents.weights``);
 - ``ar``: advantage reweighting ``(alpha * p_old + 1 - alpha) * A`` (Yang et al. 2025).
 
@@ -99,8 +99,8 @@ def weight_config(scheme: str, config: Any) -> tuple[WeightConfig, str]:
     shaping_input = _get(pl, "shaping_input", "prob")
     if scheme in ("grpo_sg", "reverse") and shaping_input != "prob":
         raise ValueError(
-            f"policy_loss.shaping_input: verl passes a policy loss only log-probs, so {scheme!r} runs "
-            f"with shaping_input='prob' here, got {shaping_input!r}; use "
+            f"policy_loss.shaping_input: verl passes a policy loss only log-probs, "
+            f"so {scheme!r} runs with shaping_input='prob' here, got {shaping_input!r}; use "
             "rlvr.integrations.verl_actor (set_loss_fn) for logit-shaped GRPO-SG"
         )
     kwargs = {k: _get(pl, k) for k in ("alpha", "tau", "mu", "lower", "upper")}
@@ -207,7 +207,8 @@ def compute_policy_loss_reverse(
     config=None,
     rollout_is_weights=None,
 ):
-    """Reverse shaping (emphasises low-probability tokens) on the probability (``rlvr_policy_loss``)."""
+    """Reverse shaping (emphasises low-probability tokens) on the probability
+    (``rlvr_policy_loss``)."""
     return rlvr_policy_loss(
         "reverse",
         old_log_prob,

@@ -74,7 +74,8 @@ def env_for(data_source: Any) -> str:
     if len(parts) >= 2 and parts[0] == "rlvr" and parts[1] in ENVS:
         return parts[1]
     raise ValueError(
-        f"data_source: {name!r} is not an rlvr data source; use rlvr/kk, rlvr/math or rlvr/searchqa "
+        f"data_source: {name!r} is not an rlvr data source; "
+        "use rlvr/kk, rlvr/math or rlvr/searchqa "
         f"(optionally /<dataset>) or one of {sorted(DATA_SOURCE_ALIASES)}"
     )
 
@@ -151,7 +152,8 @@ def compute_score_batch(
     n = len(solution_strs)
     if not (len(data_sources) == len(ground_truths) == n):
         raise ValueError(
-            f"data_sources/solution_strs/ground_truths: lengths differ ({len(data_sources)}, {n}, {len(ground_truths)})"
+            "data_sources/solution_strs/ground_truths: lengths differ "
+            f"({len(data_sources)}, {n}, {len(ground_truths)})"
         )
     extras = [_extra(e) for e in (extra_infos if extra_infos is not None else [None] * n)]
     if len(extras) != n:

@@ -14,7 +14,8 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
 
 
 def byte_level_tokenizer() -> PreTrainedTokenizerFast:
-    """A tokenizer over the 256 byte symbols plus ``SPECIAL_TOKENS``: covers any text, no training."""
+    """A tokenizer over the 256 byte symbols plus ``SPECIAL_TOKENS``: covers any text, no
+    training."""
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
     for sym in alphabet:

@@ -2,9 +2,9 @@
 
 Same architecture class as Qwen2.5 (``Qwen2ForCausalLM``), so the trainer's code path is the one
 that serves the paper-scale models. The default size comes from measurements on the project's
-2-core CPU (docs/tiny_models.md): a 1.05M-parameter model reached greedy K&K accuracy 0.63/0.34/0.28/0.11
-on 2/3/4/5 people after 10 minutes of training at ~6.8k tokens/s, while a 5M model was ~3x slower
-per token and no better at equal wall time.
+2-core CPU (docs/tiny_models.md): a 1.05M-parameter model reached greedy K&K accuracy
+0.63/0.34/0.28/0.11 on 2/3/4/5 people after 10 minutes of training at ~6.8k tokens/s, while a 5M
+model was ~3x slower per token and no better at equal wall time.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from rlvr.models.micro import micro_config
 
 @dataclass(frozen=True)
 class ArchConfig:
-    """Qwen2 shape. Defaults: ~0.9M parameters plus ``vocab_size * hidden_size`` (tied) embeddings."""
+    """Qwen2 shape. Defaults: ~0.9M parameters plus ``vocab_size * hidden_size`` (tied)
+    embeddings."""
 
     hidden_size: int = 128
     num_layers: int = 4
@@ -52,7 +53,8 @@ class ArchConfig:
 
 
 def build_tiny(arch: ArchConfig, tokenizer, seed: int = 0) -> Qwen2ForCausalLM:
-    """A freshly initialised Qwen2 model of shape ``arch`` for ``tokenizer``; same seed, same weights."""
+    """A freshly initialised Qwen2 model of shape ``arch`` for ``tokenizer``; same seed, same
+    weights."""
     config = micro_config(
         len(tokenizer),
         hidden_size=arch.hidden_size,

@@ -230,7 +230,8 @@ def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[li
 def _grouped_eval_items(
     task: str, key: str, values, settings: dict[str, Any], n: int, split: str
 ) -> list[EvalItem]:
-    """Items ``0..n-1`` of the ``split`` for each value of the env kwarg ``key`` (one group each)."""
+    """Items ``0..n-1`` of the ``split`` for each value of the env kwarg ``key`` (one group
+    each)."""
     values = [values] if isinstance(values, int) else list(values)
     items = []
     for value in dict.fromkeys(values):
@@ -299,7 +300,8 @@ def _math_eval_items(settings: dict[str, Any], n: int, split: str) -> list[EvalI
 
 # -- search QA ----------------------------------------------------------------------------------
 def _bridge(first_obs: str, gold: str, passages: dict[str, Any]) -> str | None:
-    """The title of a passage named in ``first_obs`` (not a retrieved title) whose text holds ``gold``."""
+    """The title of a passage named in ``first_obs`` (not a retrieved title) whose text holds
+    ``gold``."""
     for title, passage in passages.items():
         if f'(Title: "{title}")' not in first_obs and title in first_obs and gold in passage.text:
             return title

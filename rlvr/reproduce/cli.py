@@ -98,11 +98,12 @@ def print_plan(ctx: Context, name: str) -> int:
     header = list(rows[0])
     text = "\n".join(
         [
-            f"# Plan for `rlvr reproduce {name} --profile paper` (not started: no GPU on this machine)",
+            f"# Plan for `rlvr reproduce {name} --profile paper` "
+            "(not started: no GPU on this machine)",
             "",
-            f"{n} training configs validated. The configs are the public recipes the paper builds on "
-            "(Logic-RL / AR-Lopti for K&K and math, verl-tool for search QA); the paper's own settings "
-            "are unpublished.",
+            f"{n} training configs validated. The configs are the public recipes the paper "
+            "builds on (Logic-RL / AR-Lopti for K&K and math, verl-tool for search QA); the "
+            "paper's own settings are unpublished.",
             "",
             markdown_table(header, [[r[h] for h in header] for r in rows]),
             "",

@@ -251,7 +251,10 @@ def compare(
     elif len(values) == 1:
         # Both methods score every item identically at 0 (or 1): no evidence either way.
         verdict = "inconclusive"
-        evidence += f"; both methods score {values.pop():g} on every item (floor/ceiling), so the comparison has no power"
+        evidence += (
+            f"; both methods score {values.pop():g} on every item (floor/ceiling), "
+            "so the comparison has no power"
+        )
     out.claim(
         claim,
         setting,

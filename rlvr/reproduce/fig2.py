@@ -133,7 +133,8 @@ def markdown(ctx: Context, table: list[dict]) -> str:
                 )
             body.append(row)
         md += [
-            f"## {'greedy accuracy' if mode == 'greedy' else mode + ' at the training temperature'}",
+            "## "
+            f"{'greedy accuracy' if mode == 'greedy' else mode + ' at the training temperature'}",
             "",
             markdown_table(["method"] + [f"{s} ppl" if s != "all" else "all" for s in sizes], body),
             "",

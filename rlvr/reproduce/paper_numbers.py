@@ -1,4 +1,5 @@
-"""The paper's reported numbers (docs/design.md §6), shown beside ours in every table and the report.
+"""The paper's reported numbers (docs/design.md §6), shown beside ours in every table and the
+report.
 
 K&K: average accuracy over the 3-7-people test sets. QA: exact match in points, averaged over the
 seven sets. Math: the average gain of GRPO-SG over GRPO in points. AR-Lopti's own K&K numbers

@@ -18,7 +18,10 @@ from rlvr.reproduce.common import Context, markdown_table, versions
 ORDER = ("fig1", "fig2", "fig3", "fig4", "table_kk", "table_math", "table_qa", "sweep")
 CAPTIONS = {
     "fig1": "Figure 1 — words the policy generates with high vs low probability",
-    "fig2": "Figure 2 — K&K accuracy by puzzle size (greedy and avg@k), with base and continued-SFT references",
+    "fig2": (
+        "Figure 2 — K&K accuracy by puzzle size (greedy and avg@k), with base and "
+        "continued-SFT references"
+    ),
     "fig3": "Figure 3 — gradient norms, GRPO vs GRPO-SG, and their variability",
     "fig4": "Figure 4 — training reward, GRPO vs GRPO-SG",
     "table_kk": "Table — K&K accuracy for six methods",
@@ -38,7 +41,7 @@ def _strip_header(text: str) -> str:
     lines = text.splitlines()
     if lines and lines[0].startswith("<!--"):
         lines = lines[1:]
-    return "\n".join("#" + l if l.startswith("#") else l for l in lines)
+    return "\n".join("#" + line if line.startswith("#") else line for line in lines)
 
 
 def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
@@ -70,7 +73,8 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
         "training and evaluation included (runs already in the cache cost nothing)",
         "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
         f"- machine: {machine_line(machine)}; each run's own machine is in runs.csv",
-        f"- run cache: `{ctx.cache}` (each run is named by its config hash; see `<name>.meta.json`)",
+        f"- run cache: `{ctx.cache}` (each run is named by its config hash; "
+        "see `<name>.meta.json`)",
         "",
     ]
     if ctx.profile.name == "paper":

@@ -111,7 +111,8 @@ def run(ctx: Context) -> dict:
             [
                 f"# GRPO-SG sensitivity on K&K ({ctx.profile.name} profile, {point_ctx.draws()})",
                 "",
-                f"Defaults: {', '.join(f'{k}={v}' for k, v in base.items())}. One parameter varies at a time.",
+                f"Defaults: {', '.join(f'{k}={v}' for k, v in base.items())}. "
+                "One parameter varies at a time.",
                 "",
                 markdown_table(
                     ["parameter", "value", "greedy", avg_key, "paired diff vs default (greedy)"],

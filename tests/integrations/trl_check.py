@@ -32,7 +32,8 @@ def test_version_pinned():
 
 
 def test_reward_signature_matches_trl():
-    """TRL calls reward_func(prompts=, completions=, completion_ids=, **columns, trainer_state=, ...)."""
+    """TRL calls reward_func(prompts=, completions=, completion_ids=, **columns,
+    trainer_state=, ...)."""
     params = inspect.signature(kk_reward).parameters
     assert {"prompts", "completions"} <= set(params)
     assert any(p.kind is p.VAR_KEYWORD for p in params.values())

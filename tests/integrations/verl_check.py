@@ -28,7 +28,8 @@ AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mea
 
 
 def actor_config(loss_mode="vanilla", agg="token-mean", **policy_loss_keys):
-    """A real verl ``FSDPActorConfig`` built the way verl's workers build it (Hydra ``_target_``s)."""
+    """A real verl ``FSDPActorConfig`` built the way verl's workers build it (Hydra
+    ``_target_``s)."""
     cfg = {
         "_target_": "verl.workers.config.FSDPActorConfig",
         "strategy": "fsdp",
@@ -62,7 +63,8 @@ def test_versions_and_entry_point():
     assert version("verl") == "0.9.1"
     names = {ep.name: ep.value for ep in entry_points(group="verl.plugins")}
     assert names.get("rlvr") == "rlvr.integrations.verl_plugin", (
-        'pyproject.toml needs [project.entry-points."verl.plugins"] rlvr = "rlvr.integrations.verl_plugin"'
+        'pyproject.toml needs [project.entry-points."verl.plugins"] '
+        'rlvr = "rlvr.integrations.verl_plugin"'
     )
 
 
@@ -202,8 +204,9 @@ def test_reward_loads_like_verl_and_scores_gold_answers():
 
 # --- actor loss (set_loss_fn) ------------------------------------------------------------------
 def engine_batch(seed=0, b=4, p=3, r=5, vocab=11):
-    """A batch in the layout verl's actor update builds (left-padded prompts, right-padded responses),
-    converted with verl's own ``left_right_2_no_padding``; plus packed log-probs and logits."""
+    """A batch in the layout verl's actor update builds (left-padded prompts, right-padded
+    responses), converted with verl's own ``left_right_2_no_padding``; plus packed log-probs and
+    logits."""
     g = torch.Generator().manual_seed(seed)
     prompt_len = torch.tensor([3, 2, 1, 3])[:b]
     resp_len = torch.tensor([5, 3, 1, 4])[:b]

@@ -11,6 +11,9 @@ AR = register_algorithm(
         weight="ar",
         params=lambda wc: {"alpha": wc.ar_alpha},
         needs_old_logprobs=True,
-        source="arXiv 2505.12929 (Advantage Reweighting); zhyang2226/AR-Lopti@cbeb333 scripts/train_kklogic_AR_4x80GB.sh",
+        source=(
+            "arXiv 2505.12929 (Advantage Reweighting); "
+            "zhyang2226/AR-Lopti@cbeb333 scripts/train_kklogic_AR_4x80GB.sh"
+        ),
     )
 )

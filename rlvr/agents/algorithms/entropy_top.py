@@ -2,7 +2,8 @@
 top ``fraction`` of response tokens by entropy, KL on all of them.
 
 As the official code does it (Shenzhi-Wang/Beyond-the-80-20-Rule-RLVR@6f5dda6,
-``verl/workers/actor/dp_actor.py`` ``update_policy`` and ``core_algos.get_global_entropy_top_mask``):
+``verl/workers/actor/dp_actor.py`` ``update_policy`` and
+``core_algos.get_global_entropy_top_mask``):
 the entropy is the one of the current training forward, the selection is made over the response
 tokens of that forward (``ceil(fraction * n)`` tokens), and the surrogate is averaged over the
 selected tokens only. The reference averages per micro-batch and scales by 1/accumulation; here

@@ -4,8 +4,8 @@ Every episode in the batch starts from its env's prompt. Each turn, all live epi
 together (one backend call) until an end token, a stop string (``</search>``, ``</answer>``) or
 their remaining token budget; each env scores its turn; episodes that are not done get the
 observation appended as tokens with loss mask 0 (the policy did not write them,
-docs/design.md §3) and go round again. An episode ends when its env terminates or truncates, or when its
-response budget (generated plus observation tokens) is used up.
+docs/design.md §3) and go round again. An episode ends when its env terminates or truncates, or
+when its response budget (generated plus observation tokens) is used up.
 
 Single-turn envs are the one-turn case of the same loop. An exception from ``env.step`` (env,
 tool or verifier) ends that episode with ``error_reward`` and the error text; the batch goes on.

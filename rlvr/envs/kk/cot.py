@@ -19,7 +19,10 @@ from typing import Sequence
 from rlvr.envs.kk.logic import Statement, full_mask, knight_masks, truth_mask
 from rlvr.envs.kk.render import render_statement, solution_text_format
 
-COT_HEAD = "Let's think step by step, by considering whether each person is lying and if that leads to contradiction."
+COT_HEAD = (
+    "Let's think step by step, by considering whether each person is lying and if that leads to "
+    "contradiction."
+)
 
 
 def _role(k: bool) -> str:
@@ -60,7 +63,8 @@ def solve_with_trace(
                     changed = True
                     if not new:
                         lines.append(
-                            f"{names[p]} is {_role(roles[p])}, but {names[p]}'s statement {quoted[p]} "
+                            f"{names[p]} is {_role(roles[p])}, but {names[p]}'s statement "
+                            f"{quoted[p]} "
                             f"would then be {'false' if roles[p] else 'true'}. Contradiction."
                         )
                         return 0, used
@@ -71,14 +75,16 @@ def solve_with_trace(
                             f"{names[q]} is {_role(r)}" for q, r in sorted(fixed.items())
                         )
                         lines.append(
-                            f"Since {names[p]} is {_role(roles[p])}, {quoted[p]} is {why}, so {what}."
+                            f"Since {names[p]} is {_role(roles[p])}, "
+                            f"{quoted[p]} is {why}, so {what}."
                         )
                     c = new
                     break
                 if c & t == c or c & t == 0:
                     value = c & t == c
                     lines.append(
-                        f"{names[p]}'s statement {quoted[p]} is {'true' if value else 'false'} given what we know, "
+                        f"{names[p]}'s statement {quoted[p]} is "
+                        f"{'true' if value else 'false'} given what we know, "
                         f"so {names[p]} is {_role(value)}."
                     )
                     c &= kmasks[p] if value else full ^ kmasks[p]

@@ -102,7 +102,8 @@ def _load_hub(name: str, split: str, sizes: Sequence[int]) -> Iterator[dict[str,
 def load_dataset(
     path_or_name: str | Path, *, split: str = "test", n_people: int | Sequence[int] | None = None
 ) -> Iterator[dict[str, Any]]:
-    """Iterate over K&K records from a file, a directory of files (sorted, recursive), or a hub name.
+    """Iterate over K&K records from a file, a directory of files (sorted, recursive), or a hub
+    name.
 
     ``split`` picks the hub config (``train``/``test``); ``n_people`` keeps only those sizes.
     """

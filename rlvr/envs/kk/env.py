@@ -32,7 +32,8 @@ def _sizes(n_people: int | Sequence[int] | None, default: int | None) -> list[in
         not isinstance(n, int) or isinstance(n, bool) or not 2 <= n <= MAX_PEOPLE for n in sizes
     ):
         raise ValueError(
-            f"n_people must be an int or a non-empty list of ints in 2..{MAX_PEOPLE}, got {n_people!r}"
+            f"n_people must be an int or a non-empty list of ints in 2..{MAX_PEOPLE}, "
+            f"got {n_people!r}"
         )
     return sizes
 
@@ -149,7 +150,8 @@ class KnightsKnavesEnv(SingleTurnEnv):
         )  # reset and step infos must not share the ground-truth dict/lists
         components = info["reward_components"]
         info["format_error"] = components["format"] < 0
-        # Disjoint flags: an answer error is a well-formatted response with a wrong/unparseable answer.
+        # Disjoint flags: an answer error is a well-formatted response with a wrong/unparseable
+        # answer.
         info["answer_error"] = not info["format_error"] and components["answer"] < 0
         info["answer_status"] = answer_status(Score(reward, info["correct"], components))
         return obs, reward, terminated, truncated, info

@@ -312,7 +312,8 @@ def puzzle_at(
             return puzzle
     raise ValueError(
         f"no train puzzle outside the test split after {_MAX_TRAIN_ATTEMPTS} draws "
-        f"(n_people={n_people}, depth={depth}, width={width}, test_size={test_size}): lower test_size"
+        f"(n_people={n_people}, depth={depth}, width={width}, test_size={test_size}): "
+        "lower test_size"
     )
 
 

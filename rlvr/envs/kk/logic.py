@@ -30,7 +30,8 @@ Statement = tuple
 
 @functools.lru_cache(maxsize=None)
 def knight_masks(n_people: int) -> tuple[int, ...]:
-    """``masks[p]`` = the set of assignments (bits over 0..2^n-1) in which person ``p`` is a knight."""
+    """``masks[p]`` = the set of assignments (bits over 0..2^n-1) in which person ``p`` is a
+    knight."""
     return tuple(sum(1 << a for a in range(1 << n_people) if (a >> p) & 1) for p in range(n_people))
 
 

@@ -11,18 +11,19 @@ from __future__ import annotations
 from rlvr.envs.prompts import chat_messages, render_prompt
 
 LOGIC_RL_SYSTEM_PROMPT = (
-    "You are a helpful assistant. The assistant first thinks about the reasoning process in the mind "
-    "and then provides the user with the answer. The reasoning process and answer are enclosed within "
-    "<think> </think> and<answer> </answer> tags, respectively, i.e., <think> reasoning process here "
-    "</think><answer> answer here </answer>.  Now the user asks you to solve a logical reasoning problem. "
-    "After thinking, when you finally reach a conclusion, clearly state the identity of each character "
-    "within <answer> </answer> tags. i.e., <answer> (1) Zoey is a knight\n(2) ... </answer>.\n"
+    "You are a helpful assistant. The assistant first thinks about the reasoning process in the "
+    "mind and then provides the user with the answer. The reasoning process and answer are "
+    "enclosed within <think> </think> and<answer> </answer> tags, respectively, i.e., <think> "
+    "reasoning process here </think><answer> answer here </answer>.  Now the user asks you to "
+    "solve a logical reasoning problem. After thinking, when you finally reach a conclusion, "
+    "clearly state the identity of each character within <answer> </answer> tags. i.e., "
+    "<answer> (1) Zoey is a knight\n(2) ... </answer>.\n"
 )
 
 #: A short variant for tiny models with small context windows.
 SHORT_SYSTEM_PROMPT = (
-    "Think inside <think> </think>, then answer inside <answer> </answer> with one line per person, "
-    "e.g. <answer> (1) Zoey is a knight\n(2) Liam is a knave </answer>."
+    "Think inside <think> </think>, then answer inside <answer> </answer> with one line per "
+    "person, e.g. <answer> (1) Zoey is a knight\n(2) Liam is a knave </answer>."
 )
 
 THINK_PREFILL = "<think>"

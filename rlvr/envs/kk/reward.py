@@ -1,4 +1,5 @@
-"""The Knights & Knaves reward of Logic-RL (Xie et al. 2025, arXiv 2502.14768, ``kk.compute_score``).
+"""The Knights & Knaves reward of Logic-RL (Xie et al. 2025, arXiv 2502.14768,
+``kk.compute_score``).
 
 Rules (docs/design.md §4)::
 
@@ -30,7 +31,8 @@ _GT_LINE = re.compile(r"\b([A-Za-z]+)\b.*?\b(knight|knave)\b", re.IGNORECASE)
 
 
 def parse_solution_text_format(text: str) -> dict[str, str]:
-    """Logic-RL's gold layout ``(1) Zoey is a knight\\n...`` -> {name: role}, one line per person."""
+    """Logic-RL's gold layout ``(1) Zoey is a knight\\n...`` -> {name: role}, one line per
+    person."""
     out: dict[str, str] = {}
     for line in text.split("\n"):
         m = _GT_LINE.search(line.strip())
@@ -40,7 +42,8 @@ def parse_solution_text_format(text: str) -> dict[str, str]:
 
 
 def normalize_ground_truth(ground_truth: Any) -> dict[str, str]:
-    """Accept {name: "knight"/"knave" or bool}, Logic-RL's {"solution_text_format": ...} or that text."""
+    """Accept {name: "knight"/"knave" or bool}, Logic-RL's {"solution_text_format": ...} or that
+    text."""
     if isinstance(ground_truth, str):
         gt = parse_solution_text_format(ground_truth)
     elif isinstance(ground_truth, Mapping) and "solution_text_format" in ground_truth:
@@ -145,7 +148,8 @@ def score(response: Any, ground_truth: Any, *, prefilled_think: bool = False) ->
 
 
 def answer_status(result: Score) -> str:
-    """``correct`` / ``wrong`` / ``unparseable`` / ``format_failed``: the answer outcome for logging."""
+    """``correct`` / ``wrong`` / ``unparseable`` / ``format_failed``: the answer outcome for
+    logging."""
     if result.components.get("format", -1.0) < 0:
         return "format_failed"
     return {ANSWER_CORRECT: "correct", ANSWER_WRONG: "wrong"}.get(

@@ -1,4 +1,5 @@
-"""Math with verifiable rewards: last ``\\boxed{}`` answer checked by math-verify (docs/design.md §4).
+"""Math with verifiable rewards: last ``\\boxed{}`` answer checked by math-verify
+(docs/design.md §4).
 
 - ``score(response, ground_truth)`` / ``score_batch(responses, golds, workers=2)``: reward 1/0,
   hard per-item deadline on worker processes.

@@ -1,4 +1,5 @@
-"""Math evaluation sets with per-dataset gold normalisation (docs/design.md §4, shared/data/SOURCES.md).
+"""Math evaluation sets with per-dataset gold normalisation (docs/design.md §4,
+shared/data/SOURCES.md).
 
 Every loader returns records ``{"problem", "ground_truth", "source", "id"}`` (plus ``solution``
 when the set has one). Gold answers, by set:
@@ -82,7 +83,7 @@ _ALIASES = {
 }
 
 
-# -- gold normalisation -----------------------------------------------------------------------------
+# -- gold normalisation --------------------------------------------------------------------------
 def gsm8k_gold(answer: str) -> str:
     """``"... #### 1,234"`` -> ``"1234"``."""
     _, sep, tail = str(answer).rpartition("####")
@@ -167,7 +168,7 @@ def normalize_records(rows: Iterable[dict], source: str, answer_format: str = "a
     return out
 
 
-# -- file and hub readers ---------------------------------------------------------------------------
+# -- file and hub readers ------------------------------------------------------------------------
 def read_rows(path: str | Path) -> list[dict]:
     """Rows of a ``.jsonl``, ``.json`` (a list) or ``.parquet`` file."""
     path = Path(path)

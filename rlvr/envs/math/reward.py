@@ -84,7 +84,8 @@ def score_batch(
     any); each comparison has a hard ``timeout_s`` deadline. Never raises on any response."""
     if len(responses) != len(ground_truths):
         raise ValueError(
-            f"responses and ground_truths differ in length: {len(responses)} != {len(ground_truths)}"
+            f"responses and ground_truths differ in length: "
+            f"{len(responses)} != {len(ground_truths)}"
         )
     timeout_s = check_timeout(timeout_s)
     scores: list[Score | None] = [None] * len(responses)

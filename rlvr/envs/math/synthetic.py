@@ -59,7 +59,7 @@ class SyntheticProblem:
         }
 
 
-# -- rendering helpers ------------------------------------------------------------------------------
+# -- rendering helpers ---------------------------------------------------------------------------
 def _num(value: sympy.Rational) -> str:
     """Integers as ``7``, fractions as ``7/6`` (short for tiny byte-level models)."""
     value = sympy.Rational(value)
@@ -81,7 +81,7 @@ def _linear(coeffs: Sequence[tuple[int, str]], const: int = 0) -> str:
     return " ".join(parts) if parts else "0"
 
 
-# -- level 1 and 2: integer expression trees ----------------------------------------------------------
+# -- level 1 and 2: integer expression trees -----------------------------------------------------
 _OPS = {"+": (1, lambda a, b: a + b), "-": (1, lambda a, b: a - b), "*": (2, lambda a, b: a * b)}
 
 
@@ -189,7 +189,7 @@ def _level3(rng: random.Random) -> tuple[str, sympy.Rational, str]:
     return f"Compute {text}.", value, trace
 
 
-# -- level 4: linear equations ----------------------------------------------------------------------
+# -- level 4: linear equations -------------------------------------------------------------------
 def _level4(rng: random.Random) -> tuple[str, sympy.Rational, str]:
     x0 = rng.randint(-10, 10)
     a = rng.choice([-1, 1]) * rng.randint(2, 9)
@@ -198,11 +198,14 @@ def _level4(rng: random.Random) -> tuple[str, sympy.Rational, str]:
     (root,) = sympy.solve(sympy.Eq(a * X + b, c), X)
     lhs = _linear([(a, "x")], b)
     move = f"{c} - {b}" if b >= 0 else f"{c} + {-b}"
-    trace = f"{lhs} = {c}, so {a}x = {move} = {c - b}, so x = {c - b}/{a if a > 0 else f'({a})'} = {_num(root)}."
+    trace = (
+        f"{lhs} = {c}, so {a}x = {move} = {c - b}, "
+        f"so x = {c - b}/{a if a > 0 else f'({a})'} = {_num(root)}."
+    )
     return f"Solve for x: {lhs} = {c}.", root, trace
 
 
-# -- level 5: systems and quadratics ------------------------------------------------------------------
+# -- level 5: systems and quadratics -------------------------------------------------------------
 def _level5_system(rng: random.Random) -> tuple[str, sympy.Rational, str]:
     x0, y0 = rng.randint(-9, 9), rng.randint(-9, 9)
     b1 = rng.choice([-3, -2, -1, 1, 2, 3])
@@ -216,7 +219,8 @@ def _level5_system(rng: random.Random) -> tuple[str, sympy.Rational, str]:
     e1, e2 = _linear([(1, "x"), (b1, "y")]), _linear([(a2, "x"), (b2, "y")])
     ycoef, rhs = b2 - a2 * b1, c2 - a2 * c1
     trace = (
-        f"From {e1} = {c1}, x = {_linear([(-b1, 'y')], c1)}. Substitute: {ycoef}y = {rhs}, so y = {_num(sol[Y])}, "
+        f"From {e1} = {c1}, x = {_linear([(-b1, 'y')], c1)}. "
+        f"Substitute: {ycoef}y = {rhs}, so y = {_num(sol[Y])}, "
         f"and x = {_num(sol[X])}."
     )
     return f"Solve {e1} = {c1} and {e2} = {c2}. Find {ask}.", value, trace
@@ -248,7 +252,7 @@ def _level5(rng: random.Random) -> tuple[str, sympy.Rational, str]:
 _GENERATORS = {1: _level1, 2: _level2, 3: _level3, 4: _level4, 5: _level5}
 
 
-# -- public API -------------------------------------------------------------------------------------
+# -- public API ----------------------------------------------------------------------------------
 def parse_difficulty(difficulty: int | Sequence[int] | None) -> tuple[int, ...]:
     """``None`` -> all levels; an int or a list of ints in 1..5 otherwise (ValueError if not)."""
     if difficulty is None:

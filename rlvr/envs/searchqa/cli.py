@@ -13,7 +13,10 @@ def add_index_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--corpus",
         required=True,
-        help="passages JSONL ({id,title,text} or Search-R1 {id,contents}); 'synthetic' for the synthetic task's corpus",
+        help=(
+            "passages JSONL ({id,title,text} or Search-R1 {id,contents}); "
+            "'synthetic' for the synthetic task's corpus"
+        ),
     )
     p.add_argument("--out", required=True, help="output folder (index.faiss, meta.json, ...)")
     p.add_argument(

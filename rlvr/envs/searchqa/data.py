@@ -145,5 +145,6 @@ def load_qa(name: str, split: str = "test") -> list[QAItem]:
         return load_qa_file(name)
     known = sorted(set(LOCAL_SAMPLES) | set(FLASHRAG_SUBSETS) | {"synthetic"})
     raise ValueError(
-        f"unknown dataset {name!r}: use one of {known}, 'flashrag:<subset>' or a .jsonl/.json/.parquet path"
+        f"unknown dataset {name!r}: use one of {known}, 'flashrag:<subset>' "
+        "or a .jsonl/.json/.parquet path"
     )

@@ -42,12 +42,13 @@ from rlvr.envs.searchqa.synthetic import synthetic_task
 #: Search-R1's prompt (``scripts/data_process/nq_search.py``, ``make_prefix``), kept word for word
 #: so that the paper profile sees the prompt the checkpoints were trained on.
 SEARCH_R1_PROMPT = (
-    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time "
-    "you get new information. After reasoning, if you find you lack some knowledge, you can call a search "
-    "engine by <search> query </search> and it will return the top searched results between <information> "
-    "and </information>. You can search as many times as your want. If you find no further external "
-    "knowledge needed, you can directly provide the answer inside <answer> and </answer>, without detailed "
-    "illustrations. For example, <answer> Beijing </answer>. Question: {question}\n"
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first "
+    "every time you get new information. After reasoning, if you find you lack some knowledge, "
+    "you can call a search engine by <search> query </search> and it will return the top "
+    "searched results between <information> and </information>. You can search as many times as "
+    "your want. If you find no further external knowledge needed, you can directly provide the "
+    "answer inside <answer> and </answer>, without detailed illustrations. For example, "
+    "<answer> Beijing </answer>. Question: {question}\n"
 )
 
 
@@ -68,7 +69,8 @@ def format_passages(hits) -> str:
 
 
 def information_block(body: str, max_chars: int | None = None) -> str:
-    """Wrap tool text as an observation; a body longer than ``max_chars`` is cut and ends in "..."."""
+    """Wrap tool text as an observation; a body longer than ``max_chars`` is cut and ends
+    in "..."."""
     if max_chars is not None and len(body) > max_chars:
         body = body[: max(0, max_chars - 4)].rstrip() + " ..."
     return f"\n\n<information>{body.strip()}</information>\n\n"
@@ -187,7 +189,8 @@ class SearchQAEnv(gym.Env):
             return retriever
         if not isinstance(retriever, str):
             raise TypeError(
-                f"retriever must be a name, a URL or an object with search(), got {type(retriever).__name__}"
+                f"retriever must be a name, a URL or an object with search(), "
+                f"got {type(retriever).__name__}"
             )
         if retriever.startswith(("http://", "https://")):
             return RemoteRetriever(retriever)
@@ -197,7 +200,8 @@ class SearchQAEnv(gym.Env):
             if dataset != "synthetic":
                 raise ValueError(
                     f"dataset {dataset!r} needs passages to search: pass corpus=<passages.jsonl>, "
-                    "index_path=<folder from `rlvr index`> or retriever=<URL of a retrieval service>"
+                    "index_path=<folder from `rlvr index`> "
+                    "or retriever=<URL of a retrieval service>"
                 )
             return _synthetic_retriever(int(seed), tuple(sorted(synthetic.items())), retriever)
         return build_index(corpus, encoder=retriever, kind="flat", progress=False)

@@ -62,7 +62,8 @@ def resolve_params(kind: str, n: int, dim: int, params: dict | None = None) -> d
     unknown = set(params) - set(DEFAULT_PARAMS[kind])
     if unknown:
         raise ValueError(
-            f"unknown {kind} index parameters {sorted(unknown)}; known: {sorted(DEFAULT_PARAMS[kind])}"
+            f"unknown {kind} index parameters {sorted(unknown)}; "
+            f"known: {sorted(DEFAULT_PARAMS[kind])}"
         )
     out = {**DEFAULT_PARAMS[kind], **{k: v for k, v in params.items() if v is not None}}
     if kind == "ivfpq":
@@ -79,7 +80,8 @@ def resolve_params(kind: str, n: int, dim: int, params: dict | None = None) -> d
             refine = float("nan")
         if not (refine == 0 or refine >= 1):
             raise ValueError(
-                f"refine must be 0 (no re-ranking) or >= 1 (candidates per result), got {out['refine']!r}"
+                f"refine must be 0 (no re-ranking) or >= 1 (candidates per result), "
+                f"got {out['refine']!r}"
             )
         out["refine"] = int(refine) if refine.is_integer() else refine
     return out

@@ -1,4 +1,5 @@
-"""Search QA reward: exact match of the last ``<answer>`` against any gold answer (docs/design.md §4).
+"""Search QA reward: exact match of the last ``<answer>`` against any gold answer
+(docs/design.md §4).
 
 ``score(response, golds)`` is pure and never raises. It reads only text the policy wrote:
 
@@ -45,15 +46,16 @@ _INFORMATION_BLOCK = re.compile(r"<information>(?:(?!<information>).)*?</informa
 
 
 def strip_tool_text(text: str) -> str:
-    """Remove what a tool wrote (``<information>`` blocks, the corrective message) from a transcript."""
+    """Remove what a tool wrote (``<information>`` blocks, the corrective message) from a
+    transcript."""
     text = text.replace(INVALID_ACTION_MESSAGE.strip(), " ")
     return _INFORMATION_BLOCK.sub(" ", text)
 
 
 def last_tag_content(text: str, tag: str) -> str | None:
-    """Content of the last closed ``<tag>...</tag>``: the text after the last ``<tag>`` that precedes
-    the last ``</tag>``, up to the next ``</tag>``; None when there is no closed block. Linear time,
-    no regex backtracking."""
+    """Content of the last closed ``<tag>...</tag>``: the text after the last ``<tag>`` that
+    precedes the last ``</tag>``, up to the next ``</tag>``; None when there is no closed block.
+    Linear time, no regex backtracking."""
     close = text.rfind(f"</{tag}>")
     if close < 0:
         return None
@@ -99,5 +101,6 @@ def score(response, golds, *, max_answer_tags: int = MAX_ANSWER_TAGS) -> Score:
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None) -> float:
-    """verl's reward signature; ``ground_truth`` may be a list, a string or ``{"target": [...]}``."""
+    """verl's reward signature; ``ground_truth`` may be a list, a string or
+    ``{"target": [...]}``."""
     return score(solution_str, ground_truth).reward

@@ -119,7 +119,8 @@ class World:
                     f"person-{p['i']}",
                     p["name"],
                     f"{p['name']} was born in {p['born']} in {p['city']}. "
-                    f"{p['surname']} works as {_article(p['occupation'])} {p['occupation']} for {p['org']}.",
+                    f"{p['surname']} works as {_article(p['occupation'])} {p['occupation']} "
+                    f"for {p['org']}.",
                 )
             )
         return out
