@@ -518,9 +518,7 @@ def validate(profile: Profile, algos: tuple[str, ...] = KK_METHODS) -> int:
     for key, s in profile.settings.items():
         for algo in algos:
             try:
-                load_train_config(
-                    nest(setting_overrides(s, algo, 0, {"out": "validate"}))
-                )
+                load_train_config(nest(setting_overrides(s, algo, 0, {"out": "validate"})))
             except ConfigError as e:
                 raise ConfigError(f"profile {profile.name}, setting {key}, algo {algo}: {e}") from e
             count += 1
