@@ -100,8 +100,8 @@ def test_search_tool_environment():
     assert env.reset(prompt="q", ground_truth=["a"]) is None
     assert (
         env.search("capital of France")
-        == "Doc 1(Title: T0) text capital of France\nDoc 2(Title: T1) text capital of France"
-    )
+        == 'Doc 1(Title: "T0") text capital of France\nDoc 2(Title: "T1") text capital of France'
+    )  # the env's own (Search-R1's) rendering
     assert env.search("  ") == "Empty query: write what to search for."
     assert env.search("third").startswith("Search limit reached")
     env.reset()

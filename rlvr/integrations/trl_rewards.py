@@ -208,7 +208,7 @@ class SearchToolEnvironment:
             query: What to look up, as a short search-engine query.
 
         Returns:
-            The best matching passages, one per line as "Doc i(Title: title) text".
+            The best matching passages, one per line as 'Doc i(Title: "title") text'.
         """
         if self._calls >= self._max_calls:
             return f"Search limit reached ({self._max_calls} searches); answer with what you have."
@@ -216,14 +216,10 @@ class SearchToolEnvironment:
         query = str(query)[:1000]
         if not query.strip():
             return "Empty query: write what to search for."
+        from rlvr.envs.searchqa.env import format_passages  # the env's own rendering
+
         hits = self._retriever.search([query], k=self._top_k)[0]
-        return (
-            "\n".join(
-                f"Doc {i}(Title: {h.passage.title}) {h.passage.text}"
-                for i, h in enumerate(hits, start=1)
-            )
-            or "No results."
-        )
+        return format_passages(hits) or "No results."
 
 
 def search_environment_factory(
