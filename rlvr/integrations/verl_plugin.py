@@ -174,71 +174,35 @@ def rlvr_policy_loss(
     return loss, metrics
 
 
-@register_policy_loss("grpo_sg")
-def compute_policy_loss_grpo_sg(
-    old_log_prob,
-    log_prob,
-    advantages,
-    response_mask,
-    loss_agg_mode="token-mean",
-    config=None,
-    rollout_is_weights=None,
-):
-    """TR-GRPO / GRPO-SG with ``shaping_input="prob"`` (``rlvr_policy_loss``)."""
-    return rlvr_policy_loss(
-        "grpo_sg",
+def _registered_loss(scheme: str):
+    """verl's policy-loss signature bound to ``scheme`` (``rlvr_policy_loss``), registered as
+    ``loss_mode=scheme``."""
+
+    def loss(
         old_log_prob,
         log_prob,
         advantages,
         response_mask,
-        loss_agg_mode,
-        config,
-        rollout_is_weights,
-    )
+        loss_agg_mode="token-mean",
+        config=None,
+        rollout_is_weights=None,
+    ):
+        return rlvr_policy_loss(
+            scheme,
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            loss_agg_mode,
+            config,
+            rollout_is_weights,
+        )
+
+    loss.__name__ = f"compute_policy_loss_{scheme}"
+    return register_policy_loss(scheme)(loss)
 
 
-@register_policy_loss("reverse")
-def compute_policy_loss_reverse(
-    old_log_prob,
-    log_prob,
-    advantages,
-    response_mask,
-    loss_agg_mode="token-mean",
-    config=None,
-    rollout_is_weights=None,
-):
-    """Reverse shaping (emphasises low-probability tokens) on the probability
-    (``rlvr_policy_loss``)."""
-    return rlvr_policy_loss(
-        "reverse",
-        old_log_prob,
-        log_prob,
-        advantages,
-        response_mask,
-        loss_agg_mode,
-        config,
-        rollout_is_weights,
-    )
-
-
-@register_policy_loss("ar")
-def compute_policy_loss_ar(
-    old_log_prob,
-    log_prob,
-    advantages,
-    response_mask,
-    loss_agg_mode="token-mean",
-    config=None,
-    rollout_is_weights=None,
-):
-    """Advantage reweighting ``(alpha * p_old + 1 - alpha) * A`` (``rlvr_policy_loss``)."""
-    return rlvr_policy_loss(
-        "ar",
-        old_log_prob,
-        log_prob,
-        advantages,
-        response_mask,
-        loss_agg_mode,
-        config,
-        rollout_is_weights,
-    )
+#: grpo_sg: TR-GRPO / GRPO-SG on the probability; reverse: the decreasing shaping; ar: advantage
+#: reweighting ``(alpha * p_old + 1 - alpha) * A``.
+for _scheme in PLUGIN_LOSSES:
+    _registered_loss(_scheme)
