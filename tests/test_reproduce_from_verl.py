@@ -239,3 +239,19 @@ def test_a_run_short_of_its_steps_is_incomplete(verl_dir, tmp_path):
     (folder / "metrics.jsonl").write_text("\n".join([lines[0], lines[2]]) + "\n")
     (folder / "config.yaml").write_text("trainer:\n  total_training_steps: 2\n")
     assert source.problem("kk__grpo__seed0", cfg).startswith("metrics.jsonl lacks steps 1 ")
+
+
+def test_a_folder_from_an_older_config_is_matched_and_noted(verl_dir, tmp_path):
+    folder = tmp_path / "runs" / "kk__grpo_sg__seed0"
+    shutil.copytree(verl_dir / "runs" / "kk__grpo_sg__seed0", folder)
+    info = json.loads((folder / "rlvr_run.json").read_text())
+    (folder / "rlvr_run.json").write_text(json.dumps({**info, "native_config_hash": "0" * 12}))
+    profile = profiles.tiny_profile(smoke=True)
+    cfg = runs.train_config(profile.settings["kk"], "grpo_sg", 0)
+    source = VerlRuns(tmp_path)
+    run = source.run(cfg, "kk")
+    assert run.key == "kk__grpo_sg__seed0" and len(source.notes) == 1
+    assert "generated from native config 000000000000" in source.notes[0]
+    # Other weight parameters (a sweep point) are another run.
+    tau = runs.train_config(profile.settings["kk"], "grpo_sg", 0, {"weights.tau": 0.25})
+    assert VerlRuns(tmp_path).find(tau, "kk") == (None, "no run folder")

@@ -306,7 +306,7 @@ class VerlRuns:
                     "weight parameters"
                 )
         rec = self.folders.get(folder_name(setting_key, cfg.algo, cfg.seed))
-        if rec is not None:
+        if rec is not None and rec.get("model") != cfg.model:
             return None, (
                 f"its folder was generated for model {rec.get('model')!r}, native config "
                 f"{rec.get('native_config_hash')}, not {cfg.model!r}, {key}: pass the "
