@@ -20,6 +20,7 @@ import pytest
 from rlvr.models import build_micro
 from rlvr.repro import weights_sha256
 from rlvr.reproduce import profiles, runs
+from rlvr.reproduce.common import Context, Output
 from rlvr.reproduce.verl_results import (
     METRIC_NAMES,
     VerlRuns,
@@ -250,8 +251,13 @@ def test_a_folder_from_an_older_config_is_matched_and_noted(verl_dir, tmp_path):
     cfg = runs.train_config(profile.settings["kk"], "grpo_sg", 0)
     source = VerlRuns(tmp_path)
     run = source.run(cfg, "kk")
-    assert run.key == "kk__grpo_sg__seed0" and len(source.notes) == 1
-    assert "generated from native config 000000000000" in source.notes[0]
+    assert run.key == "kk__grpo_sg__seed0"
+    assert "generated from native config 000000000000" in run.info["note"]
+    out = Output(Context(profile, tmp_path / "results", tmp_path / "cache", [0]), "fig3")
+    out.run_records["kk/grpo_sg/seed0"] = {}
+    source.record(out, "kk/grpo_sg/seed0", run)
+    assert out.notes == [run.info["note"]]
+    assert out.run_records["kk/grpo_sg/seed0"]["engine"] == "verl"
     # Other weight parameters (a sweep point) are another run.
     tau = runs.train_config(profile.settings["kk"], "grpo_sg", 0, {"weights.tau": 0.25})
     assert VerlRuns(tmp_path).find(tau, "kk") == (None, "no run folder")

@@ -56,7 +56,7 @@ def runs_for(
         out.run_records.setdefault(label, {})
         out.run_records[label].update(key=run.key, weights_sha256=run.weights_sha256)
         if ctx.run_source is not None:
-            out.run_records[label].update(engine=ctx.run_source.engine, run=run.info)
+            ctx.run_source.record(out, label, run)
         record_base(out, cfg.model)
         runs.append(run)
     return runs

@@ -208,8 +208,7 @@ class Output:
             "bases": self.bases,
             "run_records": self.run_records,
             "claims": self.claims,
-            "notes": self.notes
-            + (self.ctx.run_source.notes if self.ctx.run_source is not None else []),
+            "notes": self.notes,
             **(
                 self.ctx.run_source.provenance()
                 if self.ctx.run_source is not None

@@ -235,8 +235,8 @@ def checkpoint_identity(path: Path) -> str:
 class VerlRun(Run):
     """A native ``Run`` backed by a verl run folder (``path``); ``final`` is its last checkpoint."""
 
-    checkpoint: Path = Path()
-    record: dict[str, Any] = dataclasses.field(default_factory=dict)
+    checkpoint: Path
+    record: dict[str, Any]
 
     @property
     def final(self) -> Path:
@@ -276,8 +276,6 @@ class VerlRuns:
             except ValueError:
                 raise VerlRunsMissing(f"--from-verl {root}: {f} is not JSON") from None
         self._loaded: dict[str, VerlRun] = {}
-        #: Lines to record in every output: folders matched without their config hash.
-        self.notes: list[str] = []
 
     # -- lookup ---------------------------------------------------------------------------------
     def find(self, cfg, setting_key: str) -> tuple[str | None, str]:
@@ -366,8 +364,6 @@ class VerlRuns:
         why = self.problem(name, cfg)
         if why:
             raise VerlRunsMissing(self.message([(name, why)]))
-        if note and note not in self.notes:
-            self.notes.append(note)
         folder = self.root / "runs" / name
         metrics = read_metrics(folder)
         want = self.expected_steps(folder, cfg)
@@ -388,6 +384,7 @@ class VerlRuns:
             "steps": len(metrics),
             "compute_seconds": round(compute_seconds(metrics), 2),
             "weights_sha256": checkpoint_sha256(hf),
+            **({"note": note} if note else {}),
         }
         run = VerlRun(name, folder, cfg, metrics, compute_seconds(metrics), hf, record)
         record["update_tokens"] = run.update_tokens
@@ -403,7 +400,7 @@ class VerlRuns:
         count = f"{len(problems)} of {total}" if total else str(len(problems))
         return (
             f"--from-verl {self.root}: {count} run(s) missing or incomplete in runs/: {what}; "
-            "finish them with their run.sh (same --profile/--smoke as when generated)"
+            "their run.sh finishes them (and pass the --profile/--smoke DIR was generated with)"
         )
 
     def check(self, ctx, names: Iterable[str]) -> None:
@@ -428,7 +425,15 @@ class VerlRuns:
         if problems:
             raise VerlRunsMissing(self.message(problems, total))
 
-    # -- what the report lists ------------------------------------------------------------------
+    # -- what the outputs record ----------------------------------------------------------------
+    def record(self, out, label: str, run: VerlRun) -> None:
+        """Record on ``out`` (a ``common.Output``) where run ``label`` came from; a folder matched
+        without its config hash becomes a note of the output."""
+        out.run_records[label].update(engine=ENGINE, run=run.info)
+        note = run.info.get("note")
+        if note and note not in out.notes:
+            out.notes.append(note)
+
     def folder(self, key: str) -> Path:
         return self.root / "runs" / key
 
