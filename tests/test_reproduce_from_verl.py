@@ -261,3 +261,21 @@ def test_a_folder_from_an_older_config_is_matched_and_noted(verl_dir, tmp_path):
     # Other weight parameters (a sweep point) are another run.
     tau = runs.train_config(profile.settings["kk"], "grpo_sg", 0, {"weights.tau": 0.25})
     assert VerlRuns(tmp_path).find(tau, "kk") == (None, "no run folder")
+
+
+def test_paper_profile_curves_from_verl_need_no_gpu(tmp_path, monkeypatch):
+    """fig4 of the paper profile reads only metrics: on a machine without GPUs it is drawn from
+    the verl folder instead of printing the training plan."""
+    from rlvr.cli import main
+
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path / "home"))
+    profile = profiles.paper_profile()
+    root = tmp_path / "paper-verl"
+    for i, (setting_key, algo) in enumerate(r for r in RUNS if r[1] != "reverse"):
+        write_run(root, setting_key, algo, i, profile)
+    args = ["--from-verl", str(root), "--profile", "paper", "--seeds", "1", "--quiet"]
+    assert main(["reproduce", "fig4", *args]) == 0
+    assert not (root / "results" / "plan.md").exists()
+    meta = json.loads((root / "results" / "fig4.meta.json").read_text())
+    assert meta["profile"] == "paper" and meta["engine"] == "verl"
+    assert meta["run_records"]["kk/grpo/seed0"]["run"]["model"] == "Qwen/Qwen2.5-3B-Instruct"
