@@ -3,7 +3,8 @@
 A run's configuration is ``TrainConfig`` defaults <- ``rlvr/profiles/{profile}.yaml`` <-
 ``rlvr/profiles/{profile}_{env}.yaml`` (if present) <- command-line ``key=value`` overrides
 (nested keys with dots: ``optim.lr=1e-6``, ``env_kwargs.n_people=3``). Mappings such as
-``env_kwargs`` merge key by key across the layers; everything else replaces.
+``env_kwargs`` merge key by key across the layers; everything else replaces. A layer named as the
+profile (``profile=paper_kk``) is that profile for that env (``profile=paper env=kk``).
 """
 
 from __future__ import annotations
@@ -318,16 +319,51 @@ def upgrade_legacy(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def profile_layers(profile: str, env: str, profile_dir: Path = PROFILE_DIR) -> list[Path]:
-    """The YAML files a run reads, in order: ``{profile}.yaml`` then ``{profile}_{env}.yaml``."""
+    """The YAML files a run reads, in order: ``{profile}.yaml`` then ``{profile}_{env}.yaml``.
+
+    A per-env layer named as the profile (``paper_kk``) stands for its profile with that layer
+    (``paper.yaml`` then ``paper_kk.yaml``), for the env the layer is written for."""
     base = Path(profile) if profile.endswith((".yaml", ".yml")) else profile_dir / f"{profile}.yaml"
     if not base.exists():
-        avail = sorted(p.stem for p in profile_dir.glob("*.yaml") if "_" not in p.stem)
-        raise ConfigError(f"profile: {profile!r} not found (available: {avail})")
+        raise ConfigError(
+            f"profile: {profile!r} not found (available: {available_profiles(profile_dir)})"
+        )
+    head, layer_env = layer_of(base)
+    if head is not None:
+        if layer_env != env:
+            raise ConfigError(
+                f"profile: {profile!r} is the {layer_env} layer of profile {head.stem!r}, "
+                f"not for env={env} (use profile={head.stem} env={env})"
+            )
+        return [head, base]
     layers = [base]
     per_env = base.with_name(f"{base.stem}_{env}.yaml")
     if per_env.exists():
         layers.append(per_env)
     return layers
+
+
+def layer_of(path: Path) -> tuple[Path | None, str]:
+    """``(paper.yaml, "kk")`` when ``path`` is the per-env layer ``paper_kk.yaml`` of an existing
+    profile, else ``(None, "")``."""
+    head, _, env = path.stem.rpartition("_")
+    parent = path.with_name(f"{head}.yaml")
+    if head and env in ENV_IDS and parent.exists():
+        return parent, env
+    return None, ""
+
+
+def available_profiles(profile_dir: Path = PROFILE_DIR) -> list[str]:
+    """Names ``profile=`` accepts on its own (per-env layers such as ``paper_kk`` also work)."""
+    return sorted(p.stem for p in profile_dir.glob("*.yaml") if layer_of(p)[0] is None)
+
+
+def profile_env(profile: str, profile_dir: Path = PROFILE_DIR) -> str:
+    """The env a per-env layer named as the profile is for (``paper_math`` -> ``math``), so
+    ``profile=paper_math`` needs no ``env=``; ``""`` for any other profile."""
+    if profile.endswith((".yaml", ".yml")):
+        return layer_of(Path(profile))[1]
+    return layer_of(profile_dir / f"{profile}.yaml")[1]
 
 
 def load_train_config(
@@ -336,6 +372,8 @@ def load_train_config(
     """Build a ``TrainConfig`` from profiles and overrides (module docstring)."""
     ov = parse_overrides(overrides) if isinstance(overrides, list) else dict(overrides or {})
     profile = str(ov.get("profile", TrainConfig.profile))
+    if "env" not in ov and profile_env(profile, profile_dir):
+        ov["env"] = profile_env(profile, profile_dir)
     env = str(ov.get("env", TrainConfig.env))
     if env not in ENV_IDS:
         raise ConfigError(f"env: {env!r} is not one of {sorted(ENV_IDS)}")
