@@ -74,18 +74,22 @@ class OptimConfig:
 
 
 @dataclasses.dataclass
-class PeriodicEvalConfig:
-    """Periodic evaluation during training (the ``eval.*`` keys) on the held-out split: greedy
-    accuracy over ``n_prompts`` tasks and sampled accuracy (``samples`` draws per task at the
-    rollout temperature). ``every = 0`` turns it off; ``at_end`` also evaluates after the last
-    step. Sampling follows ``rollout.*``; ``rlvr eval`` has its own ``rlvr.eval.runner.EvalConfig``
-    (model, groups, k, temperature, budget)."""
+class EvalScheduleConfig:
+    """When the trainer evaluates its policy, and on how many tasks (the ``eval.*`` keys): every
+    ``every`` steps (0: never) and, with ``at_end``, after the last step; greedy plus ``samples``
+    draws on each of the first ``n_prompts`` tasks of the env's ``split``. The evaluation itself
+    is a ``rlvr.eval.runner.EvalConfig``, the type ``rlvr eval`` runs, built from this schedule
+    and the ``rollout.*`` settings by ``periodic_eval_config``."""
 
     every: int = 0
     n_prompts: int = 8
     samples: int = 1
     split: str = "test"
     at_end: bool = False
+
+    def due(self, step: int, last: int) -> bool:
+        """Whether the trainer evaluates after step ``step`` of ``last``."""
+        return bool(self.every and step % self.every == 0 or (self.at_end and step == last))
 
 
 @dataclasses.dataclass
@@ -124,7 +128,7 @@ class TrainConfig:
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
     rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
-    eval: PeriodicEvalConfig = dataclasses.field(default_factory=PeriodicEvalConfig)
+    eval: EvalScheduleConfig = dataclasses.field(default_factory=EvalScheduleConfig)
     save_every: int = 0
     keep_checkpoints: int = 2
     resume: bool = False
@@ -216,11 +220,47 @@ class TrainConfig:
                 check_shaping(**{k: v for k, v in params.items() if k != "shaping_input"})
             except ValueError as e:
                 raise ConfigError(f"weights.{e}") from None
+        if self.eval.every or self.eval.at_end:
+            try:
+                periodic_eval_config(self)
+            except ValueError as e:
+                raise ConfigError(
+                    f"eval: the periodic evaluation is no valid rlvr.eval.runner.EvalConfig: {e} "
+                    "(it samples with the rollout.* settings)"
+                ) from None
         if not self.out:
             raise ConfigError("out: an output directory is required (out=DIR)")
         check_device(self.device)
         check_model(self.model)
         check_env_kwargs(self.env, self.env_kwargs)
+
+
+def periodic_eval_config(cfg: TrainConfig):
+    """The ``rlvr.eval.runner.EvalConfig`` of the trainer's periodic evaluation: the schedule's
+    tasks (``n_items`` = ``eval.n_prompts`` of ``eval.split``), greedy plus ``k`` =
+    ``eval.samples`` draws sampled as training samples (``rollout.*``: temperature, top-p, stop
+    strings, the episode budget), played as one batch. The trainer plays it on its live policy
+    and env pool (``Trainer.evaluate``); ``rlvr eval`` would load ``model`` instead."""
+    from rlvr.eval.runner import EvalConfig
+
+    ec, r = cfg.eval, cfg.rollout
+    return EvalConfig(
+        model=cfg.model,
+        env=cfg.env,
+        env_kwargs=dict(cfg.env_kwargs),
+        split=ec.split,
+        n_items=ec.n_prompts,
+        greedy=True,
+        k=ec.samples,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        max_new_tokens=r.max_response_tokens,
+        stop=list(r.stop),
+        batch_size=ec.n_prompts * (1 + ec.samples),
+        seed=cfg.seed,
+        backend="rollout",
+        device=cfg.device,
+    )
 
 
 def in_interval(value: Any, interval: str) -> bool:
