@@ -27,6 +27,7 @@ GPUs it names trains natively; any other is marked ``verl`` and the native path 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -128,7 +129,7 @@ def load_grid(stem: str, name: str | None = None) -> Profile:
     setting's ``arch``); an unknown key or a wrong type is a one-line ``ConfigError`` naming
     the file and the key."""
     where = f"rlvr/reproduce/grids/{stem}.yaml"
-    data = dict(_read_grid(stem))
+    data = copy.deepcopy(_read_grid(stem))  # the cached file stays as read
     try:
         archs = data.pop("architectures", {}) or {}
         raw_settings = data.pop("settings", None)
