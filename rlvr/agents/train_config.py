@@ -225,7 +225,7 @@ class TrainConfig:
                 periodic_eval_config(self)
             except ValueError as e:
                 raise ConfigError(
-                    f"eval: the periodic evaluation is no valid rlvr.eval.runner.EvalConfig: {e} "
+                    f"eval: the periodic evaluation is not a valid runner EvalConfig: {e} "
                     "(it samples with the rollout.* settings)"
                 ) from None
         if not self.out:
