@@ -110,3 +110,23 @@ def test_grids_are_checked_strictly_in_one_line(grids, text, error):
     with pytest.raises(ConfigError, match=error) as e:
         profiles.load_grid("x")
     assert "\n" not in str(e.value)
+
+
+def test_every_paper_choice_names_a_value_of_the_reproduction():
+    paper = profiles.paper_profile()
+    assert paper.choices == profiles.PAPER_CHOICES and paper.choices
+    for key in paper.choices:
+        head, _, rest = key.partition(".")
+        if head == "paper":
+            assert hasattr(paper, rest), key
+            continue
+        setting = paper.settings.get(head)
+        path = rest if setting else key
+        setting = setting or paper.settings["kk"]
+        if hasattr(setting, path):
+            assert getattr(setting, path), key
+            continue
+        node = _config(setting, "grpo")
+        for part in path.split("."):
+            assert hasattr(node, part), key
+            node = getattr(node, part)
