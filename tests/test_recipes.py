@@ -97,6 +97,7 @@ settings:
         (GOOD.replace("env: kk", "env: chess"), r"x\.yaml: settings\.kk\.env: 'chess' is not"),
         (GOOD.replace("model: micro, ", ""), r"x\.yaml: settings\.kk\.model: required"),
         (GOOD.replace("arch: m", "arch: n"), r"x\.yaml: settings\.kk\.arch: 'n' is not in"),
+        (GOOD.replace("H100-80GB", "A100"), r"x\.yaml: settings\.kk\.gpu: 'A100' is not one of"),
         ("seeds: 1\n", r"x\.yaml: settings: a grid needs a mapping"),
     ],
 )

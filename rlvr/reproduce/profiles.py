@@ -163,6 +163,8 @@ def _setting(key: str, raw: Any, archs: dict[str, Any]) -> Setting:
                 f"{prefix}arch: {values['arch']!r} is not in architectures ({sorted(archs)})"
             )
         values["arch"] = dict(archs[values["arch"]])
+    if values.get("gpu") and values["gpu"] not in GPUS:
+        raise ConfigError(f"{prefix}gpu: {values['gpu']!r} is not one of {sorted(GPUS)}")
     base = Setting(values.pop("env"), values.pop("model"))
     return merge(base, values, prefix=prefix)
 
