@@ -1,4 +1,4 @@
-"""``python -m rlvr.integrations.verl_main <hydra overrides>``: verl's ``main_ppo`` with rlvr's trainer.
+"""``python -m rlvr.integrations.verl_main <overrides>``: verl's ``main_ppo`` with rlvr's trainer.
 
 The same Hydra application as verl 0.9.1's ``python -m verl.trainer.main_ppo`` (wheel
 ``verl==0.9.1``, ``verl/trainer/main_ppo.py`` ``main``): verl's ``ppo_trainer`` config, verl's
