@@ -124,6 +124,15 @@ class RlvrActorLoss:
         self.weight_config = WeightConfig(**params)
         self.params = self.algorithm.params(self.weight_config)  # validated now, not on a worker
 
+    # -- pickling (Ray ships the loss to every worker) ------------------------------------------
+    def __getstate__(self) -> dict:
+        # the registry entry holds lambdas: send its name, look it up again on the worker
+        return {k: v for k, v in self.__dict__.items() if k != "algorithm"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.algorithm = get_algorithm(self.scheme)
+
     # -- verl's logits hook ------------------------------------------------------------------
     def logits_outputs(
         self, student_logits: torch.Tensor, data: TensorDict

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -331,6 +332,10 @@ class RecordingWorkerGroup:
 
     def __init__(self):
         self.calls = []
+        self.loss_fns = []
+
+    def set_loss_fn(self, loss_fn):
+        self.loss_fns.append(loss_fn)
 
     def update_actor(self, data):
         flags = {k: tu.get_non_tensor_data(data=data, key=k, default=None) for k in self.KEYS}
@@ -420,6 +425,24 @@ def test_policy_loss_algorithms_run_verls_update_unchanged(base_config, algo, pa
     assert recorder.calls[0]["calculate_entropy"] is False
     assert recorder.calls[0][LOPTI_STAGE_KEY] is None
     assert out.meta_info["metrics"]["actor/pg_loss"] == [1.0, 1.5]
+
+
+@pytest.mark.parametrize(
+    "algo,params,installs",
+    [("grpo", {}, False), ("ar", {}, False), ("entropy_top", {}, True), ("lopti", {}, True)],
+)
+def test_init_workers_installs_the_actor_loss(base_config, monkeypatch, algo, params, installs):
+    """After verl's ``init_workers`` (the Ray part, skipped here) the trainer installs
+    ``RlvrActorLoss`` on the actor worker group when the method needs it; Ray ships it pickled."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    trainer, recorder = trainer_for(with_rlvr(base_config, algo, params))
+    monkeypatch.setattr(RayPPOTrainer, "init_workers", lambda self: None)
+    trainer.init_workers()
+    assert len(recorder.loss_fns) == int(installs)
+    if installs:
+        loss_fn = pickle.loads(pickle.dumps(recorder.loss_fns[0]))
+        assert isinstance(loss_fn, RlvrActorLoss) and loss_fn.scheme == algo
 
 
 # --- (c) the configuration -------------------------------------------------------------------
