@@ -24,6 +24,9 @@ from its name:
   ``update_actor`` call per stage in the registry's order with the stage's name in
   ``rlvr_lopti_stage``.
 
+``needs_old_logprobs`` is always met: verl's ``fit`` computes old log-probs (or, in its rollout
+correction's bypass mode, takes the rollout's) before every actor update.
+
 verl 0.9.1 builds the actor-update batch and its flags inside ``RayPPOTrainer._update_actor``
 (``verl/trainer/ppo/ray_trainer.py``), recomputing ``distillation_use_topk`` from the
 distillation config just before ``self.actor_rollout_wg.update_actor(batch_td)``. The override
@@ -68,9 +71,6 @@ RLVR_KEYS = ("algo", "params", "weight_position", "searchqa")
 #: ``rlvr.params`` keys: the fields of ``WeightConfig``.
 PARAM_KEYS = tuple(f.name for f in dataclasses.fields(WeightConfig))
 WEIGHT_POSITIONS = ("surrogate", "ratio")
-#: How the loss reaches verl: its own vanilla policy loss, a registered policy loss, or
-#: ``RlvrActorLoss`` through ``set_loss_fn``.
-PATHS = ("vanilla", "policy_loss", "actor_loss")
 _ACTOR = "actor_rollout_ref.actor"
 _MODEL = "actor_rollout_ref.model"
 
@@ -89,6 +89,8 @@ class RlvrSetup:
     #: ``algorithm.params(weight_config)``: the keyword parameters the method reads.
     params: dict
     weight_position: str
+    #: How the loss reaches verl: ``vanilla`` (verl's own), ``policy_loss`` (a registered policy
+    #: loss) or ``actor_loss`` (``RlvrActorLoss`` through ``set_loss_fn``).
     path: str
 
     @property

@@ -25,7 +25,9 @@ import torch
 import verl  # noqa: F401  (loads the verl.plugins entry points, ours included)
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
+from torch.utils.data import SequentialSampler
 from verl import DataProto
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer, Role
 from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.torch_functional import entropy_from_logits
@@ -179,7 +181,7 @@ def rollout(seed=0, b=6):
     return input_ids, attn, response_mask, adv, g
 
 
-def native_loss(algo, params, stage, agg, policy, rows, batch):
+def native_loss(algo, params, stage, agg, policy, rows, batch, position="surrogate"):
     """``Updater.micro_batch_loss`` of the native trainer on micro-batch ``rows`` of ``batch``
     (its normalisers from the whole batch, the mini-batch)."""
     input_ids, attn, response_mask, adv, old, ref = batch
@@ -192,6 +194,7 @@ def native_loss(algo, params, stage, agg, policy, rows, batch):
         kl_coef=KL_COEF,
         agg=agg,
         loss_scale_factor=SCALE,
+        weight_position=position,
     )
     algorithm = get_algorithm(algo)
     cpu = torch.device("cpu")
@@ -280,7 +283,18 @@ def native_batch(policy, input_ids, attn, response_mask, adv, g):
 @pytest.mark.parametrize("agg", AGG_MODES)
 @pytest.mark.parametrize("algo,params,stage", CASES, ids=CASE_IDS)
 def test_loss_on_verl_equals_native(base_config, algo, params, stage, agg):
-    cfg = with_rlvr(base_config, algo, params, agg)
+    check_loss_equals_native(base_config, algo, params, stage, agg)
+
+
+@pytest.mark.parametrize(
+    "algo,params", [("grpo_sg", {"shaping_input": "logit", "tau": 1.5}), ("ar", {"ar_alpha": 0.5})]
+)
+def test_weight_on_the_ratio_equals_native(base_config, algo, params):
+    check_loss_equals_native(base_config, algo, params, None, "token-mean", "ratio")
+
+
+def check_loss_equals_native(base_config, algo, params, stage, agg, position="surrogate"):
+    cfg = with_rlvr(base_config, algo, params, agg, weight_position=position)
     setup = apply_rlvr(cfg)
     policy = BigramPolicy(seed=1)
     batch = native_batch(policy, *rollout(seed=2))
@@ -297,7 +311,7 @@ def test_loss_on_verl_equals_native(base_config, algo, params, stage, agg):
 
     got, metrics = verl_loss(loss_fn, algo, stage, policy, rows, batch)
     (got_grad,) = torch.autograd.grad(got, policy.head)
-    want = native_loss(algo, params, stage, agg, policy, rows, batch)
+    want = native_loss(algo, params, stage, agg, policy, rows, batch, position)
     (want_grad,) = torch.autograd.grad(want, policy.head)
     torch.testing.assert_close(got, want, rtol=2e-5, atol=1e-6)
     torch.testing.assert_close(got_grad, want_grad, rtol=2e-5, atol=1e-6)
@@ -348,12 +362,19 @@ class RecordingWorkerGroup:
 
 
 def trainer_for(cfg) -> tuple[RlvrPPOTrainer, RecordingWorkerGroup]:
-    """``RlvrPPOTrainer`` with what ``_update_actor`` reads set as ``__init__``/``init_workers``
-    set it; the worker group (Ray actors on GPUs) is the recording stand-in."""
-    trainer = object.__new__(RlvrPPOTrainer)
-    trainer.config = cfg
-    trainer.rlvr = apply_rlvr(cfg)
-    trainer.distillation_config = None
+    """``RlvrPPOTrainer`` built by verl's own ``__init__`` (datasets of empty rows: nothing is
+    generated), its actor worker group (Ray actors on GPUs, made by ``init_workers``) the
+    recording stand-in."""
+    trainer = RlvrPPOTrainer(
+        config=cfg,
+        tokenizer=None,
+        role_worker_mapping={Role.ActorRollout: None},
+        resource_pool_manager=None,
+        train_dataset=[{}] * 8,
+        val_dataset=[{}] * 2,
+        collate_fn=list,
+        train_sampler=SequentialSampler(range(8)),
+    )
     recorder = RecordingWorkerGroup()
     trainer.actor_rollout_wg = recorder
     return trainer, recorder
@@ -434,8 +455,6 @@ def test_policy_loss_algorithms_run_verls_update_unchanged(base_config, algo, pa
 def test_init_workers_installs_the_actor_loss(base_config, monkeypatch, algo, params, installs):
     """After verl's ``init_workers`` (the Ray part, skipped here) the trainer installs
     ``RlvrActorLoss`` on the actor worker group when the method needs it; Ray ships it pickled."""
-    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-
     trainer, recorder = trainer_for(with_rlvr(base_config, algo, params))
     monkeypatch.setattr(RayPPOTrainer, "init_workers", lambda self: None)
     trainer.init_workers()
