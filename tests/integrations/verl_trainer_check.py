@@ -166,8 +166,8 @@ class BigramPolicy:
 
 
 def rollout(seed=0, b=6):
-    """Left-padded prompts, right-padded responses (each at least one token), old/ref log-probs
-    near the policy's, group advantages."""
+    """Left-padded prompts, right-padded responses (each at least one token), one advantage per
+    response; and the generator, for what is drawn next."""
     g = torch.Generator().manual_seed(seed)
     prompt_len = torch.randint(1, PROMPT + 1, (b,), generator=g)
     resp_len = torch.randint(1, RESPONSE + 1, (b,), generator=g)
@@ -226,7 +226,7 @@ def verl_loss(loss_fn, algo, stage, policy, rows, batch):
     logits hook called as ``FSDPEngineWithLMHead.prepare_model_outputs`` calls it, and the
     mini-batch's global token and sequence counts."""
     input_ids, attn, response_mask, adv, old, ref = batch
-    setup_flags_entropy = get_algorithm(algo).select_tokens is not None
+    with_entropy = get_algorithm(algo).select_tokens is not None  # calculate_entropy
     td = tu.get_tensordict(
         {
             "input_ids": input_ids[rows],
@@ -260,7 +260,7 @@ def verl_loss(loss_fn, algo, stage, policy, rows, batch):
         return torch.nested.nested_tensor_from_jagged(values, offsets=offsets)
 
     model_output = {"log_probs": nested(log_probs)}
-    if setup_flags_entropy:
+    if with_entropy:
         model_output["entropy"] = nested(entropy_from_logits(scaled.detach()))
     if isinstance(loss_fn, RlvrActorLoss) and loss_fn.params.get("shaping_input") == "logit":
         hooked = loss_fn(student_logits=scaled.detach().unsqueeze(0), data=td)
