@@ -6,7 +6,8 @@
   ``Updater.micro_batch_loss`` on the same model, in value and gradient;
 - ``RlvrPPOTrainer._update_actor`` (verl's real ``_update_actor`` underneath) sends the flags and
   the Lopti stages to a recording stand-in for the Ray worker group (GPU infrastructure);
-- ``verl_main`` composes verl's real Hydra config with an ``rlvr`` section and validates it.
+- ``verl_main`` composes verl's real Hydra config with an ``rlvr`` section and validates it, and
+  its task runner builds ``RlvrPPOTrainer`` from verl's own datasets and tokenizer.
 
 No GPU here: verl's FSDP engine registers for CUDA and NPU only, so nothing trains end to end.
 """
@@ -571,3 +572,30 @@ def test_hydra_argv():
     assert argv[-1] == f"hydra.searchpath=[{verl_main.VERL_CONFIG}]"
     argv, check = verl_main.hydra_argv(["hydra.searchpath=[pkg://x]", "a=1"])
     assert not check and argv == ["hydra.searchpath=[pkg://x]", "a=1"]
+
+
+def test_task_runner_builds_the_rlvr_trainer(tmp_path, model_dir, monkeypatch):
+    """verl_main's task runner (verl's worker mapping, tokenizer, datasets and sampler) builds
+    ``RlvrPPOTrainer``; its Ray and GPU steps (``init_workers``, ``fit``) are recorded instead."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rlvr.integrations.verl_data import verl_rows
+
+    data = tmp_path / "kk.parquet"
+    rows = list(verl_rows("kk", 8, split="train", env_kwargs={"n_people": 3}))
+    pq.write_table(pa.Table.from_pylist(rows), data)
+    run = run_folder(tmp_path, {"algo": "lopti"}, model_dir)
+    cfg = compose_run(
+        run,
+        [f"data.train_files={data}", f"data.val_files={data}", "data.dataloader_num_workers=0"],
+    )
+    verl_main.prepare(cfg)
+    calls = []
+    monkeypatch.setattr(RlvrPPOTrainer, "init_workers", lambda self: calls.append(("init", self)))
+    monkeypatch.setattr(RlvrPPOTrainer, "fit", lambda self: calls.append(("fit", self)))
+    verl_main._RlvrTaskRunner().run(cfg)
+    assert [name for name, _ in calls] == ["init", "fit"]
+    trainer = calls[-1][1]
+    assert trainer.rlvr.algo == "lopti" and trainer.rlvr.path == "actor_loss"
+    assert len(trainer.train_dataloader) == 2  # 8 rows, data.train_batch_size 4
