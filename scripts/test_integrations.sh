@@ -15,7 +15,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${RLVR_CI_CACHE:-$HOME/.cache/rlvr-ci}"
 PYTHON="${PYTHON:-python3}"
 TORCH_PIN="torch==2.13.0"
-VERL_REQS="verl==0.9.1 pytest>=8"
+# verl's agent loops (verl/experimental/agent_loop) import cachetools, fastapi and uvicorn, which
+# verl lists only in its verl-core extra (pulled by its vllm/sglang extras, too heavy here).
+VERL_REQS="verl==0.9.1 cachetools==8.0.2 fastapi==0.165.0 uvicorn==0.54.0 pytest>=8"
 TRL_REQS="trl==1.16.0 datasets>=3 pytest>=8"
 # verifiers runs its chat harness as a PEP 723 script through uv (its runtime installs uv with
 # pip when missing; having it in the venv keeps that out of the user's site-packages).
@@ -60,11 +62,13 @@ ensure_venv() {  # $1 = name, $2 = requirements
 }
 
 run_checks() {  # $1 = name
-  local venv="$CACHE/venv-$1" t0=$SECONDS rc=0
+  local venv="$CACHE/venv-$1" t0=$SECONDS rc=0 files=("tests/integrations/$1_check.py")
+  # verl's search-QA agent loop runs in verl's rollout workers: its own check file
+  if [[ "$1" == verl ]]; then files+=("tests/integrations/verl_agent_check.py"); fi
   # -P: do not put the working directory on sys.path, so the installed distribution's metadata
   # (entry points) is what importlib sees, not a stale rlvr.egg-info in the checkout.
   (cd "$ROOT" && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 \
-     "$venv/bin/python" -P -m pytest "tests/integrations/$1_check.py" -p no:cacheprovider) || rc=$?
+     "$venv/bin/python" -P -m pytest "${files[@]}" -p no:cacheprovider) || rc=$?
   echo "== $1 checks: exit $rc in $((SECONDS - t0)) s"
   return $rc
 }
