@@ -249,6 +249,12 @@ def test_overrides_compose_with_verls_config(model_dir, retrieval_url):
         "max_turns": MAX_TURNS,
         "topk": TOPK,
     }
+    docs = Path(rlvr.__file__).resolve().parents[1] / "docs" / "integrations_verl.md"
+    section = docs.read_text(encoding="utf-8").split("## Search QA agent loop")[1]
+    documented = section.split("\n## ")[0].splitlines()
+    assert [f"{k}={hydra_value(v)}" for k, v in VERL_OVERRIDES.items()] == [
+        line for line in documented if line.split("=")[0] in VERL_OVERRIDES
+    ]
 
 
 def test_settings_errors_name_the_key():
