@@ -133,9 +133,9 @@ def stop_cut(tokenizer: Any, token_ids: list[int], stop=STOP) -> int:
         return any(s in text for s in stop)
 
     n = len(token_ids)
-    if n == 0 or not has_stop(n):
-        return n
-    lo, hi = 1, n
+    if n == 0 or not has_stop(n) or not has_stop(n - 1):
+        return n  # no stop string, or the engine stopped right after it (the usual case)
+    lo, hi = 1, n - 1
     while lo < hi:
         mid = (lo + hi) // 2
         if has_stop(mid):
@@ -189,60 +189,75 @@ class SearchQAAgentLoop(AgentLoopBase):
         full_determinism = getattr(self.rollout_config, "full_determinism", False)
         request_id = f"det-{priority}" if full_determinism else uuid4().hex
         params = self._sampling_params(sampling_params)
-        response_ids: list[int] = []
-        mask: list[int] = []
-        logprobs: Optional[list[float]] = []
+        out = _Response()
         extra_fields: dict[str, Any] = {}
         generations = observations = 0
-        while self.response_length - len(response_ids) > 0:
-            budget = self.response_length - len(response_ids)
+        while len(out.ids) < self.response_length:
+            budget = self.response_length - len(out.ids)
             with simple_timer("generate_sequences", metrics):
                 output = await self.server_manager.generate(
                     request_id=request_id,
-                    prompt_ids=prompt_ids + response_ids,
+                    prompt_ids=prompt_ids + out.ids,
                     sampling_params={**params, "max_tokens": budget},
                     priority=priority,
                 )
-            # As tool_agent: -1 (unknown) unless the server reports preemptions.
-            if output.num_preempted is not None:
-                metrics["num_preempted"] = max(0, metrics.get("num_preempted", 0)) + int(
-                    output.num_preempted
-                )
-            if not extra_fields:
-                extra_fields.update(output.extra_fields)
-            elif output.extra_fields.get("max_global_steps") is not None:
-                extra_fields["max_global_steps"] = output.extra_fields["max_global_steps"]
+            _merge_server_fields(output, metrics, extra_fields)
             ids = list(output.token_ids)[:budget]
-            keep = stop_cut(self.tokenizer, ids)
-            ids = ids[:keep]
-            response_ids += ids
-            mask += [1] * len(ids)
-            if logprobs is not None and output.log_probs is not None:
-                logprobs += list(output.log_probs)[:keep]
-            else:
-                logprobs = None
+            ids = ids[: stop_cut(self.tokenizer, ids)]
+            out.add_policy(ids, output.log_probs)
             generations += 1
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
             with simple_timer("tool_calls", metrics):
                 step = await self.loop.run_in_executor(None, episode.step, text)
-            left = self.response_length - len(response_ids)
+            left = self.response_length - len(out.ids)
             if step.done or left <= 0:
                 break
             obs_ids = self.tokenizer(step.observation, add_special_tokens=False)["input_ids"]
-            obs_ids = list(obs_ids)[:left]
-            response_ids += obs_ids
-            mask += [0] * len(obs_ids)
-            if logprobs is not None:
-                logprobs += [0.0] * len(obs_ids)
+            out.add_env(list(obs_ids)[:left])
             observations += 1
         extra_fields.update({"turn_scores": [], "tool_rewards": []})
         return AgentLoopOutput(
             prompt_ids=prompt_ids,
-            response_ids=response_ids,
-            response_mask=mask,
-            response_logprobs=logprobs if logprobs else None,
+            response_ids=out.ids,
+            response_mask=out.mask,
+            response_logprobs=out.logprobs or None,
             # verl's count (tool_agent): the user prompt, each assistant turn, each tool turn.
             num_turns=1 + generations + observations,
             metrics=metrics,
             extra_fields=extra_fields,
         )
+
+
+class _Response:
+    """The response side of a trajectory: token ids, loss mask (1 policy, 0 env) and rollout
+    log-probs (None as soon as one turn comes back without them)."""
+
+    def __init__(self):
+        self.ids: list[int] = []
+        self.mask: list[int] = []
+        self.logprobs: Optional[list[float]] = []
+
+    def add_policy(self, ids: list[int], logprobs: Optional[list[float]]) -> None:
+        self.ids += ids
+        self.mask += [1] * len(ids)
+        if self.logprobs is not None and logprobs is not None:
+            self.logprobs += list(logprobs)[: len(ids)]
+        else:
+            self.logprobs = None
+
+    def add_env(self, ids: list[int]) -> None:
+        self.ids += ids
+        self.mask += [0] * len(ids)
+        if self.logprobs is not None:
+            self.logprobs += [0.0] * len(ids)
+
+
+def _merge_server_fields(output: Any, metrics: dict, extra_fields: dict) -> None:
+    """A turn's server bookkeeping, as ``tool_agent`` keeps it: preemptions summed (absent: -1,
+    unknown), the first turn's extra fields, the latest ``max_global_steps``."""
+    if output.num_preempted is not None:
+        metrics["num_preempted"] = max(0, metrics.get("num_preempted", 0)) + output.num_preempted
+    if not extra_fields:
+        extra_fields.update(output.extra_fields)
+    elif output.extra_fields.get("max_global_steps") is not None:
+        extra_fields["max_global_steps"] = output.extra_fields["max_global_steps"]

@@ -275,6 +275,7 @@ def test_stop_cut_keeps_the_shortest_prefix_with_a_stop_string(model_dir):
     for text, kept in [
         ("<search> q </search> more", "<search> q </search>"),
         ("<answer> x </answer><search> q </search>", "<answer> x </answer>"),
+        ("<search> q </search>", "<search> q </search>"),
         ("no tags at all", "no tags at all"),
         ("", ""),
     ]:
@@ -300,7 +301,7 @@ def test_episodes_match_the_env_token_for_token(model_dir, retrieval_url, tmp_pa
     assert len(by_question) == 4
 
     expected_turns = {0: (2, 1), 1: (3, 2), 2: (3, 2), 3: (2, 1)}  # (generations, observations)
-    rewards = []
+    ends = []
     for i, row in enumerate(rows):
         question = row["extra_info"]["question"]
         golds = row["reward_model"]["ground_truth"]["target"]
@@ -330,7 +331,7 @@ def test_episodes_match_the_env_token_for_token(model_dir, retrieval_url, tmp_pa
         # turns: the env's (max_turns truncates the third search), verl's count of them
         generations, obs_turns = expected_turns[i]
         assert len(observations) == generations and sum(map(bool, observations)) == obs_turns
-        assert info["turn"] == generations and info.get("n_searches", 0) <= obs_turns
+        assert info["turn"] == generations
         assert output.non_tensor_batch["__num_turns__"][i] == 1 + generations + obs_turns
         # each turn continued the running sequence, with the stop strings and remaining budget
         calls = by_question[question]
@@ -343,19 +344,9 @@ def test_episodes_match_the_env_token_for_token(model_dir, retrieval_url, tmp_pa
         result = run_async(reward_worker.compute_score(output[i : i + 1]))
         assert result["reward_score"] == env_reward
         assert result["reward_extra_info"]["acc"] == float(info["correct"])
-        rewards.append(env_reward)
-    assert rewards == [1.0, 0.0, 0.0, 1.0]
-    assert [info_truncated(r, retrieval_url, seen) for r in rows] == [False, False, True, False]
-
-
-def info_truncated(row, retrieval_url, seen):
-    question = row["extra_info"]["question"]
-    golds = row["reward_model"]["ground_truth"]["target"]
-    return bool(
-        replay(question, golds, seen[question], retrieval_url)[3]
-        .get("reason", "")
-        .startswith(f"max_turns={MAX_TURNS}")
-    )
+        ends.append((env_reward, info["reason"].startswith(f"max_turns={MAX_TURNS} reached")))
+    # (reward, truncated by max_turns): both outcomes and the truncation are covered
+    assert ends == [(1.0, False), (0.0, False), (0.0, True), (1.0, False)]
 
 
 def test_response_budget_cuts_the_observation(model_dir, retrieval_url, tmp_path):
