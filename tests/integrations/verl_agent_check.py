@@ -59,10 +59,9 @@ def retrieval_url(tmp_path_factory):
     argv = ["index", "--corpus", "synthetic", "--encoder", "lexical", "--out", str(index_dir)]
     assert rlvr_main(argv) == 0
     repo = Path(rlvr.__file__).resolve().parents[1]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
-    }
+    # the rlvr this test imported, whether installed or put on the path
+    path = [str(repo), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     proc = subprocess.Popen(
         [
             sys.executable,
