@@ -15,9 +15,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${RLVR_CI_CACHE:-$HOME/.cache/rlvr-ci}"
 PYTHON="${PYTHON:-python3}"
 TORCH_PIN="torch==2.13.0"
-# verl 0.9.1's RayPPOTrainer (rlvr's verl trainer extends it) imports cachetools, fastapi and
-# uvicorn, which only its verl-core extra lists (that extra also pulls TransferQueue and CUDA tools).
-VERL_REQS="verl==0.9.1 cachetools fastapi uvicorn pytest>=8"
+# verl 0.9.1's RayPPOTrainer (rlvr's verl trainer extends it) and its agent loops
+# (verl/experimental/agent_loop) import cachetools, fastapi and uvicorn, which verl lists only in
+# its verl-core extra (that extra also pulls TransferQueue and CUDA tools, too heavy here).
+VERL_REQS="verl==0.9.1 cachetools==8.0.2 fastapi==0.165.0 uvicorn==0.54.0 pytest>=8"
 TRL_REQS="trl==1.16.0 datasets>=3 pytest>=8"
 # verifiers runs its chat harness as a PEP 723 script through uv (its runtime installs uv with
 # pip when missing; having it in the venv keeps that out of the user's site-packages).
