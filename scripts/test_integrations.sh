@@ -59,12 +59,16 @@ ensure_venv() {  # $1 = name, $2 = requirements
   echo "== $1 venv ready in $((SECONDS - t0)) s"
 }
 
-run_checks() {  # $1 = name
-  local venv="$CACHE/venv-$1" t0=$SECONDS rc=0
+run_checks() {  # $1 = name: tests/integrations/<name>_check.py and <name>_<topic>_check.py
+  local venv="$CACHE/venv-$1" t0=$SECONDS rc=0 files
+  files=("tests/integrations/$1_check.py")
+  for f in "$ROOT"/tests/integrations/"$1"_*_check.py; do
+    if [[ -e "$f" ]]; then files+=("tests/integrations/${f##*/}"); fi
+  done
   # -P: do not put the working directory on sys.path, so the installed distribution's metadata
   # (entry points) is what importlib sees, not a stale rlvr.egg-info in the checkout.
   (cd "$ROOT" && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 \
-     "$venv/bin/python" -P -m pytest "tests/integrations/$1_check.py" -p no:cacheprovider) || rc=$?
+     "$venv/bin/python" -P -m pytest "${files[@]}" -p no:cacheprovider) || rc=$?
   echo "== $1 checks: exit $rc in $((SECONDS - t0)) s"
   return $rc
 }
