@@ -64,7 +64,9 @@ class VerlRun:
         parts = [self.algo]
         for key, value in sorted(self.extra.items()):
             name = key.split(".")[-1]
-            parts.append("logit" if (name, value) == ("shaping_input", "logit") else f"{name}{value:g}")
+            parts.append(
+                "logit" if (name, value) == ("shaping_input", "logit") else f"{name}{value:g}"
+            )
         return "-".join(parts)
 
     @property
