@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlvr.agents.config import WeightConfig
 from rlvr.cli import main as rlvr_main
 from rlvr.reproduce.common import Context
 from rlvr.reproduce.parallel import required_runs
@@ -29,6 +30,7 @@ from rlvr.reproduce.verl_config import (
     gpu_layout,
     searchqa_overrides,
     translate,
+    weight_fields,
 )
 from rlvr.reproduce.verl_scripts import LOGIT, grid, main, write
 
@@ -103,7 +105,8 @@ def test_records_follow_the_contract(launch):
         setting = get_profile("paper").settings[record["setting"]]
         cfg = train_config(setting, record["algo"], record["seed"], record["overrides"])
         assert record["native_config_hash"] == run_key(cfg)
-        assert record["params"] == cfg.weights.params(record["algo"]) == config["rlvr"]["params"]
+        assert record["params"] == cfg.weights.params(record["algo"])
+        assert config["rlvr"]["params"] == weight_fields(cfg.weights, record["algo"])
         assert record["model"] == config["actor_rollout_ref"]["model"]["path"] == cfg.model
         assert config["defaults"] == ["ppo_trainer", "_self_"]
         assert config["trainer"]["logger"] == ["console", "file"]
@@ -294,7 +297,7 @@ def test_policy_loss_per_algorithm(algo, extra, loss_mode, plugin_keys):
     p = A + "policy_loss."
     assert flat[p + "loss_mode"] == loss_mode
     assert flat["rlvr.algo"] == algo
-    assert flat["rlvr.params"] == cfg.weights.params(algo)
+    assert WeightConfig(**flat["rlvr.params"]).params(algo) == cfg.weights.params(algo)
     if plugin_keys:
         assert flat[p + "_target_"] == "rlvr.integrations.verl_plugin.RlvrPolicyLossConfig"
         assert flat[p + "weight_position"] == "surrogate"
@@ -308,6 +311,26 @@ def test_policy_loss_per_algorithm(algo, extra, loss_mode, plugin_keys):
         assert flat["rlvr.params"]["tau"] == 10.0
     if algo == "lopti":
         assert flat["rlvr.params"] == {"eta": 0.5}
+    if algo == "ar":  # AR's alpha is the WeightConfig field ar_alpha
+        assert flat["rlvr.params"] == {"ar_alpha": 0.3}
+
+
+def test_rlvr_params_are_the_weight_fields_an_algorithm_reads():
+    assert weight_fields(WeightConfig(ar_alpha=0.1), "ar") == {"ar_alpha": 0.1}
+    assert weight_fields(WeightConfig(), "grpo") == {}
+    assert weight_fields(WeightConfig(fraction=0.3), "entropy_top") == {"fraction": 0.3}
+    sg = weight_fields(WeightConfig(shaping_input="logit", tau=2.0), "grpo_sg")
+    assert sg == {
+        "shaping_input": "logit",
+        "alpha": 2.75,
+        "tau": 2.0,
+        "mu": 0.5,
+        "lower": 0.1,
+        "upper": 2.0,
+    }
+    _, flat = flat_of("math", "ar")  # the math recipe's AR alpha reaches verl
+    assert flat["rlvr.params"] == {"ar_alpha": 0.1}
+    assert flat[A + "policy_loss.ar_alpha"] == 0.1
 
 
 def test_searchqa_section_and_agent_loop_overrides(monkeypatch):

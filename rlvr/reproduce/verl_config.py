@@ -19,8 +19,8 @@ raises ``VerlTranslationError`` naming the key. What maps to what:
 - validation: the evaluation protocol of the setting (``rlvr.reproduce.runs.eval_config``):
   ``k`` samples at the evaluation temperature and top-p (verl's defaults are greedy, so
   ``val_kwargs.n=16`` alone would give 16 greedy copies), greedy when ``k`` is 1;
-- the ``rlvr`` section read by ``rlvr.integrations.verl_main``: algorithm, its parameters
-  (``WeightConfig.params``), weight position, and for search QA the retrieval service.
+- the ``rlvr`` section read by ``rlvr.integrations.verl_main``: algorithm, the ``WeightConfig``
+  fields it reads (``weight_fields``), weight position, and for search QA the retrieval service.
 """
 
 from __future__ import annotations
@@ -69,13 +69,20 @@ def gpu_layout(gpus: int) -> tuple[int, int]:
 
 
 def searchqa_overrides() -> dict[str, Any]:
-    """The agent-loop overrides of ``rlvr.integrations.verl_agent_loop.VERL_OVERRIDES`` (the
-    contract's minimum, async rollouts, when that module is not installed)."""
+    """The agent-loop overrides of ``rlvr.integrations.verl_agent_loop.VERL_OVERRIDES``; where
+    that module cannot be imported (it imports verl), the contract's minimum, async rollouts,
+    with a warning."""
     try:
         module = importlib.import_module("rlvr.integrations.verl_agent_loop")
-    except ModuleNotFoundError as e:
-        if e.name not in ("rlvr.integrations.verl_agent_loop", "verl", "ray"):
-            raise
+    except ModuleNotFoundError as e:  # the module, or verl and its dependencies, absent here
+        import warnings
+
+        warnings.warn(
+            f"search QA: rlvr.integrations.verl_agent_loop is not importable here ({e.name} "
+            f"missing): wrote the contract's minimum {SEARCHQA_FALLBACK}; generate from verl's "
+            "environment for the agent loop's own overrides",
+            stacklevel=2,
+        )
         return dict(SEARCHQA_FALLBACK)
     return dict(getattr(module, "VERL_OVERRIDES"))
 
@@ -254,10 +261,44 @@ def _precision(cfg) -> dict[str, Any]:
     }
 
 
+def weight_fields(weights, algo: str) -> dict[str, Any]:
+    """The ``WeightConfig`` fields algorithm ``algo`` reads, at their resolved values (the
+    ``rlvr.params`` of the contract, which ``verl_main`` loads back into a ``WeightConfig``).
+
+    A field is read when changing it changes ``weights.params(algo)``; its value is the
+    resolved parameter of the same name (GRPO-SG's ``alpha``: the default for its shaping input)
+    or else the field itself (AR reads ``ar_alpha`` as its ``alpha``). Rebuilding a
+    ``WeightConfig`` from the result gives the same parameters, which is checked.
+    """
+    import dataclasses
+
+    from rlvr.agents.config import WeightConfig
+
+    base = weights.params(algo)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(WeightConfig):
+        value = getattr(weights, f.name)
+        if f.name == "extra":
+            if value:
+                out["extra"] = dict(value)
+            continue
+        if f.name == "shaping_input":
+            probe: Any = "logit" if value == "prob" else "prob"
+        else:
+            probe = 0.123 if value is None else value / 2 + 0.01
+        if weights.params(algo) != dataclasses.replace(weights, **{f.name: probe}).params(algo):
+            out[f.name] = base.get(f.name, value)
+    if WeightConfig(**out).params(algo) != base:
+        raise VerlTranslationError(
+            f"weights: the parameters of {algo!r} ({base}) are not WeightConfig fields"
+        )
+    return out
+
+
 def _rlvr_section(cfg, params: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "rlvr.algo": cfg.algo,
-        "rlvr.params": dict(params),
+        "rlvr.params": weight_fields(cfg.weights, cfg.algo),
         "rlvr.weight_position": cfg.loss.weight_position,
     }
     if cfg.env == "searchqa":
@@ -353,4 +394,5 @@ __all__ = [
     "nested",
     "searchqa_overrides",
     "translate",
+    "weight_fields",
 ]

@@ -16,6 +16,7 @@ Run in verl's own venv by ``scripts/test_integrations.sh verl``. For each genera
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -32,6 +33,7 @@ from verl.utils.config import omega_conf_to_dataclass, validate_config
 from verl.utils.import_utils import load_extern_object
 
 from rlvr.agents.algorithms import algorithm_names
+from rlvr.agents.config import WeightConfig
 from rlvr.integrations.verl_plugin import RlvrPolicyLossConfig
 from rlvr.reproduce.profiles import get_profile
 from rlvr.reproduce.verl_config import PLUGIN_LOSS_CONFIG
@@ -129,17 +131,29 @@ def check_keys_exist(doc: dict, base: DictConfig) -> None:
         )
 
 
-def test_every_generated_run_composes_and_validates(launch, base, tmp_path):
+@pytest.fixture(scope="module")
+def composed(launch, tmp_path_factory):
+    """``(run folder, composed config, rlvr_run.json)`` of every run, composed under the
+    overrides its run.sh passes (after ``bash -n`` of the script)."""
     out, rows = launch
-    assert len(rows) == len({r["run_key"] for r in rows}) > 50
+    tmp = tmp_path_factory.mktemp("recorder")
+    runs = []
     for row in rows:
         run_dir = out / "runs" / row["run_key"]
         subprocess.run(["bash", "-n", str(run_dir / "run.sh")], check=True)
-        overrides = recorded_overrides(run_dir, tmp_path)
+        overrides = recorded_overrides(run_dir, tmp)
         with initialize_config_dir(config_dir=str(run_dir), version_base=None):
             cfg = compose(config_name="config", overrides=overrides)
-        doc = yaml.safe_load((run_dir / "config.yaml").read_text())
-        check_keys_exist(doc, base)
+        runs.append((run_dir, cfg, json.loads((run_dir / "rlvr_run.json").read_text())))
+    return runs
+
+
+def test_every_generated_run_composes_and_validates(launch, base, composed):
+    out, rows = launch
+    assert len(rows) == len({r["run_key"] for r in rows}) == len(composed) > 50
+    for run_dir, composed_cfg, record in composed:
+        cfg = copy.deepcopy(composed_cfg)
+        check_keys_exist(yaml.safe_load((run_dir / "config.yaml").read_text()), base)
         # What verl.trainer.main_ppo.main runs before it starts Ray.
         validate_config(cfg, need_reference_policy(cfg), need_critic(cfg))
         actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
@@ -150,7 +164,6 @@ def test_every_generated_run_composes_and_validates(launch, base, tmp_path):
         omega_conf_to_dataclass(cfg.algorithm)
         fn = cfg.reward.custom_reward_function
         assert callable(load_extern_object(fn.path, fn.name))
-        record = json.loads((run_dir / "rlvr_run.json").read_text())
         # The values verl will run with are the run's, after every default and interpolation.
         assert cfg.trainer.total_training_steps == record["steps"]
         assert cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes == record["gpus"]
@@ -164,11 +177,21 @@ def test_every_generated_run_composes_and_validates(launch, base, tmp_path):
         if rollout.val_kwargs.n > 1:
             assert rollout.val_kwargs.do_sample and rollout.val_kwargs.temperature > 0
         assert cfg.rlvr.algo == record["algo"] in algorithm_names()
-        assert OmegaConf.to_container(cfg.rlvr.params) == record["params"]
+        fields = WeightConfig(**OmegaConf.to_container(cfg.rlvr.params))
+        assert fields.params(record["algo"]) == record["params"]
         if record["task"] == "searchqa":
             assert cfg.rlvr.searchqa.retrieval_url == "http://10.0.0.7:8000"
         if isinstance(actor.policy_loss, RlvrPolicyLossConfig):
             assert actor.policy_loss.loss_mode == record["algo"]
+
+
+def test_verl_main_prepares_every_run(composed):
+    """rlvr's entry point (``rlvr.integrations.verl_main``) takes every run as generated: its
+    ``rlvr`` section, the policy-loss keys it implies, then verl's validation."""
+    verl_main = pytest.importorskip("rlvr.integrations.verl_main")
+    for _, composed_cfg, record in composed:
+        setup = verl_main.prepare(copy.deepcopy(composed_cfg))
+        assert setup.algo == record["algo"] and setup.params == record["params"]
 
 
 def test_a_misspelled_key_fails(launch, base, tmp_path):
