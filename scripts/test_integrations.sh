@@ -59,8 +59,9 @@ ensure_venv() {  # $1 = name, $2 = requirements
   echo "== $1 venv ready in $((SECONDS - t0)) s"
 }
 
-run_checks() {  # $1 = name: tests/integrations/<name>_check.py and <name>_<topic>_check.py
+run_checks() {  # $1 = name
   local venv="$CACHE/venv-$1" t0=$SECONDS rc=0 files
+  # tests/integrations/<name>_check.py and any <name>_<topic>_check.py beside it
   files=("tests/integrations/$1_check.py")
   for f in "$ROOT"/tests/integrations/"$1"_*_check.py; do
     if [[ -e "$f" ]]; then files+=("tests/integrations/${f##*/}"); fi

@@ -3,7 +3,8 @@
 A run's configuration is ``TrainConfig`` defaults <- ``rlvr/profiles/{profile}.yaml`` <-
 ``rlvr/profiles/{profile}_{env}.yaml`` (if present) <- command-line ``key=value`` overrides
 (nested keys with dots: ``optim.lr=1e-6``, ``env_kwargs.n_people=3``). Mappings such as
-``env_kwargs`` merge key by key across the layers; everything else replaces.
+``env_kwargs`` merge key by key across the layers; everything else replaces. A layer named as the
+profile (``profile=paper_kk``) is that profile for that env (``profile=paper env=kk``).
 """
 
 from __future__ import annotations
@@ -73,18 +74,22 @@ class OptimConfig:
 
 
 @dataclasses.dataclass
-class PeriodicEvalConfig:
-    """Periodic evaluation during training (the ``eval.*`` keys) on the held-out split: greedy
-    accuracy over ``n_prompts`` tasks and sampled accuracy (``samples`` draws per task at the
-    rollout temperature). ``every = 0`` turns it off; ``at_end`` also evaluates after the last
-    step. Sampling follows ``rollout.*``; ``rlvr eval`` has its own ``rlvr.eval.runner.EvalConfig``
-    (model, groups, k, temperature, budget)."""
+class EvalScheduleConfig:
+    """When the trainer evaluates its policy, and on how many tasks (the ``eval.*`` keys): every
+    ``every`` steps (0: never) and, with ``at_end``, after the last step; greedy plus ``samples``
+    draws on each of the first ``n_prompts`` tasks of the env's ``split``. The evaluation itself
+    is a ``rlvr.eval.runner.EvalConfig``, the type ``rlvr eval`` runs, built from this schedule
+    and the ``rollout.*`` settings by ``periodic_eval_config``."""
 
     every: int = 0
     n_prompts: int = 8
     samples: int = 1
     split: str = "test"
     at_end: bool = False
+
+    def due(self, step: int, last: int) -> bool:
+        """Whether the trainer evaluates after step ``step`` of ``last``."""
+        return bool(self.every and step % self.every == 0 or (self.at_end and step == last))
 
 
 @dataclasses.dataclass
@@ -123,7 +128,7 @@ class TrainConfig:
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
     rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
-    eval: PeriodicEvalConfig = dataclasses.field(default_factory=PeriodicEvalConfig)
+    eval: EvalScheduleConfig = dataclasses.field(default_factory=EvalScheduleConfig)
     save_every: int = 0
     keep_checkpoints: int = 2
     resume: bool = False
@@ -215,11 +220,47 @@ class TrainConfig:
                 check_shaping(**{k: v for k, v in params.items() if k != "shaping_input"})
             except ValueError as e:
                 raise ConfigError(f"weights.{e}") from None
+        if self.eval.every or self.eval.at_end:
+            try:
+                periodic_eval_config(self)
+            except ValueError as e:
+                raise ConfigError(
+                    f"eval: the periodic evaluation is not a valid runner EvalConfig: {e} "
+                    "(it samples with the rollout.* settings)"
+                ) from None
         if not self.out:
             raise ConfigError("out: an output directory is required (out=DIR)")
         check_device(self.device)
         check_model(self.model)
         check_env_kwargs(self.env, self.env_kwargs)
+
+
+def periodic_eval_config(cfg: TrainConfig):
+    """The ``rlvr.eval.runner.EvalConfig`` of the trainer's periodic evaluation: the schedule's
+    tasks (``n_items`` = ``eval.n_prompts`` of ``eval.split``), greedy plus ``k`` =
+    ``eval.samples`` draws sampled as training samples (``rollout.*``: temperature, top-p, stop
+    strings, the episode budget), played as one batch. The trainer plays it on its live policy
+    and env pool (``Trainer.evaluate``); ``rlvr eval`` would load ``model`` instead."""
+    from rlvr.eval.runner import EvalConfig
+
+    ec, r = cfg.eval, cfg.rollout
+    return EvalConfig(
+        model=cfg.model,
+        env=cfg.env,
+        env_kwargs=dict(cfg.env_kwargs),
+        split=ec.split,
+        n_items=ec.n_prompts,
+        greedy=True,
+        k=ec.samples,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        max_new_tokens=r.max_response_tokens,
+        stop=list(r.stop),
+        batch_size=ec.n_prompts * (1 + ec.samples),
+        seed=cfg.seed,
+        backend="rollout",
+        device=cfg.device,
+    )
 
 
 def in_interval(value: Any, interval: str) -> bool:
@@ -318,16 +359,51 @@ def upgrade_legacy(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def profile_layers(profile: str, env: str, profile_dir: Path = PROFILE_DIR) -> list[Path]:
-    """The YAML files a run reads, in order: ``{profile}.yaml`` then ``{profile}_{env}.yaml``."""
+    """The YAML files a run reads, in order: ``{profile}.yaml`` then ``{profile}_{env}.yaml``.
+
+    A per-env layer named as the profile (``paper_kk``) stands for its profile with that layer
+    (``paper.yaml`` then ``paper_kk.yaml``), for the env the layer is written for."""
     base = Path(profile) if profile.endswith((".yaml", ".yml")) else profile_dir / f"{profile}.yaml"
     if not base.exists():
-        avail = sorted(p.stem for p in profile_dir.glob("*.yaml") if "_" not in p.stem)
-        raise ConfigError(f"profile: {profile!r} not found (available: {avail})")
+        raise ConfigError(
+            f"profile: {profile!r} not found (available: {available_profiles(profile_dir)})"
+        )
+    head, layer_env = layer_of(base)
+    if head is not None:
+        if layer_env != env:
+            raise ConfigError(
+                f"profile: {profile!r} is the {layer_env} layer of profile {head.stem!r}, "
+                f"not for env={env} (use profile={head.stem} env={env})"
+            )
+        return [head, base]
     layers = [base]
     per_env = base.with_name(f"{base.stem}_{env}.yaml")
     if per_env.exists():
         layers.append(per_env)
     return layers
+
+
+def layer_of(path: Path) -> tuple[Path | None, str]:
+    """``(paper.yaml, "kk")`` when ``path`` is the per-env layer ``paper_kk.yaml`` of an existing
+    profile, else ``(None, "")``."""
+    head, _, env = path.stem.rpartition("_")
+    parent = path.with_name(f"{head}.yaml")
+    if head and env in ENV_IDS and parent.exists():
+        return parent, env
+    return None, ""
+
+
+def available_profiles(profile_dir: Path = PROFILE_DIR) -> list[str]:
+    """Names ``profile=`` accepts on its own (per-env layers such as ``paper_kk`` also work)."""
+    return sorted(p.stem for p in profile_dir.glob("*.yaml") if layer_of(p)[0] is None)
+
+
+def profile_env(profile: str, profile_dir: Path = PROFILE_DIR) -> str:
+    """The env a per-env layer named as the profile is for (``paper_math`` -> ``math``), so
+    ``profile=paper_math`` needs no ``env=``; ``""`` for any other profile."""
+    if profile.endswith((".yaml", ".yml")):
+        return layer_of(Path(profile))[1]
+    return layer_of(profile_dir / f"{profile}.yaml")[1]
 
 
 def load_train_config(
@@ -336,6 +412,8 @@ def load_train_config(
     """Build a ``TrainConfig`` from profiles and overrides (module docstring)."""
     ov = parse_overrides(overrides) if isinstance(overrides, list) else dict(overrides or {})
     profile = str(ov.get("profile", TrainConfig.profile))
+    if "env" not in ov and profile_env(profile, profile_dir):
+        ov["env"] = profile_env(profile, profile_dir)
     env = str(ov.get("env", TrainConfig.env))
     if env not in ENV_IDS:
         raise ConfigError(f"env: {env!r} is not one of {sorted(ENV_IDS)}")

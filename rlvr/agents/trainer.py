@@ -52,7 +52,7 @@ from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: publ
 from rlvr.agents.policy import Policy
 from rlvr.agents.rollout.base import RolloutBatch, SamplingParams, collate
 from rlvr.agents.rollout.multiturn import Episode, run_episodes
-from rlvr.agents.train_config import TrainConfig
+from rlvr.agents.train_config import TrainConfig, periodic_eval_config
 from rlvr.agents.update import Precision, Updater, optimizer_steps_per_batch
 from rlvr.config import ConfigError, dump_yaml
 from rlvr.envs import env_accepts, make_env
@@ -309,12 +309,14 @@ class Trainer:
 
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, step: int) -> dict[str, float]:
-        """Greedy and sampled accuracy on the first ``eval.n_prompts`` held-out tasks, played by
-        the shared evaluation loop (``rlvr.eval.loop``) as one chunk over a reused env pool."""
-        ec = self.cfg.eval
-        n = ec.n_prompts * max(1, ec.samples)
+        """Greedy and sampled accuracy on the first ``eval.n_prompts`` held-out tasks: the
+        ``rlvr.eval.runner.EvalConfig`` of ``periodic_eval_config``, played by the shared
+        evaluation loop (``rlvr.eval.loop``) on the live policy, as one chunk over a reused env
+        pool, the tasks reset and seeded as training tasks are."""
+        ecfg = periodic_eval_config(self.cfg)
+        n = ecfg.n_items * max(1, ecfg.k)
         if self._eval_envs is None or len(self._eval_envs) != n:
-            self._eval_envs = [self.make_env(ec.split) for _ in range(n)]
+            self._eval_envs = [self.make_env(ecfg.split) for _ in range(n)]
 
         def envs_for(part):
             envs, prompts = self._eval_envs[: len(part)], []
@@ -323,16 +325,20 @@ class Trainer:
             return envs, prompts
 
         t0 = time.perf_counter()
-        greedy = dataclasses.replace(self.sampling, temperature=0.0)
+        sample = dataclasses.replace(
+            self.sampling, temperature=ecfg.temperature, top_p=ecfg.top_p, stop=tuple(ecfg.stop)
+        )
+        greedy = dataclasses.replace(sample, temperature=0.0)
         with self.precision.autocast():
             played = play(
                 self.backend,
                 self.tokenizer,
-                plan(ec.n_prompts, k=ec.samples),
+                plan(ecfg.n_items, greedy=ecfg.greedy, k=ecfg.k),
                 envs_for=envs_for,
-                params={"greedy": greedy, "sample": self.sampling},
+                params={"greedy": greedy, "sample": sample},
                 seed_of=lambda chunk: self.cfg.seed * 15_485_863 + step,
-                max_response_tokens=self.cfg.rollout.max_response_tokens,
+                max_response_tokens=ecfg.max_new_tokens,
+                batch_size=ecfg.batch_size,
                 error_reward=self.error_reward,
                 max_prompt_tokens=self.cfg.rollout.max_prompt_tokens,
             )
@@ -426,7 +432,7 @@ class Trainer:
         record["time/update_s"] = t3 - t2
         record["tokens/s"] = generated / max(t1 - t0, 1e-9)
         record["perf/update_tokens_s"] = trained / max(t3 - t2, 1e-9)
-        if cfg.eval.every and step % cfg.eval.every == 0 or (cfg.eval.at_end and step == cfg.steps):
+        if cfg.eval.due(step, cfg.steps):
             record.update(self.evaluate(step))
         record["time/step_s"] = time.perf_counter() - t0
         errors = [e.error for e in episodes if e.error]

@@ -8,6 +8,10 @@ each with the environment's own ``step`` and returns every response as a record 
 ``rlvr.eval.metrics``) with the summary per group. ``write_jsonl`` saves the records, so figures
 are redrawn without rerunning the model.
 
+``EvalConfig`` is the one description of an evaluation: the trainer's periodic evaluation is
+the ``EvalConfig`` its ``eval.*`` schedule and ``rollout.*`` settings give
+(``rlvr.agents.train_config.periodic_eval_config``), played on the live policy.
+
 Responses come from the evaluation loop the trainer also uses (``rlvr.eval.loop``): the trainer's
 rollout backend (``rlvr.agents.rollout.hf``; ``backend=generate`` swaps in ``model.generate``) and
 its episode driver, so tool calls, observations and turn limits of multi-turn environments (search

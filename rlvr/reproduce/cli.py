@@ -8,6 +8,8 @@ Outputs are named after the script (``fig2.png``, ``fig2.csv``, ``table_kk.md``.
 (default ``rlvr-results/<profile>/`` in the working directory; ``rlvr-results/<profile>-smoke/``
 with ``--smoke``): the committed ``results/`` are written only when ``--out`` names them.
 ``--check DIR`` reruns a sample of the runs recorded in DIR and compares (``rlvr.reproduce.check``).
+``--from-verl DIR`` takes the training runs from a folder verl trained
+(``rlvr.reproduce.verl_results``) and writes to ``DIR/results`` by default.
 Training runs and
 evaluations are cached under ``--cache`` (default ``rlvr_home()``; with ``--smoke``,
 ``<out>/.cache``) by config hash, shared by every script and resumed when interrupted. With
@@ -84,6 +86,14 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
         "paper grid into --out (rlvr.reproduce.verl_scripts; --profile paper only)",
     )
     parser.add_argument("--cache", default=None, help="run cache folder (default RLVR_HOME)")
+    parser.add_argument(
+        "--from-verl",
+        metavar="DIR",
+        default=None,
+        help="read the training runs from a folder generated with --engine verl and trained "
+        "by verl (metrics, last checkpoint) instead of training them; evaluate and build the "
+        "outputs as usual (pass the --profile it was generated with; --out default DIR/results)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument(
         "--jobs",
@@ -191,6 +201,8 @@ def run_reproduce(args: argparse.Namespace) -> int:
             "profile's models are fixed"
         )
     out = Path(args.out or f"rlvr-results/{args.profile}{'-smoke' if args.smoke else ''}")
+    if args.from_verl and not args.out:
+        out = Path(args.from_verl) / "results"
     cache = Path(args.cache) if args.cache else (out / ".cache" if args.smoke else rlvr_home())
     ctx = Context(
         profile,
@@ -202,9 +214,17 @@ def run_reproduce(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         base_seeds=list(range(n_bases)),
     )
-    if profile.needs_gpu and not has_gpu():
+    if args.from_verl:
+        from rlvr.reproduce.verl_results import VerlRuns, VerlRunsMissing
+
+        try:
+            ctx.run_source = VerlRuns(args.from_verl)
+            ctx.run_source.check(ctx, [args.name])
+        except VerlRunsMissing as e:
+            raise SystemExit(str(e)) from None
+    elif profile.needs_gpu and not has_gpu():
         return print_plan(ctx, args.name)
-    if profile.needs_gpu:
+    if profile.needs_gpu and not args.from_verl:
         from rlvr.config import ConfigError
         from rlvr.reproduce.profiles import check_engines
 
@@ -218,7 +238,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
         hf_logging.disable_progress_bar()
     start = time.perf_counter()
     jobs = args.jobs or (1 if args.smoke else min(4, os.cpu_count() or 1))
-    if jobs > 1:
+    if jobs > 1 and not args.from_verl:  # prefetching trains: nothing to train here
         from rlvr.reproduce.parallel import prefetch
 
         prefetch(ctx, [args.name], jobs)

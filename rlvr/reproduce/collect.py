@@ -41,16 +41,22 @@ def runs_for(
     extra: dict[str, Any] | None = None,
     tag: str = "",
 ) -> list[Run]:
-    """One finished run per draw of ``algo`` on the setting (trained or taken from the cache)."""
+    """One finished run per draw of ``algo`` on the setting (trained or taken from the cache;
+    with ``ctx.run_source``, read from the runs another engine trained)."""
     setting = ctx.profile.settings[setting_key]
     runs = []
     for base_seed, seed in ctx.units():
         cfg = train_config(setting, algo, seed, extra, base_seed=base_seed)
-        run = ensure_run(cfg, ctx.cache, say=ctx.say, progress=ctx.progress)
+        if ctx.run_source is None:
+            run = ensure_run(cfg, ctx.cache, say=ctx.say, progress=ctx.progress)
+        else:
+            run = ctx.run_source.run(cfg, setting_key)
         label = unit_label(setting_key, tag or algo, base_seed, seed)
         out.runs[label] = run.key
         out.run_records.setdefault(label, {})
         out.run_records[label].update(key=run.key, weights_sha256=run.weights_sha256)
+        if ctx.run_source is not None:
+            ctx.run_source.record(out, label, run)
         record_base(out, cfg.model)
         runs.append(run)
     return runs

@@ -100,6 +100,9 @@ class Context:
     started: float = field(default_factory=time.perf_counter)
     #: Base builds each method is trained from (``tiny-kk@b``; 0 is the preset itself).
     base_seeds: list[int] = field(default_factory=lambda: [0])
+    #: Where finished runs come from: None trains them here (``runs.ensure_run``); a
+    #: ``rlvr.reproduce.verl_results.VerlRuns`` reads the runs verl trained (``--from-verl``).
+    run_source: Any = None
 
     def units(self) -> list[tuple[int, int]]:
         """Every (base seed, RL seed) draw of a method, bases outermost."""
@@ -206,6 +209,11 @@ class Output:
             "run_records": self.run_records,
             "claims": self.claims,
             "notes": self.notes,
+            **(
+                self.ctx.run_source.provenance()
+                if self.ctx.run_source is not None
+                else {"engine": "native"}
+            ),
             "wall_seconds": round(time.perf_counter() - self.started, 1),
             "versions": versions(),
             "machine": machine_info(),

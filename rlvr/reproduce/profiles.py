@@ -1,13 +1,24 @@
 """Reproduction profiles: ``tiny`` (CPU, built locally, the default) and ``paper`` (GPUs).
 
-A profile lists *settings* (a task with a base model, training overrides and an evaluation
-protocol). Every training run is ``rlvr train`` with the profile's overrides plus
-``env``/``algo``/``seed``; evaluation uses the run's own prompt format and temperature.
+Two levels of configuration, both data:
+
+- a *training profile* (``rlvr/profiles/<name>[_<env>].yaml``, ``rlvr train profile=<name>``) is
+  one training recipe: optimiser, loss, batch, sampling, environment settings;
+- a *reproduction profile* (``rlvr reproduce --profile <name>``) is a grid,
+  ``rlvr/reproduce/grids/<name>.yaml`` (``smoke.yaml`` for ``--profile tiny --smoke``): its
+  *settings* (a task with a base model, the training profile it runs, and an evaluation
+  protocol), seeds, base builds and the GRPO-SG sweep.
+
+Every training run is ``rlvr train`` with the setting's ``train`` overrides (naming a training
+profile) plus ``env``/``algo``/``seed``; evaluation uses the run's own prompt format and
+temperature. This module loads the grids into ``Profile``/``Setting`` (unknown keys and wrong
+types are one-line errors naming the file and key) and holds the plan and validation code.
 
 The paper profile: the paper's exact training settings are not published in any copy we could
-find; its configs are the public recipes the paper builds on (the Logic-RL / AR-Lopti scripts for
-K&K and math, verl-tool's search recipe for QA; docs/design.md §6), which reviewers say the
-paper's code followed. Values that no recipe fixes are marked ``chosen`` in ``PAPER_CHOICES``.
+find; its training profile (``rlvr/profiles/paper*.yaml``) holds the public recipes the paper
+builds on (the Logic-RL / AR-Lopti scripts for K&K and math, verl-tool's search recipe for QA;
+docs/design.md, "Recipes (paper profile)"), which reviewers say the paper's code followed.
+Values that no recipe fixes are marked ``chosen`` there and listed in ``PAPER_CHOICES``.
 On a machine without GPUs ``rlvr reproduce ... --profile paper`` validates every config and
 prints the plan (engine, GPUs, memory, steps) instead of training. The engine follows the plan:
 a setting whose run passes the trainer's own memory check (``rlvr.agents.memory``) on one of the
@@ -16,24 +27,36 @@ GPUs it names trains natively; any other is marked ``verl`` and the native path 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from rlvr.config import ConfigError, nest
+from rlvr.config import ConfigError, load_yaml, merge, nest
 
-#: The six methods of the K&K table (docs/design.md §5), in the paper's order.
+#: The six methods of the K&K table (docs/design.md, "Optimizer math"), in the paper's order.
 KK_METHODS = ("grpo", "entropy_top", "ar", "lopti", "reverse", "grpo_sg")
+
+#: The reproduction grids, one YAML file per ``--profile`` (and ``smoke.yaml``).
+GRID_DIR = Path(__file__).resolve().parent / "grids"
+#: The training profiles the grids name (``rlvr.agents.train_config.PROFILE_DIR``).
+TRAIN_PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
+#: ``--smoke`` runs this grid, under the name of the profile it stands in for.
+SMOKE_GRID, SMOKE_OF = "smoke", "tiny"
 
 
 @dataclass
 class Setting:
     """One task of a profile: base model, training overrides, evaluation protocol.
 
-    ``eval_sets`` maps a column name to env keyword arguments (e.g. one benchmark file each);
-    empty means one set, grouped by ``group_by`` over ``group_values``. Evaluation runs greedy
-    plus ``k`` samples at the training temperature over ``n_items`` items per group.
+    ``train`` are flat ``key=value`` overrides of ``rlvr train`` (``{"profile": "tiny"}``: a
+    training profile by name). ``eval_sets`` maps a column name to env keyword arguments (e.g.
+    one benchmark file each); empty means one set, grouped by ``group_by`` over
+    ``group_values``. Evaluation runs greedy plus ``k`` samples at the training temperature over
+    ``n_items`` items per group.
     """
 
     env: str
@@ -56,6 +79,8 @@ class Setting:
 
 @dataclass
 class Profile:
+    """A reproduction profile: the grid of ``rlvr/reproduce/grids/<name>.yaml``."""
+
     name: str
     settings: dict[str, Setting]
     seeds: int = 3
@@ -72,6 +97,8 @@ class Profile:
     #: Base builds per setting (``tiny-kk``, ``tiny-kk@1``...): each method is trained on each
     #: (base seed x RL seed), so intervals cover the base's draw too. 1 for hub models.
     base_seeds: int = 1
+    #: Values no public recipe fixes (our choices): config key -> the choice and why.
+    choices: dict[str, str] = field(default_factory=dict)
 
     def setting(self, env: str) -> Setting:
         """The first setting of ``env`` (fig3/fig4 use one model per task)."""
@@ -81,285 +108,122 @@ class Profile:
         raise KeyError(f"profile {self.name!r} has no setting for env {env!r}")
 
 
-# -- tiny ----------------------------------------------------------------------------------------
+# -- the grids -----------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _read_grid(stem: str) -> dict[str, Any]:
+    path = GRID_DIR / f"{stem}.yaml"
+    if not path.exists():
+        raise ConfigError(f"--profile: {stem!r} is not one of {profile_names()}")
+    return load_yaml(path)
+
+
+def profile_names() -> list[str]:
+    """The ``--profile`` names: one per grid file (the smoke grid runs under ``tiny``)."""
+    stems = [p.stem for p in GRID_DIR.glob("*.yaml") if p.stem != SMOKE_GRID]
+    return sorted(stems, key=lambda n: (n != SMOKE_OF, n))
+
+
+def load_grid(stem: str, name: str | None = None) -> Profile:
+    """The ``Profile`` of ``grids/<stem>.yaml`` (named ``name``, default ``stem``). Keys are the
+    fields of ``Profile`` and ``Setting`` plus ``architectures`` (model -> shape, named by a
+    setting's ``arch``); an unknown key or a wrong type is a one-line ``ConfigError`` naming
+    the file and the key."""
+    where = f"rlvr/reproduce/grids/{stem}.yaml"
+    data = copy.deepcopy(_read_grid(stem))  # the cached file stays as read
+    try:
+        archs = data.pop("architectures", {}) or {}
+        raw_settings = data.pop("settings", None)
+        if not isinstance(raw_settings, dict) or not raw_settings:
+            raise ConfigError("settings: a grid needs a mapping of settings")
+        if "name" in data:
+            raise ConfigError("name: a grid is named by its file")
+        profile = merge(Profile(name or stem, {}), data)
+        for key, raw in raw_settings.items():
+            profile.settings[str(key)] = _setting(str(key), raw, archs)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    return profile
+
+
+def _setting(key: str, raw: Any, archs: dict[str, Any]) -> Setting:
+    prefix = f"settings.{key}."
+    if not isinstance(raw, dict):
+        raise ConfigError(f"settings.{key}: expected a mapping, got {raw!r}")
+    values = dict(raw)
+    for required in ("env", "model"):
+        if not isinstance(values.get(required), str):
+            raise ConfigError(f"{prefix}{required}: required (a string)")
+    from rlvr.agents.train_config import ENV_IDS
+
+    if values["env"] not in ENV_IDS:
+        raise ConfigError(f"{prefix}env: {values['env']!r} is not one of {sorted(ENV_IDS)}")
+    if isinstance(values.get("arch"), str):
+        if values["arch"] not in archs:
+            raise ConfigError(
+                f"{prefix}arch: {values['arch']!r} is not in architectures ({sorted(archs)})"
+            )
+        values["arch"] = dict(archs[values["arch"]])
+    if values.get("gpu") and values["gpu"] not in GPUS:
+        raise ConfigError(f"{prefix}gpu: {values['gpu']!r} is not one of {sorted(GPUS)}")
+    base = Setting(values.pop("env"), values.pop("model"))
+    return merge(base, values, prefix=prefix)
+
+
 def tiny_profile(smoke: bool = False) -> Profile:
     """CPU profile on the locally built tiny bases (``--smoke``: the micro model, 2 steps)."""
+    return load_grid(SMOKE_GRID, SMOKE_OF) if smoke else load_grid("tiny")
+
+
+def paper_profile() -> Profile:
+    """The paper's models on GPUs (``grids/paper.yaml``, training profile ``paper``)."""
+    return load_grid("paper")
+
+
+def get_profile(name: str, smoke: bool = False) -> Profile:
+    if name not in profile_names():
+        raise ConfigError(f"--profile: {name!r} is not one of {profile_names()}")
     if smoke:
-        micro_train = {
-            "profile": "micro",
-            "steps": 2,
-            "save_every": 1,
-            "progress": False,
-            "eval.every": 0,
-        }
-        common = dict(n_items=2, k=2, eval_max_new_tokens=12, eval_batch_size=16)
-        settings = {
-            "kk": Setting(
-                "kk", "micro", dict(micro_train), group_by="n_people", group_values=[3, 4], **common
-            ),
-            "math": Setting(
-                "math",
-                "micro",
-                dict(micro_train),
-                group_by=MATH_GROUP,
-                group_values=MATH_GROUP_VALUES[:2],
-                **common,
-            ),
-            "searchqa": Setting(
-                "searchqa",
-                "micro",
-                dict(micro_train),
-                group_by=QA_GROUP,
-                group_values=QA_GROUP_VALUES,
-                **common,
-            ),
-        }
-        return Profile(
-            "tiny",
-            settings,
-            seeds=1,
-            sweep={"tau": [0.25], "mu": [0.4], "alpha": [2.0]},
-            close_margin=0.05,
-        )
-    settings = {
-        # The size the tiny profile trains on (train on every size you evaluate): 3 people,
-        # the one held-out size where the tiny-kk base is within a 0.1-0.8 greedy
-        # band (2-person puzzles are not held out, ~588 exist; 4 people: 0.06; see tiny_kk.yaml).
-        # k=4 samples per item keep the 3-seed reproduction within its CPU budget.
-        "kk": Setting(
-            "kk",
-            "tiny-kk",
-            {"profile": "tiny"},
-            group_by="n_people",
-            group_values=[3],
-            n_items=100,
-            k=4,
-        ),
-        "math": Setting(
-            "math",
-            "tiny-math",
-            {"profile": "tiny"},
-            group_by=MATH_GROUP,
-            group_values=MATH_GROUP_VALUES,
-            n_items=100,
-            k=4,
-        ),
-        "searchqa": Setting(
-            "searchqa",
-            "tiny-searchqa",
-            {"profile": "tiny"},
-            group_by=QA_GROUP,
-            group_values=QA_GROUP_VALUES,
-            n_items=100,
-            k=4,
-        ),
-    }
-    # Three bases x one RL seed: three independent draws per method, each from its own build, at
-    # the cost of three RL seeds on one base plus two more builds per task.
-    return Profile(
-        "tiny",
-        settings,
-        seeds=1,
-        base_seeds=3,
-        sweep={"tau": [0.25, 1.0], "mu": [0.4, 0.6], "alpha": [2.0, 4.0]},
-    )
+        if name != SMOKE_OF:
+            raise ConfigError("--smoke runs the tiny profile's code path; use --profile tiny")
+        return tiny_profile(smoke=True)
+    return load_grid(name)
+
+
+def _grid_value(stem: str, *path: str) -> Any:
+    node: Any = _read_grid(stem)
+    for key in path:
+        node = node[key]
+    return node
 
 
 #: How the synthetic tasks are grouped in the tiny tables (the env keyword and its values).
-MATH_GROUP = "difficulty"
-MATH_GROUP_VALUES = [1, 2, 3, 4, 5]
-QA_GROUP = "hops"
-QA_GROUP_VALUES = [1, 2]
-
+MATH_GROUP = _grid_value("tiny", "settings", "math", "group_by")
+MATH_GROUP_VALUES = list(_grid_value("tiny", "settings", "math", "group_values"))
+QA_GROUP = _grid_value("tiny", "settings", "searchqa", "group_by")
+QA_GROUP_VALUES = list(_grid_value("tiny", "settings", "searchqa", "group_values"))
 
 # -- paper ---------------------------------------------------------------------------------------
 #: Public architecture facts (the models' ``config.json`` on the Hugging Face hub), for the plan.
-QWEN_ARCH = {
-    "Qwen/Qwen2.5-3B-Instruct": dict(
-        hidden=2048, layers=36, heads=16, kv_heads=2, inter=11008, vocab=151936, tied=1
-    ),
-    "Qwen/Qwen2.5-7B-Instruct-1M": dict(
-        hidden=3584, layers=28, heads=28, kv_heads=4, inter=18944, vocab=152064
-    ),
-    "Qwen/Qwen2.5-7B": dict(
-        hidden=3584, layers=28, heads=28, kv_heads=4, inter=18944, vocab=152064
-    ),
-    "Qwen/Qwen2.5-3B": dict(
-        hidden=2048, layers=36, heads=16, kv_heads=2, inter=11008, vocab=151936, tied=1
-    ),
+QWEN_ARCH = {m: dict(a) for m, a in _grid_value("paper", "architectures").items()}
+#: Values of the paper profile that no public recipe fixes (our choices, stated in docs).
+PAPER_CHOICES = dict(_grid_value("paper", "choices"))
+#: Column -> the math env's dataset name (``rlvr.envs.math.data.DATASETS``).
+PAPER_MATH_SETS = {
+    n: s["dataset"] for n, s in _grid_value("paper", "settings", "math", "eval_sets").items()
 }
-
-#: K&K recipe (Logic-RL / AR-Lopti scripts, docs/design.md §6).
-_KK_RECIPE = {
-    "profile": "default",
-    "dtype": "bfloat16",
-    "device": "cuda",
-    "gradient_checkpointing": True,
-    "prompts_per_step": 64,
-    "group_size": 8,
-    "mini_batch_size": 256,
-    "ppo_epochs": 1,
-    # 5 epochs over Logic-RL's 3-7-people train sets (5 x 900 puzzles) at 64 prompts a step.
-    "steps": math.ceil(5 * 5 * 900 / 64),
-    # Micro-batches bound the memory of a forward (8 of the 256 episodes of a mini-batch); the
-    # token-mean loss is normalised over the mini-batch, so the update is the same.
-    "micro_batch_size": 8,
-    "rollout.vllm_gpu_memory_utilization": 0.3,
-    "rollout.backend": "vllm",
-    "rollout.temperature": 0.7,
-    "rollout.max_prompt_tokens": 400,
-    "rollout.max_response_tokens": 4096,
-    "optim.lr": 1e-6,
-    "optim.grad_clip": 1.0,
-    "loss.clip_low": 0.2,
-    "loss.clip_high": 0.24,
-    "loss.dual_clip": 10.0,
-    "loss.kl_coef": 0.001,
-    "loss.agg": "token-mean",
-    "eval.every": 20,
-    "eval.n_prompts": 100,
-    "save_every": 20,
-    "env_kwargs.dataset": "K-and-K/knights-and-knaves",
-    "env_kwargs.n_people": [3, 4, 5, 6, 7],
-    "env_kwargs.template": "qwen",
-    "env_kwargs.prefill_think": True,
-}
-_MATH_RECIPE = {
-    **{k: v for k, v in _KK_RECIPE.items() if not k.startswith(("env_kwargs.", "steps", "eval."))},
-    "rollout.temperature": 1.0,
-    "env_kwargs.dataset": "agentica-org/DeepScaleR-Preview-Dataset",
-    "env_kwargs.split": "train",
-    "steps": 500,
-    # DeepScaleR has no held-out split: the five benchmarks are evaluated after training.
-    "eval.every": 0,
+#: Column -> FlashRAG subset: Search-R1's seven evaluation sets (test split, dev where FlashRAG
+#: has no test split: ``rlvr.envs.searchqa.data.flashrag_split``).
+PAPER_QA_SETS = {
+    n: s["dataset"] for n, s in _grid_value("paper", "settings", "searchqa", "eval_sets").items()
 }
 #: Search-R1's retrieval service (``rlvr retrieval-serve`` over an e5 index of wiki-18, or
-#: Search-R1's own ``retrieval_server.py``), at the address of its scripts.
-QA_RETRIEVER = "http://127.0.0.1:8000"
-_QA_RECIPE = {
-    **{k: v for k, v in _KK_RECIPE.items() if not k.startswith(("env_kwargs.", "steps", "eval."))},
-    "group_size": 16,
-    "rollout.temperature": 1.0,
-    "rollout.stop": ["</search>", "</answer>"],
-    "rollout.max_response_tokens": 2048,
-    "steps": 1000,
-    "eval.every": 100,
-    "eval.n_prompts": 100,
-    # Search-R1's training mix (NQ + HotpotQA train); held-out: their test (HotpotQA: dev) sets.
-    "env_kwargs.dataset": "flashrag:nq+hotpotqa",
-    "env_kwargs.retriever": QA_RETRIEVER,
-    "env_kwargs.max_turns": 2,
-    "env_kwargs.topk": 3,
-}
-
-#: Values of the paper profile that no public recipe fixes (our choices, stated in docs).
-PAPER_CHOICES = {
-    "math.steps": "500 (the math recipe's step count is not published)",
-    "math.rollout.max_response_tokens": "4096, as the K&K recipe",
-    "math.eval.every": "0: DeepScaleR has no held-out split; the benchmarks are run at the end",
-    "searchqa.prompts_per_step": "64, as the K&K recipe",
-    "searchqa.rollout.max_response_tokens": "2048 (observations included)",
-    "paper.seeds": "3",
-    "micro_batch_size": "8 episodes per forward (memory only: the loss is normalised per "
-    "mini-batch)",
-    "rollout.vllm_gpu_memory_utilization": "0.3 (vLLM sleeps during the update)",
-    "gpu": "one H200 (141 GB) for the 3B runs (native trainer); 80 GB GPUs under verl for 7B",
-}
+#: Search-R1's own ``retrieval_server.py``), as the paper's search-QA training profile names it.
+QA_RETRIEVER = load_yaml(TRAIN_PROFILE_DIR / "paper_searchqa.yaml")["env_kwargs"]["retriever"]
 
 #: GPUs a paper setting can name: memory in GiB as ``torch.cuda.mem_get_info`` reports it.
 GPUS = {"H200-141GB": 139.8, "H100-80GB": 79.6}
 #: Kept free on every GPU: the CUDA context, NCCL buffers and allocator slack.
 GPU_RESERVE_GIB = 1.0
-
-#: Column -> the math env's dataset name (``rlvr.envs.math.data.DATASETS``).
-PAPER_MATH_SETS = {
-    "MATH-500": "math500",
-    "Minerva": "minerva",
-    "OlympiadBench": "olympiadbench",
-    "AIME24": "aime24",
-    "AMC23": "amc23",
-}
-#: Column -> FlashRAG subset: Search-R1's seven evaluation sets (test split, dev where FlashRAG
-#: has no test split: ``rlvr.envs.searchqa.data.flashrag_split``).
-PAPER_QA_SETS = {
-    "NQ": "flashrag:nq",
-    "TriviaQA": "flashrag:triviaqa",
-    "PopQA": "flashrag:popqa",
-    "HotpotQA": "flashrag:hotpotqa",
-    "2Wiki": "flashrag:2wikimultihopqa",
-    "MuSiQue": "flashrag:musique",
-    "Bamboogle": "flashrag:bamboogle",
-}
-
-
-def paper_profile() -> Profile:
-    kk = dict(
-        group_by="n_people",
-        group_values=[3, 4, 5, 6, 7],
-        n_items=100,
-        k=8,
-        eval_env_kwargs={"dataset": "K-and-K/knights-and-knaves", "template": "qwen"},
-    )
-    settings = {
-        "kk": Setting(
-            "kk",
-            "Qwen/Qwen2.5-3B-Instruct",
-            dict(_KK_RECIPE),
-            **kk,
-            arch=QWEN_ARCH["Qwen/Qwen2.5-3B-Instruct"],
-            gpu="H200-141GB",
-        ),
-        "kk-7b": Setting(
-            "kk",
-            "Qwen/Qwen2.5-7B-Instruct-1M",
-            dict(_KK_RECIPE),
-            **kk,
-            arch=QWEN_ARCH["Qwen/Qwen2.5-7B-Instruct-1M"],
-            gpu="H100-80GB",
-        ),
-        # AIME/AMC sampled 16 times at temperature 1.0 (avg@16, pass@16).
-        "math": Setting(
-            "math",
-            "Qwen/Qwen2.5-7B",
-            dict(_MATH_RECIPE),
-            k=16,
-            eval_temperature=1.0,
-            eval_sets={n: {"dataset": p} for n, p in PAPER_MATH_SETS.items()},
-            n_items=100_000,
-            arch=QWEN_ARCH["Qwen/Qwen2.5-7B"],
-            gpu="H100-80GB",
-        ),
-        "searchqa": Setting(
-            "searchqa",
-            "Qwen/Qwen2.5-3B",
-            dict(_QA_RECIPE),
-            k=1,
-            eval_sets={n: {"dataset": p} for n, p in PAPER_QA_SETS.items()},
-            n_items=100_000,
-            arch=QWEN_ARCH["Qwen/Qwen2.5-3B"],
-            gpu="H200-141GB",
-        ),
-    }
-    # No continued-SFT row: the paper has none, and the equal-compute SFT reference replays a
-    # tiny build's own SFT recipe, which a hub model does not have.
-    return Profile(
-        "paper",
-        settings,
-        seeds=3,
-        needs_gpu=True,
-        sft_reference=False,
-        sweep={"tau": [0.25, 1.0], "mu": [0.4, 0.6], "alpha": [2.0, 4.0]},
-    )
-
-
-def get_profile(name: str, smoke: bool = False) -> Profile:
-    if name == "tiny":
-        return tiny_profile(smoke)
-    if name == "paper":
-        if smoke:
-            raise ConfigError("--smoke runs the tiny profile's code path; use --profile tiny")
-        return paper_profile()
-    raise ConfigError(f"--profile: {name!r} is not one of ['tiny', 'paper']")
 
 
 # -- validation and the GPU plan -----------------------------------------------------------------

@@ -77,6 +77,14 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
         "see `<name>.meta.json`)",
         "",
     ]
+    if ctx.run_source is not None:
+        src = ctx.run_source.provenance()
+        lines[-1:-1] = [
+            f"- engine: **{src['engine']}** "
+            f"({', '.join(src.get('verl_versions', [])) or 'version not recorded'}): the training "
+            f"runs were read from `{src.get('verl_dir', '')}/runs/` (metrics and final "
+            "checkpoints); evaluations, statistics and figures are rlvr's own"
+        ]
     if ctx.profile.name == "paper":
         lines += [
             "The paper profile's configs are the public recipes the paper builds on (Logic-RL / "
@@ -185,12 +193,15 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
             keys.setdefault(key, []).append(f"{name}:{label}")
     rows = []
     for key, used_by in sorted(keys.items()):
-        run_dir = Path(ctx.cache) / "runs" / key
-        info = (
-            json.loads((run_dir / "run.json").read_text())
-            if (run_dir / "run.json").exists()
-            else {}
-        )
+        if ctx.run_source is not None:
+            run_dir, info = ctx.run_source.folder(key), ctx.run_source.info(key)
+        else:
+            run_dir = Path(ctx.cache) / "runs" / key
+            info = (
+                json.loads((run_dir / "run.json").read_text())
+                if (run_dir / "run.json").exists()
+                else {}
+            )
         if (run_dir / "config.yaml").exists():
             (out_runs := ctx.out / "runs").mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run_dir / "config.yaml", out_runs / f"{key}.yaml")

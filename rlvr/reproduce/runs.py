@@ -92,7 +92,9 @@ def model_identity(model: str) -> str:
     BuildConfig and training data>``: a changed preset then gives new keys instead of reusing
     runs and evaluations of the old base. A model inside a run cache stands for its place in the
     cache (``runs/<key>/final``, ``sft/<key>``), so evaluation keys do not depend on where the
-    cache lives. Any other name or path is used as given.
+    cache lives. A checkpoint verl saved (``.../checkpoints/global_step_<N>/actor/huggingface``
+    of a generated run folder) stands for its weights' hash
+    (``rlvr.reproduce.verl_results.checkpoint_identity``). Any other name or path is used as given.
     """
     from rlvr.models.presets import parse_spec
 
@@ -102,6 +104,11 @@ def model_identity(model: str) -> str:
             return f"runs/{p.parent.name}/final"
         if p.parent.name == "sft" and (p / "sft.json").exists():
             return f"sft/{p.name}"
+        if p.name == "huggingface":
+            from rlvr.reproduce.verl_results import checkpoint_identity, is_verl_checkpoint
+
+            if is_verl_checkpoint(p):
+                return checkpoint_identity(p)
         return model
     return _preset_build_key(model)
 

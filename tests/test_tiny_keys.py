@@ -1,0 +1,103 @@
+"""The run-cache keys of the tiny reproduction are pinned: a change to what a tiny run or
+evaluation computes must be deliberate.
+
+``tests/data/tiny_keys.json`` lists the key (``rlvr.reproduce.runs.run_key`` / ``eval_key``) of
+every training run and evaluation that ``rlvr reproduce all --profile tiny`` (with and without
+``--smoke``) asks for, and the build key of every tiny base, computed without training. A change
+that moves one of them makes the run cache train again from scratch; when that is intended,
+regenerate the file with ``python tests/test_tiny_keys.py --write`` and say why in the commit.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+GOLDEN = Path(__file__).resolve().parent / "data" / "tiny_keys.json"
+#: Draws enumerated: the profile's own plus the wider grids a reproduction may pass
+#: (``--seeds 3``), so that every run a tiny reproduction can ask for is pinned.
+DRAWS = {"tiny": (3, 3), "smoke": (1, 1)}
+
+
+def _tag(algo: str, extra: dict) -> str:
+    return algo + "".join(f"[{k}={v!r}]" for k, v in sorted(extra.items()))
+
+
+def grid_keys(smoke: bool) -> dict[str, dict[str, str]]:
+    """``{"runs": label -> run key, "evals": label -> eval key, "bases": model -> build key}``
+    of ``rlvr reproduce all --profile tiny [--smoke]``, as ``rlvr.reproduce.parallel.prefetch``
+    enumerates them (the continued-SFT references' own folders depend on trained token counts:
+    their evaluations are keyed with a stand-in model naming the GRPO run they match)."""
+    from rlvr.reproduce import tables
+    from rlvr.reproduce.common import Context
+    from rlvr.reproduce.parallel import required_runs
+    from rlvr.reproduce.profiles import get_profile
+    from rlvr.reproduce.runs import eval_config, eval_key, model_identity, run_key, train_config
+
+    profile = get_profile("tiny", smoke=smoke)
+    n_seeds, n_bases = DRAWS["smoke" if smoke else "tiny"]
+    ctx = Context(
+        profile,
+        Path("unused"),
+        Path("/cache"),
+        list(range(n_seeds)),
+        smoke=smoke,
+        base_seeds=list(range(n_bases)),
+    )
+    runs, evals, bases = {}, {}, {}
+
+    def eval_sets(setting):
+        return list(setting.eval_sets.items()) or [("", None)]
+
+    for (key, algo, extra), units in required_runs(ctx, ["all"]):
+        setting = profile.settings[key]
+        for b, s in units:
+            cfg = train_config(setting, algo, s, extra, base_seed=b)
+            label = f"{key}/{_tag(algo, extra)}/base{b}/seed{s}"
+            runs[label] = run_key(cfg)
+            bases[cfg.model] = model_identity(cfg.model)
+            final = str(Path("/cache/runs") / runs[label] / "final")
+            for name, eval_set in eval_sets(setting):
+                ecfg = eval_config(setting, cfg, final, seed=cfg.seed, eval_set=eval_set)
+                evals[f"{label}{'/' + name if name else ''}"] = eval_key(ecfg)
+    for key, setting in profile.settings.items():
+        for b, s in ctx.units():
+            cfg = train_config(setting, "grpo", s, base_seed=b)
+            for name, eval_set in eval_sets(setting):
+                ecfg = eval_config(setting, cfg, cfg.model, seed=s, eval_set=eval_set)
+                evals[f"{key}/base/base{b}/seed{s}{'/' + name if name else ''}"] = eval_key(ecfg)
+            if profile.sft_reference and (key == "kk" or tables.has_sft_row(ctx, key)):
+                stand_in = f"sft/after-{run_key(cfg)}"
+                ecfg = eval_config(setting, cfg, stand_in, seed=s)
+                evals[f"{key}/sft/base{b}/seed{s}"] = eval_key(ecfg)
+    return {"runs": runs, "evals": evals, "bases": bases}
+
+
+def all_keys() -> dict[str, dict[str, dict[str, str]]]:
+    return {"tiny": grid_keys(smoke=False), "smoke": grid_keys(smoke=True)}
+
+
+def test_tiny_reproduction_keys_are_unchanged():
+    golden = json.loads(GOLDEN.read_text())
+    now = all_keys()
+    for grid in golden:
+        for kind in golden[grid]:
+            moved = {
+                k: (v, now[grid][kind].get(k))
+                for k, v in golden[grid][kind].items()
+                if now[grid][kind].get(k) != v
+            }
+            added = sorted(set(now[grid][kind]) - set(golden[grid][kind]))
+            assert not moved and not added, (
+                f"{grid} {kind}: keys moved {moved}, new {added} (deliberate? regenerate with "
+                "python tests/test_tiny_keys.py --write)"
+            )
+    assert set(now) == set(golden)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        raise SystemExit("usage: python tests/test_tiny_keys.py --write")
+    GOLDEN.write_text(json.dumps(all_keys(), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {GOLDEN}")
