@@ -153,17 +153,28 @@ def test_steps_equal_the_native_recipe(launch):
 
 
 def test_native_and_verl_read_one_recipe(tmp_path):
-    """Change a recipe value: the native TrainConfig and the verl config both change."""
+    """Change a value of the recipe file: the native TrainConfig and the verl config change."""
+    from rlvr.reproduce.profiles import TRAIN_PROFILE_DIR
+
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    for f in TRAIN_PROFILE_DIR.glob("paper*.yaml"):
+        (recipes / f.name).write_text(f.read_text())
+    text = (recipes / "paper_kk.yaml").read_text()
+    assert "steps: 352" in text
+    (recipes / "paper_kk.yaml").write_text(text.replace("steps: 352", "steps: 123"))
+    text = (recipes / "paper.yaml").read_text()
+    (recipes / "paper.yaml").write_text(text.replace("lr: 1.0e-6", "lr: 3.0e-6"))
     profile = get_profile("paper")
-    profile.settings["kk"].train["optim.lr"] = 3e-6
-    profile.settings["kk"].train["steps"] = 123
+    profile.settings["kk"].train["profile"] = str(recipes / "paper.yaml")
     cfg = train_config(profile.settings["kk"], "grpo", 0)
     assert (cfg.optim.lr, cfg.steps) == (3e-6, 123)
-    write(profile, ["fig2"], [0], tmp_path, "test")
-    config, record = load(tmp_path, "kk__grpo__seed0")
+    write(profile, ["fig2"], [0], tmp_path / "launch", "test")
+    config, record = load(tmp_path / "launch", "kk__grpo__seed0")
     assert config["actor_rollout_ref"]["actor"]["optim"]["lr"] == 3e-6
     assert config["trainer"]["total_training_steps"] == 123 == record["steps"]
     assert record["native_config_hash"] == run_key(cfg)
+    assert "kk train 7872 " in (tmp_path / "launch/runs/kk__grpo__seed0/run.sh").read_text()
 
 
 # -- every translated key ------------------------------------------------------------------------
@@ -444,8 +455,11 @@ def test_run_sh_prepares_once_then_launches(launch, tmp_path):
     assert f"VERL_FILE_LOGGER_PATH={run}/metrics.jsonl" in main_call[0]
     assert (run / "DONE").exists()
     (tmp_path / "log").unlink()
+    (run / "metrics.jsonl").write_text('{"step": 1, "data": {}}\n')  # a first attempt's lines
     assert run_script(run / "run.sh", tmp_path).returncode == 0
     assert not any("prepare-verl" in x for x in (tmp_path / "log").read_text().splitlines())
+    assert (run / "metrics.001.jsonl").read_text().startswith('{"step": 1')
+    assert not (run / "metrics.jsonl").exists()  # the recorder wrote none: verl would
 
 
 def free_port() -> int:
@@ -488,6 +502,11 @@ def test_cli_engine_flag(tmp_path, capsys):
         rlvr_main(["reproduce", "fig2", "--profile", "paper", "--engine", "verl"])
     with pytest.raises(SystemExit, match="--profile paper"):
         rlvr_main(["reproduce", "fig2", "--engine", "verl", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="use one"):
+        rlvr_main(
+            ["reproduce", "fig2", "--profile", "paper", "--engine", "verl"]
+            + ["--out", str(tmp_path), "--from-verl", str(tmp_path)]
+        )
     code = rlvr_main(
         [
             "reproduce",

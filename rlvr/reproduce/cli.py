@@ -146,6 +146,8 @@ def write_verl(args: argparse.Namespace) -> int:
         raise SystemExit("--engine verl: writes the paper grid; use --profile paper, no --smoke")
     if not args.out:
         raise SystemExit("--engine verl: name the launch folder with --out DIR")
+    if getattr(args, "from_verl", None):
+        raise SystemExit("--engine verl writes launch folders, --from-verl reads them: use one")
     if args.base_seeds not in (None, 1):
         raise SystemExit("--engine verl: the paper's models are fixed (no --base-seeds)")
     profile = get_profile("paper")

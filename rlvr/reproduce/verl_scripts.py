@@ -284,6 +284,13 @@ prepare() {{  # OUT ENV SPLIT CAP [KEY=VALUE...]: rlvr prepare-verl, min(CAP, ta
 {prepare}
 OVERRIDES=()
 {retrieval}
+# verl's file logger truncates its file: keep an earlier attempt's lines (--from-verl reads
+# metrics.NNN.jsonl first, in name order; a resumed run re-logs the steps since its checkpoint).
+if [[ -s "$HERE/metrics.jsonl" ]]; then
+  n=1
+  while [[ -e "$(printf '%s/metrics.%03d.jsonl' "$HERE" "$n")" ]]; do n=$((n + 1)); done
+  mv "$HERE/metrics.jsonl" "$(printf '%s/metrics.%03d.jsonl' "$HERE" "$n")"
+fi
 export VERL_FILE_LOGGER_PATH="$HERE/metrics.jsonl"
 "$PYTHON" -m rlvr.integrations.verl_main --config-path "$HERE" --config-name config \\
   "data.train_files=[{train}]" \\
@@ -420,8 +427,10 @@ def readme(rows: list[dict[str, Any]], command: str) -> str:
             "`checkpoints/global_step_*/actor/huggingface`).",
             "",
             "Each run writes `metrics.jsonl` (verl's file logger: one "
-            '`{"step": N, "data": {...}}` line per step) and `checkpoints/`. A resumed '
-            "run (`trainer.resume_mode=auto`) continues from its last checkpoint.",
+            '`{"step": N, "data": {...}}` line per step) and `checkpoints/`. Rerunning '
+            "run.sh resumes from the last checkpoint (`trainer.resume_mode=auto`) and keeps "
+            "the earlier `metrics.jsonl` as `metrics.NNN.jsonl` (verl's logger would truncate "
+            "it); `--from-verl` reads them in order.",
             "",
             f"## Runs ({len(rows)}; bound: {gpu_h:,.0f} GPU-hours in all)",
             "",
