@@ -10,8 +10,11 @@ raises ``VerlTranslationError`` naming the key. What maps to what:
   ``verl/workers/config/actor.py``), so it is ``mini_batch_size / group_size``; the native
   micro-batch (episodes per forward) is verl's per-GPU micro-batch;
 - steps: ``trainer.total_training_steps`` = steps; verl's loop stops at the first of that and
-  ``total_epochs`` (``verl/trainer/ppo/v1/trainer_base.py`` ``fit``), so ``total_epochs`` is set
-  to ``steps``, a bound never reached first: every epoch has at least one step;
+  ``total_epochs`` (``RayPPOTrainer.fit`` in ``verl/trainer/ppo/ray_trainer.py``, which
+  ``rlvr.integrations.verl_main`` runs, and the V1 ``trainer_base.py`` alike), so
+  ``total_epochs`` is set to ``steps``, a bound never reached first: every epoch has at least one
+  step. run.sh exports the tasks the native run visits (``steps x prompts_per_step``, or the
+  whole split when it is smaller; verl then cycles over it in shuffled epochs);
 - loss: clip ratios low/high/c, ``token-mean`` etc. (same names), KL as verl's KL loss with
   ``low_var_kl``, which is the k3 estimator (Schulman 2020) that the native loss uses;
 - optimizer: AdamW lr, betas, eps (``override_optimizer_config``), weight decay (verl's default

@@ -8,7 +8,9 @@ Run in verl's own venv by ``scripts/test_integrations.sh verl``. For each genera
 - ``config.yaml`` composes with verl's packaged ``ppo_trainer`` (Hydra compose API) under exactly
   those overrides, and passes what ``verl.trainer.main_ppo.main`` runs before training
   (``validate_config``), plus the typed configs verl's workers build (``omega_conf_to_dataclass``
-  of actor, reference, rollout, algorithm, reward, checkpoint) and full interpolation;
+  of actor, reference, rollout, algorithm, checkpoint engine), the reward function verl loads,
+  and full interpolation; and, where ``rlvr.integrations.verl_main`` imports, its ``prepare``
+  (the ``rlvr`` section, the policy-loss keys it implies, verl's validation);
 - every key the file sets exists in verl's own composed config (Hydra would silently add a
   misspelled key to a section that verl never turns into a dataclass), except the ``rlvr``
   section and the fields of rlvr's policy-loss config.
