@@ -232,7 +232,7 @@ CASES = [
     ({"save_every": 0}, {"trainer.save_freq": -1}),
     ({"save_every": 50}, {"trainer.save_freq": 50}),
     ({"keep_checkpoints": 3}, {"trainer.max_actor_ckpt_to_keep": 3}),
-    ({"eval.every": 10}, {"trainer.test_freq": 10, "trainer.val_before_train": True}),
+    ({"eval.every": 10}, {"trainer.test_freq": 10, "trainer.val_before_train": False}),
     ({"eval.every": 0}, {"trainer.test_freq": -1, "trainer.val_before_train": False}),
     ({"eval.every": 0, "eval.at_end": True, "steps": 30}, {"trainer.test_freq": 30}),
     (
@@ -447,6 +447,10 @@ def test_run_sh_prepares_once_then_launches(launch, tmp_path):
     log = (tmp_path / "log").read_text().splitlines()
     prepares = [line for line in log if line.startswith("rlvr.cli prepare-verl")]
     assert len(prepares) == 6  # train + one test file per size 3..7
+    counts = [line for line in log if line.startswith("rlvr.reproduce.verl_scripts count")]
+    assert "--split train --cap 22528 " in counts[0]
+    # the native periodic evaluation's 100 puzzles, shared by the five sizes
+    assert all("--split test --cap 20 " in line for line in counts[1:]) and len(counts) == 6
     assert "--n 7 " in prepares[0] and "--env-arg n_people=[3, 4, 5, 6, 7]" in prepares[0]
     assert (out / "data" / "kk" / "train.parquet").exists()
     main_call = [line for line in log if line.startswith("rlvr.integrations.verl_main")]
@@ -525,3 +529,25 @@ def test_cli_engine_flag(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["engine"] == "verl" and summary["runs"] == 4  # 3 methods + the logit form
     assert (tmp_path / "runs" / "kk__grpo_sg-logit__seed0" / "config.yaml").exists()
+
+
+def test_wall_time_bound_counts_generation_updates_and_validation():
+    from rlvr.reproduce.profiles import param_count
+    from rlvr.reproduce.verl_scripts import estimate_hours
+
+    setting = get_profile("paper").settings["kk"]
+    cfg, flat = flat_of("kk", "grpo", {"eval.every": 0}, gpus=2)
+    tokens = 352 * 64 * 8 * (400 + 4096)
+    flops = tokens * param_count(setting.arch) * (2 + 2 + 2 + 6)
+    assert estimate_hours(setting, cfg, 2, flat, 0) == pytest.approx(
+        flops / (2 * 989e12 * 0.15) / 3600
+    )
+    lopti, lflat = flat_of("kk", "lopti", {"eval.every": 0}, gpus=2)  # two update passes
+    assert estimate_hours(setting, lopti, 2, lflat, 0) / estimate_hours(
+        setting, cfg, 2, flat, 0
+    ) == pytest.approx(18 / 12)
+    cfg, flat = flat_of("kk", "grpo", gpus=2)  # 18 validations of 100 tasks x 8 samples
+    extra = 18 * 100 * 8 * (400 + 4096) * 2 * param_count(setting.arch)
+    assert estimate_hours(setting, cfg, 2, flat, 100) == pytest.approx(
+        (flops + extra) / (2 * 989e12 * 0.15) / 3600
+    )

@@ -239,7 +239,8 @@ def _validation(cfg, ecfg) -> dict[str, Any]:
         v + "top_p": ecfg.top_p if sampled else 1.0,
         v + "top_k": -1,
         "trainer.test_freq": every or -1,
-        "trainer.val_before_train": every > 0,
+        # The native schedule evaluates after steps, never before the first (``eval.due``).
+        "trainer.val_before_train": False,
     }
 
 

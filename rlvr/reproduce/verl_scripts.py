@@ -139,28 +139,27 @@ def _kwargs(kwargs: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 
 def data_files(setting, cfg) -> tuple[DataFile, list[DataFile]]:
     """The train file (the tasks the native run visits: ``steps x prompts_per_step``) and the
-    validation files (one per evaluation set or group, ``eval.n_prompts`` tasks each)."""
+    validation files: one per evaluation set or group of the setting's protocol, which share the
+    native periodic evaluation's ``eval.n_prompts`` tasks (at least one each)."""
     from rlvr.reproduce.runs import eval_config
 
     train = DataFile(
         cfg.env, "train", cfg.steps * cfg.prompts_per_step, _kwargs(cfg.env_kwargs), "train"
     )
-    vals = []
-    sets = list(setting.eval_sets.items()) or [(None, None)]
-    for name, eval_set in sets:
+    parts = []  # (label, env kwargs, items in the set or group)
+    for name, eval_set in list(setting.eval_sets.items()) or [(None, None)]:
         ecfg = eval_config(setting, cfg, cfg.model, eval_set=eval_set)
-        cap = min(ecfg.n_items, cfg.eval.n_prompts)
         if name is not None:
-            vals.append(DataFile(cfg.env, "test", cap, _kwargs(ecfg.env_kwargs), f"test_{name}"))
+            parts.append((f"test_{name}", dict(ecfg.env_kwargs), ecfg.n_items))
             continue
-        groups = ecfg.group_values or [None]
-        for value in groups:
+        for value in ecfg.group_values or [None]:
             kw = dict(ecfg.env_kwargs)
-            label = "test"
             if value is not None:
                 kw[ecfg.group_by] = value
-                label = f"test_{ecfg.group_by}{value}"
-            vals.append(DataFile(cfg.env, "test", cap, _kwargs(kw), label))
+            label = "test" if value is None else f"test_{ecfg.group_by}{value}"
+            parts.append((label, kw, ecfg.n_items))
+    share = max(1, -(-cfg.eval.n_prompts // len(parts)))
+    vals = [DataFile(cfg.env, "test", min(n, share), _kwargs(kw), label) for label, kw, n in parts]
     return train, vals
 
 
@@ -236,21 +235,23 @@ def run_files(profile, run: VerlRun, layout: DataLayout) -> dict[str, Any]:
     }
 
 
-def estimate_hours(setting, cfg, gpus: int) -> float:
+def estimate_hours(setting, cfg, gpus: int, flat: dict[str, Any], val_tasks: int) -> float:
     """Upper bound on wall time: every response at the full budget; per token 2N FLOPs to
     generate, 2N each for the old and reference log-probs, 6N per update pass (Kaplan et al.
-    2020, C = 6N per trained token), at ``ASSUMED_MFU`` of the GPUs' bf16 peak."""
+    2020, C = 6N per trained token), plus the validations' generation (``val_tasks`` tasks x
+    ``val_kwargs.n`` at 2N), at ``ASSUMED_MFU`` of the GPUs' bf16 peak."""
     from rlvr.reproduce.profiles import param_count
 
     n = param_count(setting.arch)
-    tokens = (
-        cfg.steps
-        * cfg.prompts_per_step
-        * cfg.group_size
-        * (cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens)
-    )
+    length = cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens
+    tokens = cfg.steps * cfg.prompts_per_step * cfg.group_size * length
     passes = cfg.ppo_epochs * (2 if cfg.algo == "lopti" else 1)
     flops = tokens * n * (2 + 2 + (2 if cfg.loss.kl_coef > 0 else 0) + 6 * passes)
+    every = flat["trainer.test_freq"]
+    if every > 0:  # every ``test_freq`` steps and after the last one
+        validations = -(-cfg.steps // every)
+        val_n = flat["actor_rollout_ref.rollout.val_kwargs.n"]
+        flops += validations * val_tasks * val_n * length * 2 * n
     return flops / (gpus * PEAK_FLOPS[setting.gpu] * ASSUMED_MFU) / 3600
 
 
@@ -463,12 +464,9 @@ def write(profile, names: list[str], seeds: list[int], out: Path, command: str) 
         script.write_text(run_sh(files, command))
         script.chmod(0o755)
         gpus = files["record"]["gpus"]
-        rows.append(
-            {
-                **files["record"],
-                "hours": estimate_hours(files["setting"], files["cfg"], gpus),
-            }
-        )
+        val_tasks = sum(f.cap for f in files["data"][1:])
+        hours = estimate_hours(files["setting"], files["cfg"], gpus, files["flat"], val_tasks)
+        rows.append({**files["record"], "hours": hours})
     (out / "README.md").write_text(readme(rows, command))
     runs = " ".join(shlex.quote(r["run_key"]) for r in rows)
     run_all = out / "run_all.sh"
