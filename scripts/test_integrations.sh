@@ -15,7 +15,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${RLVR_CI_CACHE:-$HOME/.cache/rlvr-ci}"
 PYTHON="${PYTHON:-python3}"
 TORCH_PIN="torch==2.13.0"
-VERL_REQS="verl==0.9.1 pytest>=8"
+# verl 0.9.1's RayPPOTrainer (rlvr's verl trainer extends it) and its agent loops
+# (verl/experimental/agent_loop) import cachetools, fastapi and uvicorn, which verl lists only in
+# its verl-core extra (that extra also pulls TransferQueue and CUDA tools, too heavy here).
+VERL_REQS="verl==0.9.1 cachetools==8.0.2 fastapi==0.165.0 uvicorn==0.54.0 pytest>=8"
 TRL_REQS="trl==1.16.0 datasets>=3 pytest>=8"
 # verifiers runs its chat harness as a PEP 723 script through uv (its runtime installs uv with
 # pip when missing; having it in the venv keeps that out of the user's site-packages).
@@ -60,10 +63,9 @@ ensure_venv() {  # $1 = name, $2 = requirements
 }
 
 run_checks() {  # $1 = name
-  local venv="$CACHE/venv-$1" t0=$SECONDS rc=0 files
-  # tests/integrations/<name>_check.py and any <name>_<topic>_check.py beside it
-  files=("tests/integrations/$1_check.py")
-  for f in "$ROOT"/tests/integrations/"$1"_*_check.py; do
+  local venv="$CACHE/venv-$1" t0=$SECONDS rc=0 f
+  local files=("tests/integrations/$1_check.py")
+  for f in "$ROOT"/tests/integrations/"$1"_*_check.py; do  # verl_trainer_check.py, ...
     if [[ -e "$f" ]]; then files+=("tests/integrations/${f##*/}"); fi
   done
   # -P: do not put the working directory on sys.path, so the installed distribution's metadata

@@ -146,6 +146,27 @@ def test_encode_ground_truth_searchqa_and_bad_env():
         parse_env_args(["oops"])
 
 
+def test_searchqa_rows_select_the_agent_loop(tmp_path):
+    rows = list(verl_rows("searchqa", 3, split="train", seed=0))
+    for row in rows:
+        assert row["agent_name"] == "rlvr_searchqa" and row["data_source"] == "rlvr/searchqa"
+        assert row["ability"] == "qa" and row["prompt"][-1]["role"] == "user"
+        assert row["extra_info"]["question"] in row["prompt"][-1]["content"]
+        golds = row["reward_model"]["ground_truth"]["target"]
+        assert golds and all(isinstance(g, str) for g in golds)
+        assert compute_score(row["data_source"], f"<answer>{golds[0]}</answer>", golds)["acc"]
+    path = write_parquet(rows, tmp_path / "qa.parquet")
+    assert pq.read_table(path).to_pylist() == rows
+    assert "agent_name" not in next(iter(verl_rows("kk", 1, env_kwargs={"n_people": 3})))
+    # a public QA set exports without a corpus or a running retrieval service (no search is run)
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"question": "Who wrote it?", "golden_answers": ["Ann", "Ann B."]}\n')
+    (row,) = verl_rows("searchqa", 1, split="test", env_kwargs={"dataset": str(qa)})
+    assert row["data_source"] == "rlvr/searchqa/qa" and row["agent_name"] == "rlvr_searchqa"
+    assert row["extra_info"]["question"] == "Who wrote it?"
+    assert row["reward_model"]["ground_truth"] == {"target": ["Ann", "Ann B."]}
+
+
 def test_prepare_verl_cli(tmp_path, capsys):
     out = tmp_path / "d" / "kk.parquet"
     assert (

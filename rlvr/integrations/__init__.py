@@ -7,6 +7,10 @@ where that library is installed:
   (loaded by verl 0.9.1's ``verl.plugins`` entry-point group at ``import verl``).
 - ``verl_actor``: a whole actor loss for verl's ``set_loss_fn`` (logit-shaped GRPO-SG, 80/20,
   Lopti).
+- ``verl_trainer``, ``verl_main``: verl's PPO trainer and ``main_ppo`` with the method chosen by
+  the config's ``rlvr:`` section (``python -m rlvr.integrations.verl_main``).
+- ``verl_agent_loop``: the ``rlvr_searchqa`` agent loop (search QA's multi-turn protocol in
+  verl's rollout workers).
 - ``verl_reward``: ``compute_score(data_source, solution_str, ground_truth, extra_info)`` for
   verl's ``reward.custom_reward_function``, dispatching to our three environments.
 - ``verl_data``: our tasks as verl-ready parquet (``rlvr prepare-verl``); needs only pyarrow.

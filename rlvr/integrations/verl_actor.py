@@ -16,12 +16,12 @@ entropy bonus and KL loss) with our token weights on the surrogate:
   by the current entropy, averaged over the kept tokens (the token-mean's global count scaled by
   ``fraction``), KL on all tokens: as the native path and the official code
   (``rlvr/agents/algorithms/entropy_top.py``).
-- ``lopti``: one stage per update, ``low`` (``p_old < eta``) or ``high``; the stage comes from the
-  batch's non-tensor ``rlvr_lopti_stage`` (or the ``stage`` argument). Lopti's two optimizer steps
-  per batch are two ``update_actor`` calls, low first (see ``docs/integrations_verl.md``). As
-  AR-Lopti's ``dp_actor.py``: the advantage is zeroed outside the stage, KL and entropy are
-  multiplied by the stage mask, and every term keeps verl's global token count of the whole
-  mini-batch as its denominator.
+- ``lopti`` (any algorithm with ``stages`` in the registry): one stage per update, ``low``
+  (``p_old < eta``) or ``high``, named by the batch's non-tensor ``rlvr_lopti_stage`` (or the
+  ``stage`` argument). Lopti's two optimizer steps per batch are two ``update_actor`` calls, low
+  first (``rlvr.integrations.verl_trainer``). As AR-Lopti's ``dp_actor.py``: the advantage is
+  zeroed outside the stage, KL and entropy are multiplied by the stage mask, and every term keeps
+  verl's global token count of the whole mini-batch as its denominator.
 
 The sampled token's *logit* (needed by ``shaping_input="logit"``) is not in verl's
 ``model_output``. verl calls the loss function a second way,
@@ -49,14 +49,13 @@ from verl.workers.utils.padding import no_padding_2_padding
 from rlvr.agents.algorithms import get_algorithm
 from rlvr.agents.config import WeightConfig
 from rlvr.agents.losses import clipped_surrogate
-from rlvr.agents.weights import lopti_masks, n_kept, token_weights
+from rlvr.agents.weights import n_kept, token_weights
 from rlvr.integrations.verl_plugin import clip_settings
 
 #: ``model_output`` key of the sampled token's logit (filled through verl's logits hook).
 SAMPLED_LOGIT_KEY = "rlvr_sampled_logit"
 #: Non-tensor batch key selecting the Lopti stage (``"low"`` or ``"high"``).
 LOPTI_STAGE_KEY = "rlvr_lopti_stage"
-SCHEMES = ("grpo", "grpo_sg", "reverse", "ar", "entropy_top", "lopti")
 
 
 def _temperature(data: TensorDict) -> float:
@@ -112,17 +111,27 @@ class RlvrActorLoss:
         weight_position: str = "surrogate",
         **params: Any,
     ):
-        if scheme not in SCHEMES:
-            raise ValueError(f"scheme: {scheme!r} is not one of {list(SCHEMES)}")
-        if stage not in (None, "low", "high"):
-            raise ValueError(f"stage: {stage!r} is not one of [None, 'low', 'high']")
+        try:
+            self.algorithm = get_algorithm(scheme)
+        except ValueError:
+            raise ValueError(f"scheme: {scheme!r} is not a registered algorithm") from None
+        if stage is not None and self.algorithm.stages is None:
+            raise ValueError(f"stage: {scheme!r} has no stages, got {stage!r}")
         self.config = config
         self.scheme = scheme
         self.stage = stage
         self.weight_position = weight_position
         self.weight_config = WeightConfig(**params)
-        self.algorithm = get_algorithm(scheme)
         self.params = self.algorithm.params(self.weight_config)  # validated now, not on a worker
+
+    # -- pickling (Ray ships the loss to every worker) ------------------------------------------
+    def __getstate__(self) -> dict:
+        # the registry entry holds lambdas: send its name, look it up again on the worker
+        return {k: v for k, v in self.__dict__.items() if k != "algorithm"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.algorithm = get_algorithm(self.scheme)
 
     # -- verl's logits hook ------------------------------------------------------------------
     def logits_outputs(
@@ -144,14 +153,16 @@ class RlvrActorLoss:
         return self.loss(model_output, data)
 
     def _stage(self, old_log_prob, mask, data) -> torch.Tensor:
-        """Lopti's stage tokens (bool ``[B, T]``)."""
-        stage = tu.get_non_tensor_data(data=data, key=LOPTI_STAGE_KEY, default=None) or self.stage
-        if stage not in ("low", "high"):
-            raise ValueError(
-                f"{LOPTI_STAGE_KEY}: Lopti needs the stage 'low' or 'high', got {stage!r}"
-            )
-        low, high = lopti_masks(old_log_prob, mask, eta=self.params["eta"])
-        return (low if stage == "low" else high).to(torch.bool)
+        """The tokens (bool ``[B, T]``) of the stage the batch names (Lopti: low or high)."""
+        name = tu.get_non_tensor_data(data=data, key=LOPTI_STAGE_KEY, default=None) or self.stage
+        stages = self.algorithm.stages(old_log_prob, mask, self.params)
+        for stage in stages:
+            if stage.name == name:
+                return stage.tokens.to(torch.bool)
+        raise ValueError(
+            f"{LOPTI_STAGE_KEY}: {self.scheme!r} needs one of the stages "
+            f"{[s.name for s in stages]}, got {name!r}"
+        )
 
     def _weights(self, log_prob, old_log_prob, mask, entropy, logits) -> Optional[torch.Tensor]:
         if self.algorithm.weight is None:
@@ -204,7 +215,7 @@ class RlvrActorLoss:
         rollout_is_weights = padded.get("rollout_is_weights", None)
 
         weights = self._weights(log_prob, old_log_prob, mask, entropy, logits)
-        stage = self._stage(old_log_prob, mask, data) if self.scheme == "lopti" else None
+        stage = self._stage(old_log_prob, mask, data) if self.algorithm.stages else None
         if stage is not None:  # AR-Lopti: no advantage outside the stage
             advantages = advantages * stage.to(advantages.dtype)
         pg_mask, pg_batch_info = mask, dict(config.global_batch_info)

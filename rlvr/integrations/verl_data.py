@@ -14,7 +14,10 @@ One row per task, in the layout of verl's ``examples/data_preprocess`` scripts, 
   (Search-R1's layout); each reads back with the environment's own scorer;
 - ``extra_info``: ``split``, ``index`` and the scoring options ``verl_reward`` reads
   (``prefilled_think`` for K&K: False, since verl's chat rendering does not prefill the assistant
-  turn with ``<think>``; ``require_think`` for math).
+  turn with ``<think>``; ``require_think`` for math); search QA adds the ``question``;
+- ``agent_name`` (search QA only): ``rlvr_searchqa``, the agent loop verl's rollout workers run
+  for the row (``rlvr.integrations.verl_agent_loop``), which reads the question from
+  ``extra_info`` and the gold answers from ``reward_model``.
 
 Tasks come from the environment itself (``gymnasium.make`` + ``reset(seed, options={"index": i})``),
 so generators and dataset-backed environments export the same way and the rows are reproducible.
@@ -27,6 +30,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 ABILITY = {"kk": "logic", "math": "math", "searchqa": "qa"}
+#: verl's per-row agent loop (``agent_name`` column) for the multi-turn envs.
+AGENT_NAME = {"searchqa": "rlvr_searchqa"}
+#: Search QA rows are exported without searching; an env for a public QA set still needs a
+#: retriever, so export gives it the retrieval service's usual address (never contacted).
+EXPORT_RETRIEVER = "http://127.0.0.1:8000"
 
 
 def _parse_value(text: str) -> Any:
@@ -73,12 +81,14 @@ def encode_ground_truth(env: str, info: dict) -> Any:
     raise ValueError(f"env: {env!r} is not one of {sorted(ABILITY)}")
 
 
-def _extra_info(env: str, split: str, index: int, env_kwargs: dict) -> dict:
+def _extra_info(env: str, split: str, index: int, env_kwargs: dict, info: dict) -> dict:
     extra: dict[str, Any] = {"split": split, "index": index}
     if env == "kk":
         extra["prefilled_think"] = False
     elif env == "math":
         extra["require_think"] = bool(env_kwargs.get("require_think", False))
+    elif env == "searchqa":
+        extra["question"] = str(info["question"])
     return extra
 
 
@@ -105,18 +115,24 @@ def verl_rows(
     kwargs = dict(env_kwargs or {})
     kwargs.setdefault("split", split)
     dataset = kwargs.get("dataset")
+    if env == "searchqa" and dataset not in (None, "synthetic"):
+        if not any(kwargs.get(k) for k in ("corpus", "index_path", "retriever")):
+            kwargs["retriever"] = EXPORT_RETRIEVER
     data_source = f"rlvr/{env}" + (f"/{Path(str(dataset)).stem}" if dataset else "")
     handle = gym.make(env_id(env), **kwargs)
     try:
         for i in range(start, start + n):
             _, info = handle.reset(seed=seed, options={"index": i})
-            yield {
+            row = {
                 "data_source": data_source,
                 "prompt": [{"role": m["role"], "content": m["content"]} for m in info["messages"]],
                 "ability": ABILITY[env],
                 "reward_model": {"style": "rule", "ground_truth": encode_ground_truth(env, info)},
-                "extra_info": _extra_info(env, split, i, kwargs),
+                "extra_info": _extra_info(env, split, i, kwargs, info),
             }
+            if env in AGENT_NAME:
+                row["agent_name"] = AGENT_NAME[env]
+            yield row
     finally:
         handle.close()
 

@@ -33,10 +33,15 @@ unknown keys, so point its ``_target_`` at ``RlvrPolicyLossConfig`` (a subclass 
     weight_position, shaping_input)
 
 Keys left unset take the defaults of ``rlvr.agents.config`` (``GRPO_SG_DEFAULTS`` etc.).
+
+It also imports ``rlvr.integrations.verl_agent_loop``, which registers the search-QA agent loop
+``rlvr_searchqa`` in every verl process (a failed import is logged at debug level, as verl logs
+plugin failures, so the losses stay usable).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -206,3 +211,8 @@ def _registered_loss(scheme: str):
 #: reweighting ``(alpha * p_old + 1 - alpha) * A``.
 for _scheme in PLUGIN_LOSSES:
     _registered_loss(_scheme)
+
+try:  # the rlvr_searchqa agent loop (verl.experimental.agent_loop's registry)
+    from rlvr.integrations import verl_agent_loop  # noqa: F401
+except Exception as _error:  # noqa: BLE001 - an experimental verl API must not break the losses
+    logging.getLogger(__name__).debug("rlvr_searchqa agent loop not registered: %r", _error)

@@ -1,0 +1,358 @@
+"""verl 0.9.1 trainer running every rlvr algorithm: ``RlvrPPOTrainer(RayPPOTrainer)``.
+
+A verl run selects the method with one top-level config section (read by ``read_rlvr``)::
+
+    rlvr:
+      algo: grpo_sg                 # a name of rlvr.agents.algorithms
+      params: {shaping_input: logit, alpha: 2.75}   # rlvr.agents.config.WeightConfig fields
+      weight_position: surrogate    # or ratio
+      searchqa: {...}               # read by rlvr.integrations.verl_agent_loop
+
+What each algorithm needs is read from its registry entry (``rlvr.agents.algorithms``), not
+from its name:
+
+- no weight, no selection, no stages (GRPO): verl's own ``vanilla`` policy loss;
+- a weight the plugin registers (``verl_plugin.PLUGIN_LOSSES``: ``grpo_sg``, ``reverse``, ``ar``)
+  on the probability: ``actor.policy_loss.loss_mode=<algo>`` with ``RlvrPolicyLossConfig``
+  (written into the config before the workers exist, so verl's own ``ppo_loss`` runs it);
+- everything else (logit shaping, a token selection, stages): the whole actor loss
+  ``RlvrActorLoss`` installed with ``actor_rollout_wg.set_loss_fn`` after the workers start;
+  then on every actor-update batch the non-tensor flags the loss needs:
+  ``distillation_use_topk=True`` when the weight reads the sampled token's logit (verl then calls
+  the loss's logits hook inside the forward, ``verl_actor``), ``calculate_entropy=True`` when
+  tokens are selected by entropy (80/20), and, for staged algorithms (Lopti), one
+  ``update_actor`` call per stage in the registry's order with the stage's name in
+  ``rlvr_lopti_stage``.
+
+``needs_old_logprobs`` is always met: verl's ``fit`` computes old log-probs (or, in its rollout
+correction's bypass mode, takes the rollout's) before every actor update.
+
+verl 0.9.1 builds the actor-update batch and its flags inside ``RayPPOTrainer._update_actor``
+(``verl/trainer/ppo/ray_trainer.py``), recomputing ``distillation_use_topk`` from the
+distillation config just before ``self.actor_rollout_wg.update_actor(batch_td)``. The override
+below runs verl's ``_update_actor`` unchanged, once per stage, with the worker group wrapped so
+that ``update_actor`` receives the batch with our flags added (``_FlaggedUpdates``).
+
+Lopti, as AR-Lopti's trainer (zhyang2226/AR-Lopti@b92ba16, ``verl/trainer/ppo/ray_trainer.py``
+``fit``, ``seperate_updating``): the old log-probs are computed once, then ``update_actor`` runs
+on the low stage (``pi_old < eta``) and then on the high stage; the two outputs' metrics are merged
+as there (lists concatenated, numbers averaged). As there, each ``update_actor`` call steps verl's
+learning-rate scheduler once, so the schedule advances two steps per batch.
+
+Logit shaping needs verl's remove-padding FSDP path without sequence parallelism, fused kernels
+or static padding (the logits hook sees the packed ``(1, total_nnz, vocab)`` logits only there);
+``read_rlvr`` rejects other settings with a one-line error naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from contextlib import contextmanager
+from typing import Any, Optional
+
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+from verl import DataProto
+from verl.trainer.distillation.losses import is_distillation_enabled
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.utils import tensordict_utils as tu
+from verl.utils.config import omega_conf_to_dataclass
+
+from rlvr.agents.algorithms import Algorithm, get_algorithm
+from rlvr.agents.config import WeightConfig
+from rlvr.agents.weights import token_weights
+from rlvr.integrations.verl_actor import LOPTI_STAGE_KEY, RlvrActorLoss
+from rlvr.integrations.verl_plugin import PLUGIN_LOSSES
+
+#: Keys of the ``rlvr`` section (``searchqa`` belongs to the search-QA agent loop).
+RLVR_KEYS = ("algo", "params", "weight_position", "searchqa")
+#: ``rlvr.params`` keys: the fields of ``WeightConfig``.
+PARAM_KEYS = tuple(f.name for f in dataclasses.fields(WeightConfig))
+WEIGHT_POSITIONS = ("surrogate", "ratio")
+_ACTOR = "actor_rollout_ref.actor"
+_MODEL = "actor_rollout_ref.model"
+
+
+class RlvrConfigError(ValueError):
+    """A bad ``rlvr`` section or a verl setting the chosen algorithm cannot run with."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RlvrSetup:
+    """The validated ``rlvr`` section and what it installs in verl (module docstring)."""
+
+    algo: str
+    algorithm: Algorithm
+    weight_config: WeightConfig
+    #: ``algorithm.params(weight_config)``: the keyword parameters the method reads.
+    params: dict
+    weight_position: str
+    #: How the loss reaches verl: ``vanilla`` (verl's own), ``policy_loss`` (a registered policy
+    #: loss) or ``actor_loss`` (``RlvrActorLoss`` through ``set_loss_fn``).
+    path: str
+
+    @property
+    def needs_logits(self) -> bool:
+        """The weight reads the sampled token's logit (GRPO-SG / Reverse, Eq. 20 on the logit)."""
+        return self.algorithm.weight is not None and self.params.get("shaping_input") == "logit"
+
+    def update_flags(self) -> dict[str, Any]:
+        """Non-tensor flags every actor-update batch needs (beyond verl's own)."""
+        flags: dict[str, Any] = {}
+        if self.needs_logits:
+            flags["distillation_use_topk"] = True
+        if self.algorithm.select_tokens is not None:
+            flags["calculate_entropy"] = True
+        return flags
+
+    def stage_names(self, batch: DataProto) -> list[Optional[str]]:
+        """The stages of ``batch`` in update order (``[None]``: one update, no stages)."""
+        if self.algorithm.stages is None:
+            return [None]
+        keys = batch.batch.keys()
+        for key in ("old_log_probs", "response_mask"):
+            if key not in keys:
+                raise RlvrConfigError(f"{key}: {self.algo!r} needs it in the actor-update batch")
+        stages = self.algorithm.stages(
+            batch.batch["old_log_probs"], batch.batch["response_mask"].bool(), self.params
+        )
+        return [s.name for s in stages]
+
+    def actor_loss(self, config: DictConfig) -> RlvrActorLoss:
+        """``RlvrActorLoss`` for verl's actor config ``config.actor_rollout_ref.actor``."""
+        actor_config = omega_conf_to_dataclass(OmegaConf.select(config, _ACTOR))
+        fields = dataclasses.asdict(self.weight_config)
+        return RlvrActorLoss(
+            actor_config, self.algo, weight_position=self.weight_position, **fields
+        )
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _weight_config(params: Mapping) -> WeightConfig:
+    for key, value in params.items():
+        if key not in PARAM_KEYS:
+            raise RlvrConfigError(f"rlvr.params.{key}: unknown; known: {list(PARAM_KEYS)}")
+        if key == "shaping_input":
+            if value not in ("logit", "prob"):
+                raise RlvrConfigError(
+                    f"rlvr.params.shaping_input: {value!r} is not one of ['logit', 'prob']"
+                )
+        elif key == "extra":
+            if not isinstance(value, Mapping) or not all(_is_number(v) for v in value.values()):
+                raise RlvrConfigError("rlvr.params.extra: must map names to finite numbers")
+        elif not (value is None or _is_number(value)):
+            raise RlvrConfigError(f"rlvr.params.{key}: must be a finite number, got {value!r}")
+    return WeightConfig(**{k: (dict(v) if k == "extra" else v) for k, v in params.items()})
+
+
+def _dry_run(algorithm: Algorithm, params: dict) -> None:
+    """Run the method's weight, selection and stages on a tiny batch, so every range check of
+    ``rlvr.agents.weights`` fires now (on the driver) rather than inside a worker."""
+    g = torch.Generator().manual_seed(0)
+    logprobs = -torch.rand(2, 4, generator=g, dtype=torch.float64) * 3
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    entropy = torch.rand(2, 4, generator=g, dtype=torch.float64)
+    if algorithm.weight is not None:
+        token_weights(
+            algorithm.weight,
+            logprobs=logprobs,
+            mask=mask,
+            logits=logprobs + 20.0,
+            old_logprobs=logprobs,
+            entropy=entropy,
+            **params,
+        )
+    if algorithm.select_tokens is not None:
+        algorithm.select_tokens(entropy, mask, params)
+    if algorithm.stages is not None:
+        algorithm.stages(logprobs, mask, params)
+
+
+def _choose_path(algorithm: Algorithm, params: dict) -> str:
+    if algorithm.stages is not None or algorithm.select_tokens is not None:
+        return "actor_loss"
+    if algorithm.weight is None:
+        return "vanilla"
+    if algorithm.weight in PLUGIN_LOSSES and params.get("shaping_input", "prob") == "prob":
+        return "policy_loss"
+    return "actor_loss"
+
+
+def _select(config: DictConfig, key: str, default: Any = None) -> Any:
+    return OmegaConf.select(config, key, default=default)
+
+
+def _check_engine(config: DictConfig, setup: RlvrSetup) -> None:
+    """verl settings the chosen path cannot run with (one-line errors naming the key)."""
+    loss_mode = _select(config, f"{_ACTOR}.policy_loss.loss_mode", "vanilla")
+    wanted = setup.algo if setup.path == "policy_loss" else "vanilla"
+    if loss_mode not in ("vanilla", wanted):
+        raise RlvrConfigError(
+            f"{_ACTOR}.policy_loss.loss_mode: {loss_mode!r} conflicts with "
+            f"rlvr.algo={setup.algo!r} (leave it 'vanilla': rlvr sets the loss)"
+        )
+    if setup.path != "actor_loss":
+        return
+    if is_distillation_enabled(config.get("distillation")):
+        raise RlvrConfigError(
+            f"distillation.enabled: rlvr.algo={setup.algo!r} replaces verl's actor loss, "
+            "distillation included; turn one off"
+        )
+    strategy = _select(config, f"{_ACTOR}.strategy", "fsdp")
+    if strategy not in ("fsdp", "fsdp2"):
+        raise RlvrConfigError(
+            f"{_ACTOR}.strategy: rlvr's actor loss is tested on the FSDP engine, got {strategy!r}"
+        )
+    if not setup.needs_logits:
+        return
+    why = f"logit shaping (rlvr.algo={setup.algo!r}, shaping_input=logit) reads the packed logits"
+    checks = [
+        (f"{_MODEL}.use_remove_padding", True),
+        (f"{_MODEL}.use_fused_kernels", False),
+        (f"{_ACTOR}.fsdp_config.use_fused_kernels", False),
+        (f"{_ACTOR}.ulysses_sequence_parallel_size", 1),
+        (f"{_ACTOR}.fsdp_config.ulysses_sequence_parallel_size", 1),
+        (f"{_ACTOR}.pad_to_length", False),
+        (f"{_ACTOR}.fsdp_config.pad_to_length", False),
+    ]
+    for key, need in checks:
+        value = _select(config, key, need)
+        if value != need:
+            raise RlvrConfigError(f"{key}: must be {need} for {why}, got {value!r}")
+
+
+def read_rlvr(config: DictConfig) -> Optional[RlvrSetup]:
+    """The validated ``rlvr`` section of a verl config (``None`` when there is none)."""
+    section = config.get("rlvr") if isinstance(config, DictConfig) else None
+    if section is None:
+        return None
+    if not isinstance(section, DictConfig):
+        raise RlvrConfigError(f"rlvr: must be a mapping with keys {list(RLVR_KEYS)}")
+    raw = OmegaConf.to_container(section, resolve=True)
+    for key in raw:
+        if key not in RLVR_KEYS:
+            raise RlvrConfigError(f"rlvr.{key}: unknown key; known: {list(RLVR_KEYS)}")
+    algo = raw.get("algo")
+    if not isinstance(algo, str):
+        raise RlvrConfigError(f"rlvr.algo: required, a registered algorithm name; got {algo!r}")
+    try:
+        algorithm = get_algorithm(algo)
+    except ValueError as e:
+        raise RlvrConfigError(f"rlvr.{e}") from None
+    params = raw.get("params") or {}
+    if not isinstance(params, Mapping):
+        raise RlvrConfigError(f"rlvr.params: must be a mapping of {list(PARAM_KEYS)}")
+    position = raw.get("weight_position", "surrogate")
+    if position not in WEIGHT_POSITIONS:
+        raise RlvrConfigError(
+            f"rlvr.weight_position: {position!r} is not one of {list(WEIGHT_POSITIONS)}"
+        )
+    wc = _weight_config(params)
+    try:
+        resolved = algorithm.params(wc)
+        _dry_run(algorithm, resolved)
+    except ValueError as e:
+        raise RlvrConfigError(f"rlvr.params.{e}") from None
+    setup = RlvrSetup(
+        algo=algo,
+        algorithm=algorithm,
+        weight_config=wc,
+        params=resolved,
+        weight_position=position,
+        path=_choose_path(algorithm, resolved),
+    )
+    _check_engine(config, setup)
+    return setup
+
+
+def apply_rlvr(config: DictConfig) -> Optional[RlvrSetup]:
+    """Validate the ``rlvr`` section and write the policy-loss settings of the ``policy_loss``
+    path into ``config`` (idempotent; before the workers are built). Returns the setup."""
+    setup = read_rlvr(config)
+    if setup is None or setup.path != "policy_loss":
+        return setup
+    wc = setup.weight_config
+    keys = {
+        "_target_": "rlvr.integrations.verl_plugin.RlvrPolicyLossConfig",
+        "loss_mode": setup.algo,
+        "shaping_input": "prob",
+        **{k: getattr(wc, k) for k in ("alpha", "tau", "mu", "lower", "upper", "ar_alpha")},
+        "weight_position": setup.weight_position,
+    }
+    policy_loss = OmegaConf.select(config, f"{_ACTOR}.policy_loss")
+    with open_dict(policy_loss):
+        for key, value in keys.items():
+            policy_loss[key] = value
+    return setup
+
+
+def merge_update_metrics(outputs: list[DataProto]) -> DataProto:
+    """One actor output from several ``_update_actor`` outputs, as AR-Lopti merges its two
+    updates: list values concatenated, numbers averaged."""
+    merged: dict[str, Any] = {}
+    for key in outputs[0].meta_info["metrics"]:
+        values = [out.meta_info["metrics"][key] for out in outputs]
+        if all(isinstance(v, list) for v in values):
+            merged[key] = [x for v in values for x in v]
+        elif all(_is_number(v) for v in values):
+            merged[key] = sum(values) / len(values)
+        else:
+            merged[key] = values[-1]
+    return DataProto.from_single_dict(data={}, meta_info={"metrics": merged})
+
+
+class _FlaggedUpdates:
+    """The actor worker group, with ``flags`` added to the batch of every ``update_actor``."""
+
+    def __init__(self, worker_group, flags: dict[str, Any]):
+        self._worker_group = worker_group
+        self._flags = flags
+
+    def update_actor(self, data):
+        tu.assign_non_tensor(data, **self._flags)
+        return self._worker_group.update_actor(data)
+
+    def __getattr__(self, name):
+        return getattr(self._worker_group, name)
+
+
+class RlvrPPOTrainer(RayPPOTrainer):
+    """verl's ``RayPPOTrainer`` running the algorithm of ``config.rlvr`` (module docstring).
+
+    Without an ``rlvr`` section it is verl's trainer unchanged.
+    """
+
+    def __init__(self, config, *args, **kwargs):
+        self.rlvr = apply_rlvr(config)
+        super().__init__(config, *args, **kwargs)
+
+    def init_workers(self):
+        super().init_workers()
+        if self.rlvr is not None and self.rlvr.path == "actor_loss":
+            self.actor_rollout_wg.set_loss_fn(self.rlvr.actor_loss(self.config))
+
+    @contextmanager
+    def _flagged_updates(self, flags: dict[str, Any]):
+        worker_group = self.actor_rollout_wg
+        self.actor_rollout_wg = _FlaggedUpdates(worker_group, flags)
+        try:
+            yield
+        finally:
+            self.actor_rollout_wg = worker_group
+
+    def _update_actor(self, batch: DataProto) -> DataProto:
+        if self.rlvr is None or self.rlvr.path != "actor_loss":
+            return super()._update_actor(batch)
+        outputs = []
+        for stage in self.rlvr.stage_names(batch):
+            flags = self.rlvr.update_flags()
+            if stage is not None:
+                flags[LOPTI_STAGE_KEY] = stage
+            with self._flagged_updates(flags):
+                outputs.append(super()._update_actor(batch))
+        return outputs[0] if len(outputs) == 1 else merge_update_metrics(outputs)
