@@ -434,8 +434,9 @@ def run_script(path: Path, tmp: Path, **env) -> subprocess.CompletedProcess:
         "SERVE_DIR": str(serve),
         **env,
     }
+    args = env.get("ARGS", "").split()
     return subprocess.run(
-        ["bash", str(path)], env=full, capture_output=True, text=True, timeout=120
+        ["bash", str(path), *args], env=full, capture_output=True, text=True, timeout=120
     )
 
 
@@ -458,6 +459,9 @@ def test_run_sh_prepares_once_then_launches(launch, tmp_path):
     assert f"--config-path {run} --config-name config" in main_call[0]
     assert f"VERL_FILE_LOGGER_PATH={run}/metrics.jsonl" in main_call[0]
     assert (run / "DONE").exists()
+    (run / "DONE").unlink()
+    assert run_script(run / "run.sh", tmp_path, ARGS="--check").returncode == 0
+    assert not (run / "DONE").exists()  # verl_main --check validates only
     (tmp_path / "log").unlink()
     (run / "metrics.jsonl").write_text('{"step": 1, "data": {}}\n')  # a first attempt's lines
     assert run_script(run / "run.sh", tmp_path).returncode == 0
