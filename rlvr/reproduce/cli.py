@@ -1,6 +1,9 @@
 """``rlvr reproduce <name> --profile tiny|paper [--seeds N] [--base-seeds B] [--smoke] [--out DIR]``
 and ``rlvr reproduce --check DIR``.
 
+``--engine verl --profile paper --out DIR`` trains nothing: it writes one verl launch folder per
+training run of the figures and tables named (``rlvr.reproduce.verl_scripts``).
+
 Outputs are named after the script (``fig2.png``, ``fig2.csv``, ``table_kk.md``...) in ``--out``
 (default ``rlvr-results/<profile>/`` in the working directory; ``rlvr-results/<profile>-smoke/``
 with ``--smoke``): the committed ``results/`` are written only when ``--out`` names them.
@@ -75,6 +78,13 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
         help="output folder (default rlvr-results/<profile>/; the committed "
         "results/tiny/ only when named here)",
     )
+    parser.add_argument(
+        "--engine",
+        default="native",
+        choices=("native", "verl"),
+        help="native: train here (default); verl: write one verl launch folder per run of the "
+        "paper grid into --out (rlvr.reproduce.verl_scripts; --profile paper only)",
+    )
     parser.add_argument("--cache", default=None, help="run cache folder (default RLVR_HOME)")
     parser.add_argument(
         "--from-verl",
@@ -126,6 +136,42 @@ def print_plan(ctx: Context, name: str) -> int:
     return 0
 
 
+def write_verl(args: argparse.Namespace) -> int:
+    """``--engine verl``: the launch folder of every run ``args.name`` needs (no training)."""
+    from rlvr.config import ConfigError
+    from rlvr.reproduce.profiles import get_profile
+    from rlvr.reproduce.verl_scripts import write
+
+    if args.profile != "paper" or args.smoke:
+        raise SystemExit("--engine verl: writes the paper grid; use --profile paper, no --smoke")
+    if not args.out:
+        raise SystemExit("--engine verl: name the launch folder with --out DIR")
+    if getattr(args, "from_verl", None):
+        raise SystemExit("--engine verl writes launch folders, --from-verl reads them: use one")
+    if args.base_seeds not in (None, 1):
+        raise SystemExit("--engine verl: the paper's models are fixed (no --base-seeds)")
+    profile = get_profile("paper")
+    n_seeds = args.seeds if args.seeds is not None else profile.seeds
+    if n_seeds < 1:
+        raise SystemExit(f"--seeds must be >= 1, got {n_seeds}")
+    try:
+        rows = write(profile, [args.name], list(range(n_seeds)), Path(args.out), command_line())
+    except ConfigError as e:
+        raise SystemExit(f"--engine verl: {e}") from None
+    print(
+        json.dumps(
+            {
+                "name": args.name,
+                "engine": "verl",
+                "out": str(args.out),
+                "runs": len(rows),
+                "readme": str(Path(args.out) / "README.md"),
+            }
+        )
+    )
+    return 0
+
+
 def run_reproduce(args: argparse.Namespace) -> int:
     from rlvr.data_paths import rlvr_home
     from rlvr.models.presets import parse_spec
@@ -144,6 +190,8 @@ def run_reproduce(args: argparse.Namespace) -> int:
         raise SystemExit(
             "rlvr reproduce: name a figure or table (fig2, all...) or pass --check DIR"
         )
+    if getattr(args, "engine", "native") == "verl":
+        return write_verl(args)
     profile = get_profile(args.profile, smoke=args.smoke)
     n_seeds = args.seeds if args.seeds is not None else profile.seeds
     n_bases = args.base_seeds if args.base_seeds is not None else profile.base_seeds

@@ -1,0 +1,402 @@
+"""One native training config (``TrainConfig``) as the overrides of verl 0.9.1's ``ppo_trainer``.
+
+The paper profile's recipes are loaded into the typed ``TrainConfig`` once
+(``rlvr.reproduce.runs.train_config``) and translated here, so the native trainer and verl read
+the same values. Every key is translated explicitly; a native setting that verl cannot express
+raises ``VerlTranslationError`` naming the key. What maps to what:
+
+- batch: ``data.train_batch_size`` = prompts_per_step; ``rollout.n`` = group_size;
+  ``actor.ppo_mini_batch_size`` counts prompts (verl multiplies it by ``rollout.n``,
+  ``verl/workers/config/actor.py``), so it is ``mini_batch_size / group_size``; the native
+  micro-batch (episodes per forward) is verl's per-GPU micro-batch;
+- steps: ``trainer.total_training_steps`` = steps; verl's loop stops at the first of that and
+  ``total_epochs`` (``RayPPOTrainer.fit`` in ``verl/trainer/ppo/ray_trainer.py``, which
+  ``rlvr.integrations.verl_main`` runs, and the V1 ``trainer_base.py`` alike), so
+  ``total_epochs`` is set to ``steps``, a bound never reached first: every epoch has at least one
+  step. run.sh exports the tasks the native run visits (``steps x prompts_per_step``, or the
+  whole split when it is smaller; verl then cycles over it in shuffled epochs);
+- loss: clip ratios low/high/c, ``token-mean`` etc. (same names), KL as verl's KL loss with
+  ``low_var_kl``, which is the k3 estimator (Schulman 2020) that the native loss uses;
+- optimizer: AdamW lr, betas, eps (``override_optimizer_config``), weight decay (verl's default
+  is 0.01, the native one 0.0), gradient clip, warm-up, constant/cosine schedule;
+- validation: the evaluation protocol of the setting (``rlvr.reproduce.runs.eval_config``):
+  ``k`` samples at the evaluation temperature and top-p (verl's defaults are greedy, so
+  ``val_kwargs.n=16`` alone would give 16 greedy copies), greedy when ``k`` is 1;
+- the ``rlvr`` section read by ``rlvr.integrations.verl_main``: algorithm, the ``WeightConfig``
+  fields it reads (``weight_fields``), weight position, and for search QA the retrieval service.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from rlvr.config import ConfigError
+
+#: The verl release these configs are written and checked for (``tests/integrations``).
+VERL_VERSION = "0.9.1"
+#: GPUs per node of a multi-node run (an 8-GPU HGX node); fewer GPUs run on one node.
+GPUS_PER_NODE = 8
+#: verl's GRPO advantage epsilon (``core_algos.compute_grpo_outcome_advantage``, ``epsilon``).
+VERL_ADV_EPS = 1e-6
+#: Policy losses registered by ``rlvr.integrations.verl_plugin`` (probability-shaped weights).
+PLUGIN_LOSS_CONFIG = "rlvr.integrations.verl_plugin.RlvrPolicyLossConfig"
+#: verl's checkpoint contents plus Hugging Face weights (``actor/huggingface/``).
+SAVE_CONTENTS = ["model", "optimizer", "extra", "hf_model"]
+#: Reward function for every task (``rlvr.integrations.verl_reward``).
+REWARD_PATH = "pkg://rlvr.integrations.verl_reward"
+#: Contract for search QA until ``rlvr.integrations.verl_agent_loop`` says more: agent loops
+#: run on verl's async rollout server.
+SEARCHQA_FALLBACK = {"actor_rollout_ref.rollout.mode": "async"}
+
+
+class VerlTranslationError(ConfigError):
+    """A native setting that verl 0.9.1 cannot express (one line, naming the key)."""
+
+
+def _refuse(key: str, value: Any, why: str) -> None:
+    raise VerlTranslationError(f"{key}={value!r}: {why}")
+
+
+def gpu_layout(gpus: int) -> tuple[int, int]:
+    """``(n_gpus_per_node, nnodes)`` of ``gpus`` GPUs: one node up to ``GPUS_PER_NODE``."""
+    if gpus < 1:
+        raise VerlTranslationError(f"gpus={gpus}: a verl run needs at least one GPU")
+    if gpus <= GPUS_PER_NODE:
+        return gpus, 1
+    if gpus % GPUS_PER_NODE:
+        raise VerlTranslationError(
+            f"gpus={gpus}: more than one node needs a multiple of {GPUS_PER_NODE} GPUs"
+        )
+    return GPUS_PER_NODE, gpus // GPUS_PER_NODE
+
+
+def searchqa_overrides() -> dict[str, Any]:
+    """The agent-loop overrides of ``rlvr.integrations.verl_agent_loop.VERL_OVERRIDES``; where
+    that module cannot be imported (it imports verl), the contract's minimum, async rollouts,
+    with a warning."""
+    try:
+        module = importlib.import_module("rlvr.integrations.verl_agent_loop")
+    except ModuleNotFoundError as e:  # the module, or verl and its dependencies, absent here
+        import warnings
+
+        warnings.warn(
+            f"search QA: rlvr.integrations.verl_agent_loop is not importable here ({e.name} "
+            f"missing): wrote the contract's minimum {SEARCHQA_FALLBACK}; generate from verl's "
+            "environment for the agent loop's own overrides",
+            stacklevel=2,
+        )
+        return dict(SEARCHQA_FALLBACK)
+    return dict(getattr(module, "VERL_OVERRIDES"))
+
+
+def _batches(cfg, n_gpus: int) -> dict[str, Any]:
+    if cfg.mini_batch_size and cfg.mini_batch_size % cfg.group_size:
+        _refuse(
+            "mini_batch_size",
+            cfg.mini_batch_size,
+            f"verl's ppo_mini_batch_size counts prompts: it must be a multiple of group_size "
+            f"({cfg.group_size})",
+        )
+    mini_episodes = cfg.mini_batch_size or cfg.prompts_per_step * cfg.group_size
+    if mini_episodes % n_gpus:
+        _refuse(
+            "mini_batch_size",
+            mini_episodes,
+            f"a mini-batch must split evenly over the run's {n_gpus} GPUs",
+        )
+    micro = cfg.micro_batch_size or mini_episodes // n_gpus
+    return {
+        "data.train_batch_size": cfg.prompts_per_step,
+        "actor_rollout_ref.rollout.n": cfg.group_size,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": mini_episodes // cfg.group_size,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.actor.use_dynamic_bsz": False,
+        "actor_rollout_ref.actor.ppo_epochs": cfg.ppo_epochs,
+        # Forward-only passes of the same episodes: the same memory bound as the update.
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
+    }
+
+
+def _optimizer(cfg) -> dict[str, Any]:
+    o = cfg.optim
+    if o.grad_clip <= 0:
+        _refuse("optim.grad_clip", o.grad_clip, "verl always clips the gradient norm")
+    if o.schedule not in ("constant", "cosine"):
+        _refuse("optim.schedule", o.schedule, "verl's schedules are constant and cosine")
+    p = "actor_rollout_ref.actor.optim."
+    return {
+        p + "lr": o.lr,
+        p + "weight_decay": o.weight_decay,
+        p + "betas": [o.beta1, o.beta2],
+        p + "override_optimizer_config": {"eps": o.eps},
+        p + "clip_grad": o.grad_clip,
+        p + "lr_warmup_steps": o.warmup_steps,
+        p + "lr_scheduler_type": o.schedule,
+        p + "min_lr_ratio": o.min_lr_ratio,
+    }
+
+
+def _loss(cfg) -> dict[str, Any]:
+    lo = cfg.loss
+    if lo.dual_clip is None:
+        _refuse("loss.dual_clip", None, "verl always applies the dual clip (clip_ratio_c)")
+    if abs(lo.adv_eps - VERL_ADV_EPS) > 1e-12:
+        _refuse("loss.adv_eps", lo.adv_eps, f"verl's GRPO advantage uses eps {VERL_ADV_EPS}")
+    a = "actor_rollout_ref.actor."
+    return {
+        "algorithm.adv_estimator": "grpo",
+        # Dr.GRPO's advantage is the group-centred reward without the std division.
+        "algorithm.norm_adv_by_std_in_grpo": lo.advantage == "grpo",
+        "algorithm.use_kl_in_reward": False,
+        a + "clip_ratio_low": lo.clip_low,
+        a + "clip_ratio_high": lo.clip_high,
+        a + "clip_ratio_c": lo.dual_clip,
+        a + "loss_agg_mode": lo.agg,
+        a + "loss_scale_factor": lo.loss_scale_factor,
+        a + "use_kl_loss": lo.kl_coef > 0,
+        a + "kl_loss_coef": lo.kl_coef,
+        # low_var_kl is k3, exp(ref - logp) - (ref - logp) - 1 (verl core_algos.kl_penalty).
+        a + "kl_loss_type": "low_var_kl",
+        a + "entropy_coeff": 0.0,
+    }
+
+
+def _policy_loss(cfg, params: dict[str, Any]) -> dict[str, Any]:
+    """verl's ``policy_loss`` section: the plugin loss for probability-shaped weights and AR;
+    verl's ``vanilla`` surrogate where ``verl_main`` replaces the whole actor loss."""
+    p = "actor_rollout_ref.actor.policy_loss."
+    algo = cfg.algo
+    plugin = algo in ("reverse", "ar") or (
+        algo == "grpo_sg" and params.get("shaping_input") == "prob"
+    )
+    if algo == "reverse" and params.get("shaping_input") != "prob":
+        _refuse(
+            "weights.shaping_input",
+            params.get("shaping_input"),
+            "Reverse runs on verl as the probability-shaped plugin loss only",
+        )
+    if not plugin:
+        out: dict[str, Any] = {p + "loss_mode": "vanilla"}
+        if algo == "entropy_top":  # 80/20 selects tokens by the training forward's entropy
+            out["actor_rollout_ref.actor.calculate_entropy"] = True
+        return out
+    out = {
+        p + "_target_": PLUGIN_LOSS_CONFIG,
+        p + "loss_mode": algo,
+        p + "weight_position": cfg.loss.weight_position,
+    }
+    if algo == "ar":
+        out[p + "ar_alpha"] = params["alpha"]
+    else:
+        for name in ("shaping_input", "alpha", "tau", "mu", "lower", "upper"):
+            out[p + name] = params[name]
+    return out
+
+
+def _rollout(cfg) -> dict[str, Any]:
+    r = cfg.rollout
+    if r.backend != "vllm":
+        _refuse("rollout.backend", r.backend, "verl's rollouts here run on vLLM")
+    if r.stop and cfg.env != "searchqa":
+        _refuse("rollout.stop", r.stop, "only the search-QA agent loop ends turns at strings")
+    if r.max_turn_tokens:
+        _refuse("rollout.max_turn_tokens", r.max_turn_tokens, "no per-turn budget on verl")
+    if cfg.old_logprobs != "recompute":
+        _refuse("old_logprobs", cfg.old_logprobs, "verl recomputes old log-probs")
+    x = "actor_rollout_ref.rollout."
+    return {
+        x + "name": "vllm",
+        x + "temperature": r.temperature,
+        x + "top_p": r.top_p,
+        x + "top_k": r.top_k if r.top_k > 0 else -1,
+        "data.max_prompt_length": r.max_prompt_tokens,
+        "data.max_response_length": r.max_response_tokens,
+        x + "gpu_memory_utilization": r.vllm_gpu_memory_utilization,
+        x + "enforce_eager": r.vllm_enforce_eager,
+        x + "max_model_len": r.vllm_max_model_len or None,
+        x + "free_cache_engine": r.vllm_sleep_mode,
+        x + "tensor_model_parallel_size": r.tensor_parallel_size,
+    }
+
+
+def _validation(cfg, ecfg) -> dict[str, Any]:
+    """Periodic validation: the setting's evaluation protocol (``ecfg``: an ``EvalConfig``)."""
+    if ecfg.max_new_tokens != cfg.rollout.max_response_tokens:
+        _refuse(
+            "eval_max_new_tokens",
+            ecfg.max_new_tokens,
+            "verl validates with the training response length",
+        )
+    v = "actor_rollout_ref.rollout.val_kwargs."
+    sampled = ecfg.k > 1 and ecfg.temperature > 0
+    every = cfg.eval.every or (cfg.steps if cfg.eval.at_end else 0)
+    return {
+        v + "n": ecfg.k if sampled else 1,
+        v + "do_sample": sampled,
+        v + "temperature": ecfg.temperature if sampled else 0.0,
+        v + "top_p": ecfg.top_p if sampled else 1.0,
+        v + "top_k": -1,
+        "trainer.test_freq": every or -1,
+        # The native schedule evaluates after steps, never before the first (``eval.due``).
+        "trainer.val_before_train": False,
+    }
+
+
+def _precision(cfg) -> dict[str, Any]:
+    if cfg.dtype != "bfloat16":
+        _refuse("dtype", cfg.dtype, "verl's FSDP engine trains in bfloat16 mixed precision")
+    if cfg.device not in ("cuda", "auto"):
+        _refuse("device", cfg.device, "verl runs on CUDA GPUs")
+    if cfg.error_reward is not None:
+        _refuse("error_reward", cfg.error_reward, "verl's reward loop has no error reward")
+    if cfg.plugins:
+        _refuse("plugins", cfg.plugins, "verl_main knows rlvr's built-in algorithms only")
+    return {
+        "actor_rollout_ref.model.path": cfg.model,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": cfg.gradient_checkpointing,
+        "actor_rollout_ref.actor.fsdp_config.dtype": "bfloat16",
+        "actor_rollout_ref.rollout.dtype": "bfloat16",
+        "trainer.device": "cuda",
+        "data.seed": cfg.seed,
+        "actor_rollout_ref.actor.data_loader_seed": cfg.seed,
+        "actor_rollout_ref.rollout.seed": cfg.seed,
+    }
+
+
+def weight_fields(weights, algo: str) -> dict[str, Any]:
+    """The ``WeightConfig`` fields algorithm ``algo`` reads, at their resolved values (the
+    ``rlvr.params`` of the contract, which ``verl_main`` loads back into a ``WeightConfig``).
+
+    A field is read when changing it changes ``weights.params(algo)``; its value is the
+    resolved parameter of the same name (GRPO-SG's ``alpha``: the default for its shaping input)
+    or else the field itself (AR reads ``ar_alpha`` as its ``alpha``). Rebuilding a
+    ``WeightConfig`` from the result gives the same parameters, which is checked.
+    """
+    import dataclasses
+
+    from rlvr.agents.config import WeightConfig
+
+    base = weights.params(algo)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(WeightConfig):
+        value = getattr(weights, f.name)
+        if f.name == "extra":
+            if value:
+                out["extra"] = dict(value)
+            continue
+        if f.name == "shaping_input":
+            probe: Any = "logit" if value == "prob" else "prob"
+        else:
+            probe = 0.123 if value is None else value / 2 + 0.01
+        if weights.params(algo) != dataclasses.replace(weights, **{f.name: probe}).params(algo):
+            out[f.name] = base.get(f.name, value)
+    if WeightConfig(**out).params(algo) != base:
+        raise VerlTranslationError(
+            f"weights: the parameters of {algo!r} ({base}) are not WeightConfig fields"
+        )
+    return out
+
+
+def _rlvr_section(cfg, params: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "rlvr.algo": cfg.algo,
+        "rlvr.params": weight_fields(cfg.weights, cfg.algo),
+        "rlvr.weight_position": cfg.loss.weight_position,
+    }
+    if cfg.env == "searchqa":
+        kw = cfg.env_kwargs
+        url = kw.get("retriever")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            _refuse(
+                "env_kwargs.retriever",
+                url,
+                "search QA on verl queries a retrieval service: give its URL",
+            )
+        out["rlvr.searchqa"] = {
+            "retrieval_url": url,
+            "max_turns": int(kw.get("max_turns", 4)),
+            "topk": int(kw.get("topk", 3)),
+        }
+    return out
+
+
+def translate(
+    cfg, ecfg, *, gpus: int, run_name: str, train_files: list[str], val_files: list[str]
+) -> dict[str, Any]:
+    """Flat ``dotted.key -> value`` overrides of verl's ``ppo_trainer`` for one native run.
+
+    ``cfg``: the run's ``TrainConfig``; ``ecfg``: the setting's ``EvalConfig`` (validation
+    protocol); ``gpus``: the run's GPUs (``profiles.verl_gpus``); paths as the run sees them.
+    """
+    n_gpus_per_node, nnodes = gpu_layout(gpus)
+    params = cfg.weights.params(cfg.algo)
+    flat: dict[str, Any] = {}
+    flat.update(_precision(cfg))
+    flat.update(_batches(cfg, gpus))
+    flat.update(_optimizer(cfg))
+    flat.update(_loss(cfg))
+    flat.update(_policy_loss(cfg, params))
+    flat.update(_rollout(cfg))
+    flat.update(_validation(cfg, ecfg))
+    flat.update(
+        {
+            "data.train_files": list(train_files),
+            "data.val_files": list(val_files),
+            "reward.custom_reward_function.path": REWARD_PATH,
+            "reward.custom_reward_function.name": "compute_score",
+            "trainer.total_training_steps": cfg.steps,
+            "trainer.total_epochs": cfg.steps,
+            "trainer.save_freq": cfg.save_every or -1,
+            "trainer.max_actor_ckpt_to_keep": cfg.keep_checkpoints,
+            "actor_rollout_ref.actor.checkpoint.save_contents": list(SAVE_CONTENTS),
+            "trainer.n_gpus_per_node": n_gpus_per_node,
+            "trainer.nnodes": nnodes,
+            "trainer.logger": ["console", "file"],
+            "trainer.project_name": "rlvr",
+            "trainer.experiment_name": run_name,
+            "trainer.default_local_dir": "checkpoints",
+            "trainer.resume_mode": "auto",
+        }
+    )
+    if cfg.env == "searchqa":
+        flat.update(searchqa_overrides())
+    flat.update(_rlvr_section(cfg, params))
+    return flat
+
+
+def nested(flat: dict[str, Any]) -> dict[str, Any]:
+    """``{"a.b": 1}`` -> ``{"a": {"b": 1}}``; a mapping value stays one leaf."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def config_document(flat: dict[str, Any]) -> dict[str, Any]:
+    """The run's Hydra primary config: verl's packaged ``ppo_trainer`` first, then these values
+    (``_self_`` last, so they win), with verl's config package on the search path so the file
+    composes from any folder."""
+    return {
+        "hydra": {"searchpath": ["pkg://verl.trainer.config"]},
+        "defaults": ["ppo_trainer", "_self_"],
+        **nested(flat),
+    }
+
+
+__all__ = [
+    "GPUS_PER_NODE",
+    "VERL_VERSION",
+    "VerlTranslationError",
+    "config_document",
+    "gpu_layout",
+    "nested",
+    "searchqa_overrides",
+    "translate",
+    "weight_fields",
+]

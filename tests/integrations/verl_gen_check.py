@@ -1,0 +1,214 @@
+"""Every launch folder of ``rlvr reproduce all --profile paper --engine verl`` against verl 0.9.1.
+
+Run in verl's own venv by ``scripts/test_integrations.sh verl``. For each generated run:
+
+- ``run.sh`` parses (``bash -n``) and runs under bash with ``PYTHON`` pointing at a recorder that
+  stands in for the interpreter: it fakes the data steps (no hub access here) and records the
+  Hydra overrides run.sh hands to ``rlvr.integrations.verl_main``;
+- ``config.yaml`` composes with verl's packaged ``ppo_trainer`` (Hydra compose API) under exactly
+  those overrides, and passes what ``verl.trainer.main_ppo.main`` runs before training
+  (``validate_config``), plus the typed configs verl's workers build (``omega_conf_to_dataclass``
+  of actor, reference, rollout, algorithm, checkpoint engine), the reward function verl loads,
+  and full interpolation; and, where ``rlvr.integrations.verl_main`` imports, its ``prepare``
+  (the ``rlvr`` section, the policy-loss keys it implies, verl's validation);
+- every key the file sets exists in verl's own composed config (Hydra would silently add a
+  misspelled key to a section that verl never turns into a dataclass), except the ``rlvr``
+  section and the fields of rlvr's policy-loss config.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import verl  # noqa: F401  (loads the verl.plugins entry points, ours included)
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import omega_conf_to_dataclass, validate_config
+from verl.utils.import_utils import load_extern_object
+
+from rlvr.agents.algorithms import algorithm_names
+from rlvr.agents.config import WeightConfig
+from rlvr.integrations.verl_plugin import RlvrPolicyLossConfig
+from rlvr.reproduce.profiles import get_profile
+from rlvr.reproduce.verl_config import PLUGIN_LOSS_CONFIG
+from rlvr.reproduce.verl_scripts import write
+
+VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
+
+RECORDER = """#!/usr/bin/env bash
+# Stands in for python in run.sh: fakes rlvr's data steps, records verl_main's arguments.
+set -euo pipefail
+module="$2"; shift 2
+case "$module" in
+  rlvr.reproduce.verl_scripts) echo 64 ;;
+  rlvr.cli)
+    if [[ "$1" == prepare-verl ]]; then
+      while [[ $# -gt 0 ]]; do [[ "$1" == --out ]] && touch "$2"; shift; done
+    fi ;;
+  rlvr.integrations.verl_main) printf '%s\\n' "$@" > "$RECORD" ;;
+  *) echo "unexpected module $module" >&2; exit 3 ;;
+esac
+"""
+
+
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory):
+    out = tmp_path_factory.mktemp("verl-launch")
+    rows = write(get_profile("paper"), ["all"], [0, 1, 2], out, "rlvr reproduce all (check)")
+    return out, rows
+
+
+@pytest.fixture(scope="module")
+def base():
+    """verl's own ``ppo_trainer`` as main_ppo composes it (nothing of ours)."""
+    with initialize_config_dir(config_dir=VERL_CONFIG_DIR, version_base=None):
+        return compose(config_name="ppo_trainer")
+
+
+def recorded_overrides(run_dir: Path, tmp: Path) -> list[str]:
+    """Run run.sh with the recorder as ``PYTHON``; return the Hydra overrides it passes."""
+    recorder = tmp / "python"
+    recorder.write_text(RECORDER)
+    recorder.chmod(0o755)
+    record = tmp / "argv.txt"
+    env = {
+        **os.environ,
+        "PYTHON": str(recorder),
+        "RECORD": str(record),
+        "RLVR_RETRIEVAL_URL": "http://10.0.0.7:8000",
+    }
+    subprocess.run(["bash", str(run_dir / "run.sh")], env=env, check=True, timeout=60)
+    argv = record.read_text().splitlines()
+    assert argv[:4] == ["--config-path", str(run_dir), "--config-name", "config"], argv[:4]
+    return argv[4:]
+
+
+def ref_config(cfg: DictConfig):
+    """The reference's typed config as verl's workers build it (``verl/workers/engine_workers.py``
+    ``init_model``: the log-prob keys renamed to the actor's, then ``omega_conf_to_dataclass``)."""
+    ref = OmegaConf.to_container(cfg.actor_rollout_ref.ref)
+    ref["ppo_mini_batch_size"] = cfg.actor_rollout_ref.actor.ppo_mini_batch_size
+    ref["ppo_micro_batch_size"] = ref.pop("log_prob_micro_batch_size", None)
+    ref["ppo_micro_batch_size_per_gpu"] = ref.pop("log_prob_micro_batch_size_per_gpu", None)
+    ref["use_dynamic_bsz"] = ref.pop("log_prob_use_dynamic_bsz", False)
+    ref["ppo_max_token_len_per_gpu"] = ref.pop("log_prob_max_token_len_per_gpu", None)
+    return omega_conf_to_dataclass(OmegaConf.create(ref))
+
+
+def set_keys(doc: dict, prefix: str = ""):
+    """Dotted keys a config document sets (a mapping under a key verl leaves null is a leaf)."""
+    for key, value in doc.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            yield path, True
+            yield from set_keys(value, path + ".")
+        else:
+            yield path, False
+
+
+def check_keys_exist(doc: dict, base: DictConfig) -> None:
+    ours = {k: v for k, v in doc.items() if k not in ("hydra", "defaults", "rlvr")}
+    plugin_fields = {f.name for f in dataclasses.fields(RlvrPolicyLossConfig)} | {"_target_"}
+    loss = ours["actor_rollout_ref"]["actor"]["policy_loss"]
+    for path, is_mapping in set_keys(ours):
+        parent, _, leaf = path.rpartition(".")
+        if parent == "actor_rollout_ref.actor.policy_loss" and (
+            loss.get("_target_") == PLUGIN_LOSS_CONFIG
+        ):
+            assert leaf in plugin_fields, f"{path}: not a field of RlvrPolicyLossConfig"
+            continue
+        node = OmegaConf.select(base, parent) if parent else base
+        if node is None and is_mapping is False:
+            continue  # inside a mapping verl leaves null (override_optimizer_config)
+        assert isinstance(node, DictConfig) and leaf in list(node.keys()), (
+            f"{path}: not a key of verl's config"
+        )
+
+
+@pytest.fixture(scope="module")
+def composed(launch, tmp_path_factory):
+    """``(run folder, composed config, rlvr_run.json)`` of every run, composed under the
+    overrides its run.sh passes (after ``bash -n`` of the script)."""
+    out, rows = launch
+    tmp = tmp_path_factory.mktemp("recorder")
+    runs = []
+    for row in rows:
+        run_dir = out / "runs" / row["run_key"]
+        subprocess.run(["bash", "-n", str(run_dir / "run.sh")], check=True)
+        overrides = recorded_overrides(run_dir, tmp)
+        with initialize_config_dir(config_dir=str(run_dir), version_base=None):
+            cfg = compose(config_name="config", overrides=overrides)
+        runs.append((run_dir, cfg, json.loads((run_dir / "rlvr_run.json").read_text())))
+    return runs
+
+
+def test_every_generated_run_composes_and_validates(launch, base, composed):
+    out, rows = launch
+    assert len(rows) == len({r["run_key"] for r in rows}) == len(composed) > 50
+    for run_dir, composed_cfg, record in composed:
+        cfg = copy.deepcopy(composed_cfg)
+        check_keys_exist(yaml.safe_load((run_dir / "config.yaml").read_text()), base)
+        # What verl.trainer.main_ppo.main runs before it starts Ray.
+        validate_config(cfg, need_reference_policy(cfg), need_critic(cfg))
+        actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+        OmegaConf.resolve(cfg)
+        ref = ref_config(cfg)
+        rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+        omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout.checkpoint_engine)
+        omega_conf_to_dataclass(cfg.algorithm)
+        fn = cfg.reward.custom_reward_function
+        assert callable(load_extern_object(fn.path, fn.name))
+        # The values verl will run with are the run's, after every default and interpolation.
+        assert cfg.trainer.total_training_steps == record["steps"]
+        assert cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes == record["gpus"]
+        assert actor.checkpoint.save_contents[-1] == "hf_model"
+        assert ref.ppo_micro_batch_size_per_gpu == actor.ppo_micro_batch_size_per_gpu
+        assert rollout.n == cfg.actor_rollout_ref.actor.rollout_n
+        assert cfg.trainer.default_local_dir == f"{run_dir}/checkpoints"
+        assert cfg.data.train_files[0].startswith(str(out / "data"))
+        env_vars = cfg.ray_kwargs.ray_init.runtime_env.env_vars
+        assert env_vars.VERL_FILE_LOGGER_PATH == f"{run_dir}/metrics.jsonl"
+        if rollout.val_kwargs.n > 1:
+            assert rollout.val_kwargs.do_sample and rollout.val_kwargs.temperature > 0
+        assert cfg.rlvr.algo == record["algo"] in algorithm_names()
+        fields = WeightConfig(**OmegaConf.to_container(cfg.rlvr.params))
+        assert fields.params(record["algo"]) == record["params"]
+        if record["task"] == "searchqa":
+            assert cfg.rlvr.searchqa.retrieval_url == "http://10.0.0.7:8000"
+        if isinstance(actor.policy_loss, RlvrPolicyLossConfig):
+            assert actor.policy_loss.loss_mode == record["algo"]
+
+
+def test_verl_main_prepares_every_run(composed):
+    """rlvr's entry point (``rlvr.integrations.verl_main``) takes every run as generated: its
+    ``rlvr`` section, the policy-loss keys it implies, then verl's validation."""
+    verl_main = pytest.importorskip("rlvr.integrations.verl_main")
+    for _, composed_cfg, record in composed:
+        setup = verl_main.prepare(copy.deepcopy(composed_cfg))
+        assert setup.algo == record["algo"] and setup.params == record["params"]
+
+
+def test_a_misspelled_key_fails(launch, base, tmp_path):
+    """The key check above catches what Hydra would accept silently."""
+    out, rows = launch
+    doc = yaml.safe_load((out / "runs" / rows[0]["run_key"] / "config.yaml").read_text())
+    doc["trainer"]["test_frq"] = 5
+    with pytest.raises(AssertionError, match="trainer.test_frq"):
+        check_keys_exist(doc, base)
+    doc = yaml.safe_load((out / "runs" / rows[0]["run_key"] / "config.yaml").read_text())
+    doc["actor_rollout_ref"]["actor"]["clip_ratio_hgh"] = 0.3
+    run_dir = tmp_path / "bad"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(doc))
+    with initialize_config_dir(config_dir=str(run_dir), version_base=None):
+        cfg = compose(config_name="config")
+    with pytest.raises(Exception, match="clip_ratio_hgh"):
+        validate_config(cfg, need_reference_policy(cfg), need_critic(cfg))

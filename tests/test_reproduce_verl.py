@@ -1,0 +1,557 @@
+"""``rlvr reproduce ... --profile paper --engine verl``: the launch folders and the translation of
+the native paper recipe into verl's config (``rlvr.reproduce.verl_config``).
+
+That verl itself accepts every generated config is checked in verl's venv
+(``tests/integrations/verl_gen_check.py``); here: the files, the grid, every translated key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlvr.agents.config import WeightConfig
+from rlvr.cli import main as rlvr_main
+from rlvr.reproduce.common import Context
+from rlvr.reproduce.parallel import required_runs
+from rlvr.reproduce.profiles import get_profile, verl_gpus
+from rlvr.reproduce.runs import eval_config, run_key, train_config
+from rlvr.reproduce.verl_config import (
+    VerlTranslationError,
+    gpu_layout,
+    searchqa_overrides,
+    translate,
+    weight_fields,
+)
+from rlvr.reproduce.verl_scripts import LOGIT, grid, main, write
+
+CONTRACT_FIELDS = {
+    "task",
+    "setting",
+    "algo",
+    "seed",
+    "model",
+    "params",
+    "native_config_hash",
+    "fig_or_table",
+    "run_key",
+    "engine",
+    "verl_version",
+}
+
+
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory):
+    out = tmp_path_factory.mktemp("launch")
+    rows = write(get_profile("paper"), ["all"], [0, 1, 2], out, "rlvr reproduce all (test)")
+    return out, rows
+
+
+def load(out: Path, key: str):
+    run = out / "runs" / key
+    return (
+        yaml.safe_load((run / "config.yaml").read_text()),
+        json.loads((run / "rlvr_run.json").read_text()),
+    )
+
+
+def flat_of(setting_key: str, algo: str = "grpo", extra=None, gpus: int = 8, seed: int = 0):
+    setting = get_profile("paper").settings[setting_key]
+    cfg = train_config(setting, algo, seed, extra)
+    ecfg = eval_config(
+        setting, cfg, cfg.model, eval_set=next(iter(setting.eval_sets.values()), None)
+    )
+    return cfg, translate(cfg, ecfg, gpus=gpus, run_name="r", train_files=["t"], val_files=["v"])
+
+
+# -- the folder ----------------------------------------------------------------------------------
+def test_all_writes_every_file(launch):
+    out, rows = launch
+    keys = [r["run_key"] for r in rows]
+    assert len(keys) == len(set(keys))
+    assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(keys)
+    for key in keys:
+        run = out / "runs" / key
+        assert {p.name for p in run.iterdir()} == {"run.sh", "config.yaml", "rlvr_run.json"}
+        assert (run / "run.sh").stat().st_mode & stat.S_IXUSR
+        subprocess.run(["bash", "-n", str(run / "run.sh")], check=True)
+    run_all = (out / "run_all.sh").read_text()
+    subprocess.run(["bash", "-n", str(out / "run_all.sh")], check=True)
+    assert all(k in run_all for k in keys)
+    readme = (out / "README.md").read_text()
+    assert "ray job submit" in readme and "--from-verl" in readme
+    assert all(f"`{k}`" in readme for k in keys)
+
+
+def test_records_follow_the_contract(launch):
+    out, rows = launch
+    for row in rows:
+        config, record = load(out, row["run_key"])
+        assert CONTRACT_FIELDS <= set(record)
+        assert record["engine"] == "verl" and record["verl_version"] == "0.9.1"
+        assert record["run_key"] == (
+            f"{record['setting']}/{record['tag']}/seed{record['seed']}".replace("/", "__")
+        )
+        assert record["fig_or_table"]
+        setting = get_profile("paper").settings[record["setting"]]
+        cfg = train_config(setting, record["algo"], record["seed"], record["overrides"])
+        assert record["native_config_hash"] == run_key(cfg)
+        assert record["params"] == cfg.weights.params(record["algo"])
+        assert config["rlvr"]["params"] == weight_fields(cfg.weights, record["algo"])
+        assert record["model"] == config["actor_rollout_ref"]["model"]["path"] == cfg.model
+        assert config["defaults"] == ["ppo_trainer", "_self_"]
+        assert config["trainer"]["logger"] == ["console", "file"]
+        assert config["trainer"]["experiment_name"] == record["run_key"]
+
+
+def test_grid_is_the_native_enumeration_plus_logit_and_7b():
+    profile = get_profile("paper")
+    seeds = [0, 1, 2]
+    runs = grid(profile, ["all"], seeds)
+    ctx = Context(profile, Path("."), Path("."), seeds)
+    native = {
+        (key, algo, tuple(sorted(extra.items())), seed)
+        for (key, algo, extra), units in required_runs(ctx, ["all"])
+        for _, seed in units
+    }
+    ours = {(r.setting, r.algo, tuple(sorted(r.extra.items())), r.seed): r for r in runs}
+    assert {k for k, r in ours.items() if r.native} == native
+    extra = [r for r in runs if not r.native]
+    assert {r.setting for r in extra if r.extra == LOGIT} == {"kk", "kk-7b", "math", "searchqa"}
+    assert {(r.setting, r.algo) for r in extra if r.setting == "kk-7b"} >= {
+        ("kk-7b", m) for m in ("grpo", "entropy_top", "ar", "lopti", "reverse", "grpo_sg")
+    }
+    fig2 = grid(profile, ["fig2"], [0])
+    assert {(r.setting, r.algo, r.native) for r in fig2 if not r.extra} == {
+        ("kk", m, True) for m in ("grpo", "grpo_sg", "reverse")
+    }
+
+
+def test_steps_equal_the_native_recipe(launch):
+    out, rows = launch
+    profile = get_profile("paper")
+    for row in rows:
+        config, record = load(out, row["run_key"])
+        cfg = train_config(profile.settings[record["setting"]], record["algo"], record["seed"])
+        assert config["trainer"]["total_training_steps"] == cfg.steps == record["steps"]
+        # total_epochs only bounds the loop; every epoch has >= 1 step, so steps end it first
+        assert config["trainer"]["total_epochs"] >= cfg.steps
+        script = (out / "runs" / row["run_key"] / "run.sh").read_text()
+        cap = cfg.steps * cfg.prompts_per_step
+        assert f"{record['task']} train {cap} " in script
+    kk, _ = load(out, "kk__grpo__seed0")
+    assert kk["trainer"]["total_training_steps"] == 352
+
+
+def test_native_and_verl_read_one_recipe(tmp_path):
+    """Change a value of the recipe file: the native TrainConfig and the verl config change."""
+    from rlvr.reproduce.profiles import TRAIN_PROFILE_DIR
+
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    for f in TRAIN_PROFILE_DIR.glob("paper*.yaml"):
+        (recipes / f.name).write_text(f.read_text())
+    text = (recipes / "paper_kk.yaml").read_text()
+    assert "steps: 352" in text
+    (recipes / "paper_kk.yaml").write_text(text.replace("steps: 352", "steps: 123"))
+    text = (recipes / "paper.yaml").read_text()
+    (recipes / "paper.yaml").write_text(text.replace("lr: 1.0e-6", "lr: 3.0e-6"))
+    profile = get_profile("paper")
+    profile.settings["kk"].train["profile"] = str(recipes / "paper.yaml")
+    cfg = train_config(profile.settings["kk"], "grpo", 0)
+    assert (cfg.optim.lr, cfg.steps) == (3e-6, 123)
+    write(profile, ["fig2"], [0], tmp_path / "launch", "test")
+    config, record = load(tmp_path / "launch", "kk__grpo__seed0")
+    assert config["actor_rollout_ref"]["actor"]["optim"]["lr"] == 3e-6
+    assert config["trainer"]["total_training_steps"] == 123 == record["steps"]
+    assert record["native_config_hash"] == run_key(cfg)
+    assert "kk train 7872 " in (tmp_path / "launch/runs/kk__grpo__seed0/run.sh").read_text()
+
+
+# -- every translated key ------------------------------------------------------------------------
+A = "actor_rollout_ref.actor."
+R = "actor_rollout_ref.rollout."
+CASES = [
+    ({"prompts_per_step": 32}, {"data.train_batch_size": 32}),
+    ({"group_size": 4, "mini_batch_size": 128}, {R + "n": 4, A + "ppo_mini_batch_size": 32}),
+    ({"mini_batch_size": 128}, {A + "ppo_mini_batch_size": 16}),
+    (
+        {"micro_batch_size": 4},
+        {
+            A + "ppo_micro_batch_size_per_gpu": 4,
+            R + "log_prob_micro_batch_size_per_gpu": 4,
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 4,
+        },
+    ),
+    ({"micro_batch_size": 0}, {A + "ppo_micro_batch_size_per_gpu": 32}),  # 256 / 8 GPUs
+    ({"ppo_epochs": 2}, {A + "ppo_epochs": 2}),
+    ({"optim.lr": 3e-6}, {A + "optim.lr": 3e-6}),
+    ({"optim.weight_decay": 0.1}, {A + "optim.weight_decay": 0.1}),
+    ({"optim.beta1": 0.8, "optim.beta2": 0.95}, {A + "optim.betas": [0.8, 0.95]}),
+    ({"optim.eps": 1e-6}, {A + "optim.override_optimizer_config": {"eps": 1e-6}}),
+    ({"optim.grad_clip": 0.5}, {A + "optim.clip_grad": 0.5}),
+    ({"optim.warmup_steps": 10}, {A + "optim.lr_warmup_steps": 10}),
+    (
+        {"optim.schedule": "cosine", "optim.min_lr_ratio": 0.1},
+        {A + "optim.lr_scheduler_type": "cosine", A + "optim.min_lr_ratio": 0.1},
+    ),
+    ({"loss.clip_low": 0.1}, {A + "clip_ratio_low": 0.1}),
+    ({"loss.clip_high": 0.3}, {A + "clip_ratio_high": 0.3}),
+    ({"loss.dual_clip": 5.0}, {A + "clip_ratio_c": 5.0}),
+    (
+        {"loss.kl_coef": 0.01},
+        {A + "kl_loss_coef": 0.01, A + "use_kl_loss": True, A + "kl_loss_type": "low_var_kl"},
+    ),
+    ({"loss.kl_coef": 0.0}, {A + "use_kl_loss": False}),
+    ({"loss.agg": "seq-mean-token-sum-norm"}, {A + "loss_agg_mode": "seq-mean-token-sum-norm"}),
+    ({"loss.loss_scale_factor": 512.0}, {A + "loss_scale_factor": 512.0}),
+    ({"loss.advantage": "drgrpo"}, {"algorithm.norm_adv_by_std_in_grpo": False}),
+    ({"loss.weight_position": "ratio"}, {"rlvr.weight_position": "ratio"}),
+    ({"rollout.temperature": 0.9}, {R + "temperature": 0.9}),
+    ({"rollout.top_p": 0.95}, {R + "top_p": 0.95}),
+    ({"rollout.top_k": 0}, {R + "top_k": -1}),
+    ({"rollout.top_k": 20}, {R + "top_k": 20}),
+    ({"rollout.max_prompt_tokens": 300}, {"data.max_prompt_length": 300}),
+    ({"rollout.max_response_tokens": 1024}, {"data.max_response_length": 1024}),
+    ({"rollout.vllm_gpu_memory_utilization": 0.6}, {R + "gpu_memory_utilization": 0.6}),
+    ({"rollout.vllm_enforce_eager": True}, {R + "enforce_eager": True}),
+    ({"rollout.vllm_max_model_len": 0}, {R + "max_model_len": None}),
+    ({"rollout.vllm_max_model_len": 8192}, {R + "max_model_len": 8192}),
+    ({"rollout.vllm_sleep_mode": False}, {R + "free_cache_engine": False}),
+    ({"rollout.tensor_parallel_size": 2}, {R + "tensor_model_parallel_size": 2}),
+    ({"steps": 40}, {"trainer.total_training_steps": 40, "trainer.total_epochs": 40}),
+    ({"save_every": 0}, {"trainer.save_freq": -1}),
+    ({"save_every": 50}, {"trainer.save_freq": 50}),
+    ({"keep_checkpoints": 3}, {"trainer.max_actor_ckpt_to_keep": 3}),
+    ({"eval.every": 10}, {"trainer.test_freq": 10, "trainer.val_before_train": False}),
+    ({"eval.every": 0}, {"trainer.test_freq": -1, "trainer.val_before_train": False}),
+    ({"eval.every": 0, "eval.at_end": True, "steps": 30}, {"trainer.test_freq": 30}),
+    (
+        {"seed": 7},
+        {"data.seed": 7, A + "data_loader_seed": 7, R + "seed": 7},
+    ),
+    ({"model": "Qwen/Qwen2.5-7B"}, {"actor_rollout_ref.model.path": "Qwen/Qwen2.5-7B"}),
+    (
+        {"gradient_checkpointing": False},
+        {"actor_rollout_ref.model.enable_gradient_checkpointing": False},
+    ),
+]
+
+
+@pytest.mark.parametrize("native,expected", CASES, ids=[str(n) for n, _ in CASES])
+def test_each_key_translates(native, expected):
+    _, flat = flat_of("kk", "grpo", native)
+    for key, value in expected.items():
+        assert flat[key] == value, key
+
+
+def test_fixed_keys():
+    cfg, flat = flat_of("kk", "grpo", gpus=2)
+    assert flat["algorithm.adv_estimator"] == "grpo"
+    assert flat["algorithm.use_kl_in_reward"] is False
+    assert flat["actor_rollout_ref.actor.entropy_coeff"] == 0.0
+    assert flat[A + "checkpoint.save_contents"][-1] == "hf_model"
+    assert flat["reward.custom_reward_function.path"] == "pkg://rlvr.integrations.verl_reward"
+    assert flat["reward.custom_reward_function.name"] == "compute_score"
+    assert flat[R + "name"] == "vllm"
+    assert flat[A + "fsdp_config.dtype"] == flat[R + "dtype"] == "bfloat16"
+    assert (flat["trainer.n_gpus_per_node"], flat["trainer.nnodes"]) == (2, 1)
+    assert flat["data.train_files"] == ["t"] and flat["data.val_files"] == ["v"]
+    assert flat["trainer.logger"] == ["console", "file"]
+    assert flat["trainer.default_local_dir"] == "checkpoints"
+    assert flat["rlvr.algo"] == "grpo" and flat["rlvr.params"] == {}
+
+
+def test_validation_follows_the_evaluation_protocol():
+    _, kk = flat_of("kk")  # K&K: greedy + 8 samples at the training temperature 0.7
+    v = R + "val_kwargs."
+    assert (kk[v + "n"], kk[v + "do_sample"], kk[v + "temperature"], kk[v + "top_p"]) == (
+        8,
+        True,
+        0.7,
+        1.0,
+    )
+    _, math = flat_of("math")  # AIME/AMC: avg@16 at temperature 1.0
+    assert (math[v + "n"], math[v + "do_sample"], math[v + "temperature"]) == (16, True, 1.0)
+    _, qa = flat_of("searchqa")  # one greedy answer (exact match)
+    assert (qa[v + "n"], qa[v + "do_sample"], qa[v + "temperature"]) == (1, False, 0.0)
+
+
+@pytest.mark.parametrize(
+    "algo,extra,loss_mode,plugin_keys",
+    [
+        ("grpo", None, "vanilla", {}),
+        (
+            "grpo_sg",
+            None,
+            "grpo_sg",
+            {"shaping_input": "prob", "alpha": 3.0, "tau": 0.5, "mu": 0.5, "lower": 0.1},
+        ),
+        ("grpo_sg", LOGIT, "vanilla", {}),
+        ("reverse", None, "reverse", {"alpha": 6.4, "mu": 0.0, "upper": 2.0}),
+        ("ar", None, "ar", {"ar_alpha": 0.3}),
+        ("lopti", None, "vanilla", {}),
+        ("entropy_top", None, "vanilla", {}),
+    ],
+)
+def test_policy_loss_per_algorithm(algo, extra, loss_mode, plugin_keys):
+    cfg, flat = flat_of("kk", algo, extra)
+    p = A + "policy_loss."
+    assert flat[p + "loss_mode"] == loss_mode
+    assert flat["rlvr.algo"] == algo
+    assert WeightConfig(**flat["rlvr.params"]).params(algo) == cfg.weights.params(algo)
+    if plugin_keys:
+        assert flat[p + "_target_"] == "rlvr.integrations.verl_plugin.RlvrPolicyLossConfig"
+        assert flat[p + "weight_position"] == "surrogate"
+        for key, value in plugin_keys.items():
+            assert flat[p + key] == value
+    else:
+        assert p + "_target_" not in flat
+    assert flat.get(A + "calculate_entropy", False) is (algo == "entropy_top")
+    if extra == LOGIT:
+        assert flat["rlvr.params"]["shaping_input"] == "logit"
+        assert flat["rlvr.params"]["tau"] == 10.0
+    if algo == "lopti":
+        assert flat["rlvr.params"] == {"eta": 0.5}
+    if algo == "ar":  # AR's alpha is the WeightConfig field ar_alpha
+        assert flat["rlvr.params"] == {"ar_alpha": 0.3}
+
+
+def test_rlvr_params_are_the_weight_fields_an_algorithm_reads():
+    assert weight_fields(WeightConfig(ar_alpha=0.1), "ar") == {"ar_alpha": 0.1}
+    assert weight_fields(WeightConfig(), "grpo") == {}
+    assert weight_fields(WeightConfig(fraction=0.3), "entropy_top") == {"fraction": 0.3}
+    sg = weight_fields(WeightConfig(shaping_input="logit", tau=2.0), "grpo_sg")
+    assert sg == {
+        "shaping_input": "logit",
+        "alpha": 2.75,
+        "tau": 2.0,
+        "mu": 0.5,
+        "lower": 0.1,
+        "upper": 2.0,
+    }
+    _, flat = flat_of("math", "ar")  # the math recipe's AR alpha reaches verl
+    assert flat["rlvr.params"] == {"ar_alpha": 0.1}
+    assert flat[A + "policy_loss.ar_alpha"] == 0.1
+
+
+def test_searchqa_section_and_agent_loop_overrides(monkeypatch):
+    _, flat = flat_of("searchqa")
+    assert flat["rlvr.searchqa"] == {
+        "retrieval_url": "http://127.0.0.1:8000",
+        "max_turns": 2,
+        "topk": 3,
+    }
+    for key, value in searchqa_overrides().items():
+        assert flat[key] == value
+    module = types.ModuleType("rlvr.integrations.verl_agent_loop")
+    module.VERL_OVERRIDES = {R + "mode": "async", R + "multi_turn.max_assistant_turns": 2}
+    monkeypatch.setitem(sys.modules, "rlvr.integrations.verl_agent_loop", module)
+    _, flat = flat_of("searchqa")
+    assert flat[R + "multi_turn.max_assistant_turns"] == 2
+    _, kk = flat_of("kk")
+    assert R + "multi_turn.max_assistant_turns" not in kk and "rlvr.searchqa" not in kk
+
+
+def test_gpus_follow_the_plan():
+    assert gpu_layout(2) == (2, 1) and gpu_layout(8) == (8, 1) and gpu_layout(16) == (8, 2)
+    with pytest.raises(VerlTranslationError, match="multiple of 8"):
+        gpu_layout(12)
+    profile = get_profile("paper")
+    for key in ("kk", "kk-7b", "math", "searchqa"):
+        cfg = train_config(profile.settings[key], "grpo", 0)
+        _, flat = flat_of(key, gpus=verl_gpus(profile.settings[key], cfg))
+        gpus = flat["trainer.n_gpus_per_node"] * flat["trainer.nnodes"]
+        assert gpus == verl_gpus(profile.settings[key], cfg)
+
+
+@pytest.mark.parametrize(
+    "native,key",
+    [
+        ({"loss.dual_clip": None}, "loss.dual_clip"),
+        ({"rollout.backend": "hf"}, "rollout.backend"),
+        ({"optim.schedule": "linear"}, "optim.schedule"),
+        ({"mini_batch_size": 4, "micro_batch_size": 4}, "mini_batch_size"),
+        ({"loss.adv_eps": 1e-8}, "loss.adv_eps"),
+        ({"dtype": "float32"}, "dtype"),
+        ({"old_logprobs": "rollout"}, "old_logprobs"),
+        ({"rollout.stop": ["</x>"]}, "rollout.stop"),
+        ({"error_reward": -1.0}, "error_reward"),
+        ({"optim.grad_clip": 0.0}, "optim.grad_clip"),
+        ({"rollout.max_turn_tokens": 64}, "rollout.max_turn_tokens"),
+    ],
+)
+def test_inexpressible_settings_raise_one_line(native, key):
+    with pytest.raises(VerlTranslationError) as e:
+        flat_of("kk", "grpo", native)
+    assert str(e.value).startswith(key + "=") and "\n" not in str(e.value)
+
+
+# -- run.sh --------------------------------------------------------------------------------------
+RECORDER = """#!/usr/bin/env bash
+# Stands in for python in run.sh: logs each call, fakes data and the retrieval service.
+set -euo pipefail
+if [[ "$1" == -c ]]; then exec "$REAL_PYTHON" "$@"; fi
+module="$2"; shift 2
+echo "$module $* | VERL_FILE_LOGGER_PATH=${VERL_FILE_LOGGER_PATH:-}" >> "$LOG"
+case "$module" in
+  rlvr.reproduce.verl_scripts) echo 7 ;;
+  rlvr.cli)
+    if [[ "$1" == prepare-verl ]]; then
+      while [[ $# -gt 0 ]]; do [[ "$1" == --out ]] && touch "$2"; shift; done
+    else
+      port="$(echo "$@" | sed -E 's/.*--port ([0-9]+).*/\\1/')"
+      echo $$ > "$SERVER_PID_FILE"
+      exec "$REAL_PYTHON" -m http.server "$port" --bind 127.0.0.1 --directory "$SERVE_DIR"
+    fi ;;
+  rlvr.integrations.verl_main) ;;
+esac
+"""
+
+
+def run_script(path: Path, tmp: Path, **env) -> subprocess.CompletedProcess:
+    recorder = tmp / "python"
+    recorder.write_text(RECORDER)
+    recorder.chmod(0o755)
+    serve = tmp / "serve"
+    serve.mkdir(exist_ok=True)
+    (serve / "health").write_text("{}")
+    full = {
+        **os.environ,
+        "PYTHON": str(recorder),
+        "REAL_PYTHON": sys.executable,
+        "LOG": str(tmp / "log"),
+        "SERVER_PID_FILE": str(tmp / "server.pid"),
+        "SERVE_DIR": str(serve),
+        **env,
+    }
+    args = env.get("ARGS", "").split()
+    return subprocess.run(
+        ["bash", str(path), *args], env=full, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_run_sh_prepares_once_then_launches(launch, tmp_path):
+    out, _ = launch
+    run = out / "runs" / "kk__grpo__seed1"
+    proc = run_script(run / "run.sh", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    log = (tmp_path / "log").read_text().splitlines()
+    prepares = [line for line in log if line.startswith("rlvr.cli prepare-verl")]
+    assert len(prepares) == 6  # train + one test file per size 3..7
+    counts = [line for line in log if line.startswith("rlvr.reproduce.verl_scripts count")]
+    assert "--split train --cap 22528 " in counts[0]
+    # the native periodic evaluation's 100 puzzles, shared by the five sizes
+    assert all("--split test --cap 20 " in line for line in counts[1:]) and len(counts) == 6
+    assert "--n 7 " in prepares[0] and "--env-arg n_people=[3, 4, 5, 6, 7]" in prepares[0]
+    assert (out / "data" / "kk" / "train.parquet").exists()
+    main_call = [line for line in log if line.startswith("rlvr.integrations.verl_main")]
+    assert len(main_call) == 1
+    assert f"--config-path {run} --config-name config" in main_call[0]
+    assert f"VERL_FILE_LOGGER_PATH={run}/metrics.jsonl" in main_call[0]
+    assert (run / "DONE").exists()
+    (run / "DONE").unlink()
+    assert run_script(run / "run.sh", tmp_path, ARGS="--check").returncode == 0
+    assert not (run / "DONE").exists()  # verl_main --check validates only
+    (tmp_path / "log").unlink()
+    (run / "metrics.jsonl").write_text('{"step": 1, "data": {}}\n')  # a first attempt's lines
+    assert run_script(run / "run.sh", tmp_path).returncode == 0
+    assert not any("prepare-verl" in x for x in (tmp_path / "log").read_text().splitlines())
+    assert (run / "metrics.001.jsonl").read_text().startswith('{"step": 1')
+    assert not (run / "metrics.jsonl").exists()  # the recorder wrote none: verl would
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_searchqa_run_sh_serves_retrieval_and_stops_it(tmp_path):
+    profile = get_profile("paper")
+    port = free_port()
+    profile.settings["searchqa"].train["env_kwargs.retriever"] = f"http://127.0.0.1:{port}"
+    out = tmp_path / "launch"
+    write(profile, ["table_qa"], [0], out, "test")
+    script = out / "runs" / "searchqa__grpo__seed0" / "run.sh"
+    missing = run_script(script, tmp_path)
+    assert missing.returncode != 0 and "RLVR_INDEX" in missing.stderr
+    proc = run_script(script, tmp_path, RLVR_INDEX=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    log = (tmp_path / "log").read_text()
+    assert f"retrieval-serve --index {tmp_path} --host 127.0.0.1 --port {port}" in log
+    pid = int((tmp_path / "server.pid").read_text())
+    with pytest.raises(ProcessLookupError):  # the trap stopped the service on exit
+        os.kill(pid, 0)
+    remote = run_script(script, tmp_path, RLVR_RETRIEVAL_URL="http://10.1.2.3:9000")
+    assert remote.returncode == 0
+    assert "rlvr.searchqa.retrieval_url=http://10.1.2.3:9000" in (tmp_path / "log").read_text()
+
+
+# -- helpers and the command line ----------------------------------------------------------------
+def test_count_caps_the_export(capsys):
+    assert main(["count", "kk", "--split", "train", "--cap", "5"]) == 0  # procedural: unbounded
+    assert capsys.readouterr().out.strip() == "5"
+    main(["count", "kk", "--split", "test", "--cap", "100000", "--env-arg", "n_people=3"])
+    assert 0 < int(capsys.readouterr().out) < 100000
+
+
+def test_cli_engine_flag(tmp_path, capsys):
+    with pytest.raises(SystemExit, match="--out"):
+        rlvr_main(["reproduce", "fig2", "--profile", "paper", "--engine", "verl"])
+    with pytest.raises(SystemExit, match="--profile paper"):
+        rlvr_main(["reproduce", "fig2", "--engine", "verl", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="use one"):
+        rlvr_main(
+            ["reproduce", "fig2", "--profile", "paper", "--engine", "verl"]
+            + ["--out", str(tmp_path), "--from-verl", str(tmp_path)]
+        )
+    code = rlvr_main(
+        [
+            "reproduce",
+            "fig2",
+            "--profile",
+            "paper",
+            "--engine",
+            "verl",
+            "--seeds",
+            "1",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["engine"] == "verl" and summary["runs"] == 4  # 3 methods + the logit form
+    assert (tmp_path / "runs" / "kk__grpo_sg-logit__seed0" / "config.yaml").exists()
+
+
+def test_wall_time_bound_counts_generation_updates_and_validation():
+    from rlvr.reproduce.profiles import param_count
+    from rlvr.reproduce.verl_scripts import estimate_hours
+
+    setting = get_profile("paper").settings["kk"]
+    cfg, flat = flat_of("kk", "grpo", {"eval.every": 0}, gpus=2)
+    tokens = 352 * 64 * 8 * (400 + 4096)
+    flops = tokens * param_count(setting.arch) * (2 + 2 + 2 + 6)
+    assert estimate_hours(setting, cfg, 2, flat, 0) == pytest.approx(
+        flops / (2 * 989e12 * 0.15) / 3600
+    )
+    lopti, lflat = flat_of("kk", "lopti", {"eval.every": 0}, gpus=2)  # two update passes
+    assert estimate_hours(setting, lopti, 2, lflat, 0) / estimate_hours(
+        setting, cfg, 2, flat, 0
+    ) == pytest.approx(18 / 12)
+    cfg, flat = flat_of("kk", "grpo", gpus=2)  # 18 validations of 100 tasks x 8 samples
+    extra = 18 * 100 * 8 * (400 + 4096) * 2 * param_count(setting.arch)
+    assert estimate_hours(setting, cfg, 2, flat, 100) == pytest.approx(
+        (flops + extra) / (2 * 989e12 * 0.15) / 3600
+    )
