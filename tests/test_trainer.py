@@ -14,6 +14,7 @@ import rlvr.agents.trainer as trainer_mod
 from rlvr.agents.train_config import ALGOS, load_train_config
 from rlvr.agents.trainer import Trainer, lr_factor, read_metrics, strip_time
 from rlvr.config import ConfigError
+from rlvr.envs import make_env
 
 from _rlvr_toys import LetterEnv, ToolEnv
 
@@ -275,3 +276,46 @@ def test_periodic_evaluation_on_held_out_split(tmp_path):
     for key in ("eval/greedy_accuracy", "eval/sampled_accuracy", "eval/greedy_reward"):
         assert key in records[1]
     assert records[1]["eval/greedy_reward"] >= -3.0
+
+
+class ThreeTaskEnv(LetterEnv):
+    """A finite dataset of three tasks: ``reset`` refuses an index past it, as the envs do."""
+
+    num_tasks = 3
+    seen: list[int] = []
+
+    def reset(self, *, seed=None, options=None):
+        index = int((options or {}).get("index", 0))
+        if not 0 <= index < self.num_tasks:
+            raise ValueError(f"options['index'] must be an int in [0, {self.num_tasks})")
+        ThreeTaskEnv.seen.append(index)
+        return super().reset(seed=seed, options=options)
+
+
+def test_a_finite_dataset_wraps_around_instead_of_running_out(tmp_path):
+    ThreeTaskEnv.seen = []
+    t = _toy_trainer(tmp_path, "prompts_per_step=2", steps=3, env_cls=ThreeTaskEnv)
+    records = t.train()
+    assert [r["episodes/reset_errors"] for r in records] == [0, 0, 0]
+    assert sorted(set(ThreeTaskEnv.seen)) == [0, 1, 2]  # 6 tasks drawn from 3
+
+
+@pytest.mark.parametrize(
+    "env, kwargs, expected",
+    [
+        ("kk", {"split": "test", "test_size": 5, "n_people": [3, 4]}, 10),
+        ("kk", {"split": "train"}, None),
+        ("math", {"dataset": "synthetic", "split": "test"}, None),
+        ("searchqa", {"split": "test"}, None),
+    ],
+)
+def test_every_env_says_how_many_tasks_it_has(env, kwargs, expected):
+    """The trainer wraps task indices modulo ``num_tasks`` (``Trainer._reset_group``)."""
+    e = make_env(env, **kwargs).unwrapped
+    n = e.num_tasks
+    if expected is not None:
+        assert n == expected
+    if n is not None:
+        e.reset(seed=0, options={"index": n - 1})
+        with pytest.raises(ValueError, match="index"):
+            e.reset(seed=0, options={"index": n})

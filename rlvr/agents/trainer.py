@@ -253,13 +253,14 @@ class Trainer:
 
     # -- rollouts ------------------------------------------------------------------------------
     def _reset_group(self, envs: list, index: int) -> list[str]:
-        """Reset a group's envs to task ``index`` (modulo the size of a finite dataset).
+        """Reset a group's envs to task ``index``, modulo the env's ``num_tasks`` when it has a
+        finite task list (a dataset; None or absent: an unbounded generator).
 
         A task whose ``reset`` raises (a malformed dataset row, a tool that cannot start) is
         skipped for the next index, with a warning and a count in ``self.reset_errors``; after
         ``MAX_RESET_SKIPS`` failing tasks in a row the error is raised, naming the task.
         """
-        size = len(envs[0].unwrapped) if hasattr(type(envs[0].unwrapped), "__len__") else None
+        size = getattr(envs[0].unwrapped, "num_tasks", None)
         for skip in range(MAX_RESET_SKIPS + 1):
             task = (index + skip) % size if size else index + skip
             try:

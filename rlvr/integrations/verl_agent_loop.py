@@ -50,6 +50,7 @@ from verl.utils.rollout_trace import rollout_trace_op
 from rlvr.envs.searchqa.normalize import as_gold_list
 from rlvr.integrations.episodes import Episode
 from rlvr.integrations.verl_data import AGENT_NAME as _AGENT_NAMES
+from rlvr.integrations.verl_data import SEARCHQA_VERL_OVERRIDES
 
 #: The name rows select with their ``agent_name`` column (``rlvr prepare-verl searchqa``).
 AGENT_NAME = _AGENT_NAMES["searchqa"]
@@ -67,26 +68,8 @@ SETTING_KEYS = {
 #: returned hold the closing tag the env parses (vLLM ``SamplingParams``, SGLang sampling params).
 KEEP_STOP = {"vllm": {"include_stop_str_in_output": True}, "sglang": {"no_stop_trim": True}}
 
-#: The verl 0.9.1 overrides a search-QA run needs, ``key: value`` as Hydra command-line overrides.
-VERL_OVERRIDES: dict[str, object] = {
-    # Agent loops run only in async rollout mode (verl/workers/config/rollout.py rejects "sync").
-    "actor_rollout_ref.rollout.mode": "async",
-    # Rows carry agent_name; the default covers files exported without the column.
-    "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_NAME,
-    # Agent loops read the chat messages (RLHFDataset's raw_prompt) and render them themselves.
-    "data.return_raw_chat": True,
-    # Marks the batches as multi-turn (ray_trainer._update_actor's meta_info), as verl's own
-    # Search-R1 example (examples/sglang_multiturn/config/search_multiturn_grpo.yaml) sets it.
-    "actor_rollout_ref.rollout.multi_turn.enable": True,
-    # Stop strings need the engine's tokenizer: vLLM always loads it, SGLang only with this off.
-    "actor_rollout_ref.rollout.skip_tokenizer_init": False,
-    # Workers that run trajectories concurrently (verl's default, stated because each one also
-    # holds that many retrieval calls in flight).
-    "actor_rollout_ref.rollout.agent.num_workers": 8,
-    # The reward: our EM scorer on the decoded response (data_source rlvr/searchqa).
-    "reward.custom_reward_function.path": "pkg://rlvr.integrations.verl_reward",
-    "reward.custom_reward_function.name": "compute_score",
-}
+#: The verl overrides a search-QA run needs (defined beside the export, which needs no verl).
+VERL_OVERRIDES = SEARCHQA_VERL_OVERRIDES
 
 
 def searchqa_settings(config: Any) -> dict[str, Any]:

@@ -32,6 +32,29 @@ from typing import Any, Iterator
 ABILITY = {"kk": "logic", "math": "math", "searchqa": "qa"}
 #: verl's per-row agent loop (``agent_name`` column) for the multi-turn envs.
 AGENT_NAME = {"searchqa": "rlvr_searchqa"}
+
+#: The verl 0.9.1 overrides a search-QA run needs (the agent loop ``rlvr_searchqa`` of
+#: ``rlvr.integrations.verl_agent_loop``), ``key: value`` as Hydra command-line overrides. Kept
+#: here, free of verl imports, so launch scripts can be generated where verl is not installed.
+SEARCHQA_VERL_OVERRIDES: dict[str, object] = {
+    # Agent loops run only in async rollout mode (verl/workers/config/rollout.py rejects "sync").
+    "actor_rollout_ref.rollout.mode": "async",
+    # Rows carry agent_name; the default covers files exported without the column.
+    "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_NAME["searchqa"],
+    # Agent loops read the chat messages (RLHFDataset's raw_prompt) and render them themselves.
+    "data.return_raw_chat": True,
+    # Marks the batches as multi-turn (ray_trainer._update_actor's meta_info), as verl's own
+    # Search-R1 example (examples/sglang_multiturn/config/search_multiturn_grpo.yaml) sets it.
+    "actor_rollout_ref.rollout.multi_turn.enable": True,
+    # Stop strings need the engine's tokenizer: vLLM always loads it, SGLang only with this off.
+    "actor_rollout_ref.rollout.skip_tokenizer_init": False,
+    # Workers that run trajectories concurrently (verl's default, stated because each one also
+    # holds that many retrieval calls in flight).
+    "actor_rollout_ref.rollout.agent.num_workers": 8,
+    # The reward: our EM scorer on the decoded response (data_source rlvr/searchqa).
+    "reward.custom_reward_function.path": "pkg://rlvr.integrations.verl_reward",
+    "reward.custom_reward_function.name": "compute_score",
+}
 #: Search QA rows are exported without searching; an env for a public QA set still needs a
 #: retriever, so export gives it the retrieval service's usual address (never contacted).
 EXPORT_RETRIEVER = "http://127.0.0.1:8000"

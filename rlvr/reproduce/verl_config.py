@@ -28,7 +28,6 @@ raises ``VerlTranslationError`` naming the key. What maps to what:
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from rlvr.config import ConfigError
@@ -45,9 +44,6 @@ PLUGIN_LOSS_CONFIG = "rlvr.integrations.verl_plugin.RlvrPolicyLossConfig"
 SAVE_CONTENTS = ["model", "optimizer", "extra", "hf_model"]
 #: Reward function for every task (``rlvr.integrations.verl_reward``).
 REWARD_PATH = "pkg://rlvr.integrations.verl_reward"
-#: Contract for search QA until ``rlvr.integrations.verl_agent_loop`` says more: agent loops
-#: run on verl's async rollout server.
-SEARCHQA_FALLBACK = {"actor_rollout_ref.rollout.mode": "async"}
 
 
 class VerlTranslationError(ConfigError):
@@ -72,22 +68,11 @@ def gpu_layout(gpus: int) -> tuple[int, int]:
 
 
 def searchqa_overrides() -> dict[str, Any]:
-    """The agent-loop overrides of ``rlvr.integrations.verl_agent_loop.VERL_OVERRIDES``; where
-    that module cannot be imported (it imports verl), the contract's minimum, async rollouts,
-    with a warning."""
-    try:
-        module = importlib.import_module("rlvr.integrations.verl_agent_loop")
-    except ModuleNotFoundError as e:  # the module, or verl and its dependencies, absent here
-        import warnings
+    """The agent-loop overrides a search-QA run needs
+    (``rlvr.integrations.verl_data.SEARCHQA_VERL_OVERRIDES``, which imports no verl)."""
+    from rlvr.integrations.verl_data import SEARCHQA_VERL_OVERRIDES
 
-        warnings.warn(
-            f"search QA: rlvr.integrations.verl_agent_loop is not importable here ({e.name} "
-            f"missing): wrote the contract's minimum {SEARCHQA_FALLBACK}; generate from verl's "
-            "environment for the agent loop's own overrides",
-            stacklevel=2,
-        )
-        return dict(SEARCHQA_FALLBACK)
-    return dict(getattr(module, "VERL_OVERRIDES"))
+    return dict(SEARCHQA_VERL_OVERRIDES)
 
 
 def _batches(cfg, n_gpus: int) -> dict[str, Any]:

@@ -78,6 +78,12 @@ class MathEnv(SingleTurnEnv):
         """Number of items (the synthetic stream is unbounded: its index space)."""
         return _SYNTHETIC_SPACE if self.synthetic else len(self.records)
 
+    @property
+    def num_tasks(self) -> int:
+        """Tasks in the split (the synthetic stream: its index space); ``reset`` accepts
+        ``options["index"]`` in ``[0, num_tasks)``."""
+        return len(self)
+
     def record(self, index: int) -> dict:
         """Item ``index`` as a record (``problem``, ``ground_truth``, ``source``, ``id``...)."""
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(self):

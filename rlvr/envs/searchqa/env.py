@@ -171,6 +171,11 @@ class SearchQAEnv(gym.Env):
         self._item: QAItem | None = None
         self._prompt = ""
 
+    @property
+    def num_tasks(self) -> int:
+        """Questions in the split; ``reset`` accepts ``options["index"]`` in ``[0, num_tasks)``."""
+        return len(self.items)
+
     # -- construction ---------------------------------------------------------------------------
     @staticmethod
     def _load_items(dataset, split, seed, synthetic) -> list[QAItem]:
