@@ -135,3 +135,24 @@ def test_keys_follow_the_preset_a_model_name_stands_for(monkeypatch):
     assert before[0] != after[0] and before[1] != after[1]
     # A path or hub name is hashed as given.
     assert runs.model_identity("/some/dir") == "/some/dir"
+
+
+def test_table_kk_has_a_table_and_claims_per_kk_model(tmp_path):
+    """The paper's K&K table has a 3B and a 7B block: every K&K setting of a profile gets its
+    tables, CSV rows and claims (here two settings naming the same micro model, so the second
+    reuses the first's runs from the cache)."""
+    import csv
+
+    from rlvr.reproduce import table_kk
+
+    profile = profiles.tiny_profile(smoke=True)
+    profile.settings["kk-b"] = profiles.replace(profile.settings["kk"])
+    ctx = Context(profile, tmp_path / "out", tmp_path / "cache", [0], smoke=True, progress=False)
+    result = table_kk.run(ctx)
+    text = (tmp_path / "out" / "table_kk.md").read_text()
+    assert text.count("# K&K accuracy by number of people") == 2
+    claims = json.loads((tmp_path / "out" / "table_kk.meta.json").read_text())["claims"]
+    assert [c["setting"] for c in claims] == ["K&K"] * 3 + ["K&K, micro"] * 3
+    assert "grpo_sg_minus_grpo" in result and "grpo_sg_minus_grpo[kk-b]" in result
+    rows = list(csv.DictReader(open(tmp_path / "out" / "table_kk.csv")))
+    assert {r["model"] for r in rows} == {"micro"} and len(rows) % 2 == 0

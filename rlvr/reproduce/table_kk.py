@@ -17,20 +17,44 @@ from rlvr.reproduce.profiles import KK_METHODS
 NAME = "table_kk"
 
 
+def kk_settings(ctx: Context) -> list[str]:
+    """The profile's K&K settings in order (the paper's table has one per model: 3B and 7B)."""
+    return [key for key, s in ctx.profile.settings.items() if s.env == "kk"]
+
+
 def run(ctx: Context) -> dict:
     out = Output(ctx, NAME)
-    setting = ctx.profile.settings["kk"]
-    evs = {m: evals_for(ctx, out, "kk", runs_for(ctx, out, "kk", m)) for m in KK_METHODS}
+    csv_rows, md, results = [], [], {}
+    keys = kk_settings(ctx)
+    for key in keys:
+        where = "K&K" if key == keys[0] else f"K&K, {ctx.profile.settings[key].model}"
+        tables, evs = _setting_table(ctx, out, key, csv_rows)
+        md += tables
+        suffix = "" if key == keys[0] else f"[{key}]"
+        results.update({f"{name}{suffix}": ci for name, ci in _claims(ctx, out, evs, where)})
+    md += ["## Claims (paired per-item differences)", ""]
+    md += [
+        f"- **{c['claim']}** ({c['setting']}): {c['verdict']}. {c['evidence']}." for c in out.claims
+    ]
+    md += ["", "## The paper's reported K&K average accuracy (Qwen2.5, 3-7 people)", ""]
+    md += paper_numbers.kk_lines()
+    out.write_csv(csv_rows)
+    out.write_md("\n".join(md))
+    return out.finish(results)
+
+
+def _setting_table(ctx: Context, out: Output, key: str, csv_rows: list) -> tuple[list, dict]:
+    """The greedy and avg@k tables of one K&K setting as markdown lines (rows added to
+    ``csv_rows``), and its evaluations per method."""
+    setting = ctx.profile.settings[key]
+    evs = {m: evals_for(ctx, out, key, runs_for(ctx, out, key, m)) for m in KK_METHODS}
     sizes = [str(v) for v in setting.group_values]
     avg_key = sample_metric(evs["grpo"])
-    csv_rows, md = (
-        [],
-        [
-            f"# K&K accuracy by number of people ({ctx.profile.name} profile, "
-            f"{ctx.draws()}, model {setting.model})",
-            "",
-        ],
-    )
+    md = [
+        f"# K&K accuracy by number of people ({ctx.profile.name} profile, "
+        f"{ctx.draws()}, model {setting.model})",
+        "",
+    ]
     for metric in ("greedy", avg_key):
         table = []
         for m in KK_METHODS:
@@ -41,6 +65,7 @@ def run(ctx: Context) -> dict:
                 if ci is not None:
                     csv_rows.append(
                         {
+                            "model": setting.model,
                             "method": m,
                             "metric": metric,
                             "n_people": size,
@@ -58,33 +83,31 @@ def run(ctx: Context) -> dict:
             markdown_table(["method"] + [f"{s} ppl" for s in sizes] + ["avg"], table),
             "",
         ]
+    return md, evs
+
+
+def _claims(ctx: Context, out: Output, evs: dict, where: str):
+    """Decide the paper's K&K claims on one setting's evaluations; yields ``(name, interval)``."""
     sg = compare(
-        out, "GRPO-SG beats GRPO", "K&K", evs["grpo_sg"], evs["grpo"], label="GRPO-SG - GRPO"
+        out, "GRPO-SG beats GRPO", where, evs["grpo_sg"], evs["grpo"], label="GRPO-SG - GRPO"
     )
+    yield "grpo_sg_minus_grpo", sg.as_dict()
     rv = compare(
         out,
         "Reverse is close to GRPO",
-        "K&K",
+        where,
         evs["reverse"],
         evs["grpo"],
         close_margin=ctx.profile.close_margin,
         label="Reverse - GRPO",
     )
+    yield "reverse_minus_grpo", rv.as_dict()
     compare(
         out,
         "GRPO-SG beats GRPO (avg@k, beyond the paper)",
-        "K&K",
+        where,
         evs["grpo_sg"],
         evs["grpo"],
         mode="sample",
         label="GRPO-SG - GRPO",
     )
-    md += ["## Claims (paired per-item differences)", ""]
-    md += [
-        f"- **{c['claim']}** ({c['setting']}): {c['verdict']}. {c['evidence']}." for c in out.claims
-    ]
-    md += ["", "## The paper's reported K&K average accuracy (Qwen2.5, 3-7 people)", ""]
-    md += paper_numbers.kk_lines()
-    out.write_csv(csv_rows)
-    out.write_md("\n".join(md))
-    return out.finish({"grpo_sg_minus_grpo": sg.as_dict(), "reverse_minus_grpo": rv.as_dict()})
