@@ -137,6 +137,18 @@ def eval_key(ecfg: EvalConfig) -> str:
     return config_hash(dataclasses.replace(ecfg, out="", model=model_identity(ecfg.model)))
 
 
+def run_summary(cfg, metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a finished run's record says of it, whichever engine trained it."""
+    return {
+        "env": cfg.env,
+        "algo": cfg.algo,
+        "seed": cfg.seed,
+        "model": cfg.model,
+        "base_seed": base_seed_of(cfg.model),
+        "steps": len(metrics),
+    }
+
+
 def compute_seconds(metrics: list[dict[str, Any]]) -> float:
     """Seconds a run spent in rollouts and updates (a record of speed on one machine; equal
     compute is measured in tokens, ``update_tokens``, which do not depend on the machine)."""
@@ -208,12 +220,7 @@ def ensure_run(cfg, cache: Path, *, say=print, progress: bool = True) -> Run:
             json.dumps(
                 {
                     "key": key,
-                    "env": cfg.env,
-                    "algo": cfg.algo,
-                    "seed": cfg.seed,
-                    "model": cfg.model,
-                    "base_seed": base_seed_of(cfg.model),
-                    "steps": len(metrics),
+                    **run_summary(cfg, metrics),
                     "update_tokens": update_tokens(metrics, cfg),
                     "compute_seconds": round(compute_seconds(metrics), 2),
                     "last_invocation_seconds": round(time.perf_counter() - start, 2),

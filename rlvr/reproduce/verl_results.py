@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rlvr.reproduce.runs import Run, base_seed_of, compute_seconds, run_key, train_config
+from rlvr.reproduce.runs import Run, compute_seconds, run_key, run_summary, train_config
 
 ENGINE = "verl"
 RUN_FILE = "rlvr_run.json"
@@ -376,12 +376,7 @@ class VerlRuns:
             "folder": str(folder),
             "checkpoint": str(hf.relative_to(folder)),
             "native_config_hash": rec.get("native_config_hash", ""),
-            "env": cfg.env,
-            "algo": cfg.algo,
-            "seed": cfg.seed,
-            "model": cfg.model,
-            "base_seed": base_seed_of(cfg.model),
-            "steps": len(metrics),
+            **run_summary(cfg, metrics),
             "compute_seconds": round(compute_seconds(metrics), 2),
             "weights_sha256": checkpoint_sha256(hf),
             **({"note": note} if note else {}),
