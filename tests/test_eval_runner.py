@@ -99,6 +99,19 @@ def test_config_errors():
         R.EvalConfig(group_by="n_people")
     with pytest.raises(ValueError, match="nothing"):
         R.EvalConfig(greedy=False, k=0)
+    with pytest.raises(ValueError, match="device: must be auto, cpu, mps or cuda"):
+        R.EvalConfig(device="gpu")
+
+
+def test_cuda_without_a_gpu_is_one_line_before_loading(monkeypatch, capsys):
+    """A paper-scale evaluation on a machine without a GPU: the CLI's one-line error, not
+    torch's traceback from moving the model."""
+    from rlvr.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("rlvr.models.load_model", lambda *a: pytest.fail("loaded a model"))
+    assert main(["eval", "model=micro", "env=kk", "device=cuda", "--quiet"]) == 2
+    assert "device: 'cuda' but torch sees no CUDA GPU" in capsys.readouterr().err
 
 
 def test_rlvr_eval_command(tmp_path, capsys):
@@ -114,6 +127,7 @@ def test_rlvr_eval_command(tmp_path, capsys):
                 "n_items=2",
                 "max_new_tokens=4",
                 "k=2",
+                "device=auto",
                 "env_kwargs={template: plain, n_people: 3}",
                 f"out={out}",
                 "--quiet",

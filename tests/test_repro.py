@@ -241,6 +241,10 @@ def test_check_samples_compares_and_refuses_old_folders(tmp_path):
     (tmp_path / "fig2.meta.json").write_text(json.dumps({"profile": "tiny", "train_runs": {}}))
     with pytest.raises(SystemExit, match="older rlvr"):
         check.load_records(tmp_path)
+    verl = {"profile": "paper", "engine": "verl", "run_records": records}
+    (tmp_path / "fig2.meta.json").write_text(json.dumps(verl))
+    with pytest.raises(SystemExit, match="trained by verl"):
+        check.load_records(tmp_path)
 
 
 def test_a_base_seed_builds_another_base_and_records_its_hash(tmp_path, monkeypatch):

@@ -156,3 +156,33 @@ def test_table_kk_has_a_table_and_claims_per_kk_model(tmp_path):
     assert "grpo_sg_minus_grpo" in result and "grpo_sg_minus_grpo[kk-b]" in result
     rows = list(csv.DictReader(open(tmp_path / "out" / "table_kk.csv")))
     assert {r["model"] for r in rows} == {"micro"} and len(rows) % 2 == 0
+
+
+def test_report_includes_changes_and_compare_reads_verdicts_back(tmp_path, capsys):
+    from rlvr.cli import main
+    from rlvr.reproduce.compare import compare_claims, read_claims
+
+    def reproduce(folder, verdict, changes=None):
+        folder.mkdir()
+        if changes:
+            (folder / "CHANGES.md").write_text(changes)
+        ctx = _ctx(folder)
+        out = Output(ctx, "table_kk")
+        out.claim("GRPO-SG beats GRPO", "K&K", verdict, "diff | 0.1 [0.05, 0.2]")
+        out.claim("Reverse is close to GRPO", "K&K", "held", "diff 0.0 [-0.01, 0.01]")
+        out.finish()
+        return report.write_report(ctx)
+
+    reproduce(tmp_path / "old", "inconclusive")
+    new = reproduce(tmp_path / "new", "held", "# Why\n\nThe kernels changed.\n")
+    text = new.read_text()
+    assert "## Why\n\nThe kernels changed." in text
+    claims = read_claims(tmp_path / "new")
+    assert [c["verdict"] for c in claims] == ["held", "held"]
+    assert claims[0]["evidence"] == "diff | 0.1 [0.05, 0.2]"
+    rows = compare_claims(read_claims(tmp_path / "old"), claims)
+    assert [r[4] for r in rows] == ["**inconclusive -> held**", "same"]
+    assert main(["reproduce", "--compare", str(tmp_path / "old"), str(new)]) == 0
+    assert "1 of 2 verdicts changed" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no report"):
+        read_claims(tmp_path / "missing")

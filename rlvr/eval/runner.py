@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from rlvr.agents.rollout import Generation, RolloutBackend, SamplingParams, make_backend
 from rlvr.agents.rollout.multiturn import episode_seed
+from rlvr.agents.train_config import check_device, check_device_present
 from rlvr.envs import make_env
 from rlvr.envs.base import SingleTurnEnv
 from rlvr.eval.loop import Job, plan, play
@@ -86,6 +87,7 @@ class EvalConfig:
         bad = [k for k in self.pass_ks if k < 1 or (self.k and k > self.k)]
         if bad:
             raise ValueError(f"EvalConfig.pass_ks {bad} must lie in 1..k={self.k}")
+        check_device(self.device)
 
 
 @dataclass
@@ -343,10 +345,12 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
     """
     start = time.perf_counter()
     if model is None:
+        from rlvr.agents.trainer import resolve_device
         from rlvr.models import load_model
 
+        check_device_present(cfg.device)
         model, tokenizer = load_model(cfg.model)
-        model.to(cfg.device)
+        model.to(resolve_device(cfg.device))
     model.eval()
     tasks = []
     multi_turn = False

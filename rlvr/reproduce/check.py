@@ -45,6 +45,12 @@ def load_records(folder: Path) -> tuple[dict[str, Any], dict[str, dict], dict[st
         for label, rec in meta.get("run_records", {}).items():
             records.setdefault(label, {}).update(rec)
         bases.update({m: b for m, b in meta.get("bases", {}).items() if b})
+    engine = metas[0].get("engine", "native")
+    if engine != "native":
+        raise SystemExit(
+            f"--check {folder}: its runs were trained by {engine} (--from-verl); the check "
+            "retrains natively and would compare two engines, so it applies to native results only"
+        )
     if not records:
         raise SystemExit(
             f"--check {folder}: its meta.json files record no per-run numbers or "

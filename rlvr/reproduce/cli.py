@@ -7,7 +7,8 @@ training run of the figures and tables named (``rlvr.reproduce.verl_scripts``).
 Outputs are named after the script (``fig2.png``, ``fig2.csv``, ``table_kk.md``...) in ``--out``
 (default ``rlvr-results/<profile>/`` in the working directory; ``rlvr-results/<profile>-smoke/``
 with ``--smoke``): the committed ``results/`` are written only when ``--out`` names them.
-``--check DIR`` reruns a sample of the runs recorded in DIR and compares (``rlvr.reproduce.check``).
+``--check DIR`` reruns a sample of the runs recorded in DIR and compares (``rlvr.reproduce.check``);
+``--compare OLD NEW`` sets two reports' claim verdicts side by side (``rlvr.reproduce.compare``).
 ``--from-verl DIR`` takes the training runs from a folder verl trained
 (``rlvr.reproduce.verl_results``) and writes to ``DIR/results`` by default.
 Training runs and
@@ -50,6 +51,14 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         help="with --check: how many recorded runs to rerun (default 1)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("OLD", "NEW"),
+        default=None,
+        help="print the paper's claims of two reproductions (folders or REPORT.md files) side "
+        "by side, verdict changes marked",
     )
     parser.add_argument(
         "--profile",
@@ -177,6 +186,10 @@ def run_reproduce(args: argparse.Namespace) -> int:
     from rlvr.models.presets import parse_spec
     from rlvr.reproduce.profiles import get_profile
 
+    if args.compare:
+        from rlvr.reproduce.compare import run_compare
+
+        return run_compare(Path(args.compare[0]), Path(args.compare[1]))
     if args.check:
         from rlvr.reproduce.check import run_check
 
@@ -188,7 +201,8 @@ def run_reproduce(args: argparse.Namespace) -> int:
         )
     if not args.name:
         raise SystemExit(
-            "rlvr reproduce: name a figure or table (fig2, all...) or pass --check DIR"
+            "rlvr reproduce: name a figure or table (fig2, all...), or pass --check DIR or "
+            "--compare OLD NEW"
         )
     if getattr(args, "engine", "native") == "verl":
         return write_verl(args)

@@ -3,7 +3,8 @@ versions, wall time, and each of the paper's claims with the verdict the statist
 
 Built only from the files the scripts wrote (``<name>.meta.json``, ``.md``, ``.png``), so it can
 be regenerated at any time. Verdicts come from the scripts' paired differences; nothing here
-decides a claim.
+decides a claim. A hand-written ``CHANGES.md`` in the folder (why verdicts moved against the
+previous results; ``rlvr reproduce --compare`` lists which) is included as its own section.
 """
 
 from __future__ import annotations
@@ -117,6 +118,12 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
         ]
     else:
         lines += ["No script that decides a claim has run yet.", ""]
+    changes = out / "CHANGES.md"
+    if changes.exists():  # written by hand: why verdicts moved against the previous results
+        text = _strip_header(changes.read_text(encoding="utf-8")).strip()
+        if not text.startswith("## "):
+            lines += ["## Changes against the previous results", ""]
+        lines += [text, ""]
     lines += ["## The paper's reported numbers", ""]
     lines += paper_numbers.kk_lines() + paper_numbers.math_lines() + paper_numbers.qa_lines() + [""]
     for name in ORDER:

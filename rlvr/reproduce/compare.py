@@ -1,0 +1,71 @@
+"""``rlvr reproduce --compare OLD NEW``: the paper's claims of two reproductions side by side.
+
+Each side is a results folder or its ``REPORT.md``; the claims are read back from the report's
+claims table (``rlvr.reproduce.report`` writes it: claim | setting | **verdict** | evidence), so
+any committed report can be compared, e.g. an earlier commit's with
+``git show REV:results/tiny/REPORT.md > /tmp/old.md``. Claims are matched by (claim, setting);
+one present on one side only is listed as such.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlvr.reproduce.common import markdown_table
+
+CLAIMS_HEADING = "## The paper's claims at this scale"
+
+
+def read_claims(path: Path) -> list[dict[str, str]]:
+    """The claims table of a ``REPORT.md`` (or of ``<folder>/REPORT.md``), in its order."""
+    path = Path(path)
+    report = path / "REPORT.md" if path.is_dir() else path
+    if not report.is_file():
+        raise SystemExit(f"rlvr reproduce --compare: no report at {report}")
+    lines = report.read_text(encoding="utf-8").splitlines()
+    try:
+        start = lines.index(CLAIMS_HEADING)
+    except ValueError:
+        raise SystemExit(f"rlvr reproduce --compare: {report} has no claims section") from None
+    claims = []
+    for line in lines[start + 1 :]:
+        if line.startswith("## "):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or len(cells) < 4 or cells[0] in ("claim", "---"):
+            continue
+        claims.append(
+            {
+                "claim": cells[0],
+                "setting": cells[1],
+                "verdict": cells[2].strip("*"),
+                "evidence": " | ".join(cells[3:]),
+            }
+        )
+    return claims
+
+
+def compare_claims(old: list[dict], new: list[dict]) -> list[list[str]]:
+    """Rows ``[claim, setting, old verdict, new verdict, change]``, the new report's order first
+    and then the claims only the old one has."""
+    before = {(c["claim"], c["setting"]): c for c in old}
+    after = {(c["claim"], c["setting"]): c for c in new}
+    rows = []
+    for key in list(after) + [k for k in before if k not in after]:
+        a, b = before.get(key), after.get(key)
+        va = a["verdict"] if a else "(absent)"
+        vb = b["verdict"] if b else "(absent)"
+        change = "same" if va == vb else f"**{va} -> {vb}**"
+        rows.append([key[0], key[1], va, vb, change])
+    return rows
+
+
+def run_compare(old: Path, new: Path) -> int:
+    rows = compare_claims(read_claims(old), read_claims(new))
+    changed = sum(r[4] != "same" for r in rows)
+    print(markdown_table(["claim", "setting", "before", "now", "change"], rows))
+    print(f"\n{changed} of {len(rows)} verdicts changed")
+    return 0
+
+
+__all__ = ["compare_claims", "read_claims", "run_compare"]
