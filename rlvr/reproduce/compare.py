@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlvr.reproduce.common import markdown_table
-
-CLAIMS_HEADING = "## The paper's claims at this scale"
+from rlvr.reproduce.report import CLAIMS_HEADING
 
 
 def read_claims(path: Path) -> list[dict[str, str]]:

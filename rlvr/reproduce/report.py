@@ -16,6 +16,8 @@ from pathlib import Path
 from rlvr.reproduce import paper_numbers
 from rlvr.reproduce.common import Context, markdown_table, versions
 
+#: The heading of the claims table; ``rlvr.reproduce.compare`` reads the table back under it.
+CLAIMS_HEADING = "## The paper's claims at this scale"
 ORDER = ("fig1", "fig2", "fig3", "fig4", "table_kk", "table_math", "table_qa", "sweep")
 CAPTIONS = {
     "fig1": "Figure 1 — words the policy generates with high vs low probability",
@@ -100,7 +102,7 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
             "",
         ]
     claims = [c for m in metas.values() for c in m.get("claims", [])]
-    lines += ["## The paper's claims at this scale", ""]
+    lines += [CLAIMS_HEADING, ""]
     if claims:
         rows = [[c["claim"], c["setting"], f"**{c['verdict']}**", c["evidence"]] for c in claims]
         lines += [markdown_table(["claim", "setting", "verdict", "evidence"], rows), ""]
