@@ -55,7 +55,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "machine": ("rlvr.repro", "print this machine as results record it (CPU, ISA, kernel mode)"),
     "prepare-verl": (
-        "rlvr.integrations.verl_data",
+        "rlvr.integrations.verl.data",
         "write environment tasks as verl-ready parquet (chat prompt, ground truth)",
     ),
 }
@@ -73,7 +73,7 @@ def _runner(mod, name):
 
 def kernel_mode_for(argv: list[str]) -> str:
     """``--kernels`` (before the command), else ``$RLVR_KERNELS``, else ``reproducible`` on the
-    CPU profiles and ``native`` for ``reproduce --profile paper`` (GPU runs; see rlvr.repro)."""
+    CPU grids and ``native`` for ``reproduce --grid paper`` (GPU runs; see rlvr.repro)."""
     import os
 
     if "--kernels" in argv[:-1] and argv.index("--kernels") < _command_index(argv):
@@ -81,7 +81,7 @@ def kernel_mode_for(argv: list[str]) -> str:
     if os.environ.get("RLVR_KERNELS"):
         return os.environ["RLVR_KERNELS"]
     paper = any(
-        a == "--profile=paper" or (a == "--profile" and b == "paper")
+        a in ("--grid=paper", "--profile=paper") or (a in ("--grid", "--profile") and b == "paper")
         for a, b in zip(argv, argv[1:] + [""])
     )
     return "native" if paper else "reproducible"
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=("reproducible", "native"),
         default=None,
         help="CPU kernels: reproducible (held to AVX2, the same bits on any x86-64 "
-        "machine; default except --profile paper) or native (the processor's "
+        "machine; default except --grid paper) or native (the processor's "
         "own choice); also $RLVR_KERNELS",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from pathlib import Path
@@ -201,6 +202,24 @@ def load_config(
         ov = parse_overrides(overrides) if isinstance(overrides, list) else overrides
         cfg = merge(cfg, ov)
     return cfg
+
+
+def in_interval(value: Any, interval: str) -> bool:
+    """Whether a real number (not bool, not NaN) lies in ``interval`` written ``[a, b)``, with
+    ``inf`` for an unbounded end."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return False
+    lo, hi = (float(x) for x in interval[1:-1].split(","))
+    above = value >= lo if interval[0] == "[" else value > lo
+    below = value <= hi if interval[-1] == "]" else value < hi
+    return above and below
+
+
+def check_interval(key: str, value: Any, interval: str) -> None:
+    """The one range check of every configuration value: ``ConfigError`` naming ``key`` when
+    ``value`` lies outside ``interval`` (``in_interval``)."""
+    if not in_interval(value, interval):
+        raise ConfigError(f"{key}: must be in {interval}, got {value!r}")
 
 
 def config_hash(cfg, length: int = 12) -> str:

@@ -70,8 +70,8 @@ def run_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rlvr.agents.checkpoint import CheckpointError, check_writable
-    from rlvr.agents.train_config import check_device_present
     from rlvr.agents.trainer import Trainer
+    from rlvr.device import check_device_present
 
     try:  # configuration problems found while setting up: one line, exit 2
         check_device_present(cfg.device)
@@ -119,7 +119,7 @@ def run_algorithms(args: argparse.Namespace) -> int:
         return 2
     for name in algorithm_names():
         a = get_algorithm(name)
-        parts = [f"weight={a.weight}" if a.weight else "weight=1"]
+        parts = [f"weight={a.name}" if a.weight else "weight=1"]
         if a.stages is not None:
             parts.append(f"{a.n_stages} stages")
         if a.select_tokens is not None:

@@ -55,12 +55,10 @@ from rlvr.agents.rollout.multiturn import Episode, run_episodes
 from rlvr.agents.train_config import TrainConfig, periodic_eval_config
 from rlvr.agents.update import Precision, Updater, optimizer_steps_per_batch
 from rlvr.config import ConfigError, dump_yaml
-from rlvr.envs import env_accepts, make_env
+from rlvr.device import resolve_device
+from rlvr.envs import env_spec, make_env
 from rlvr.eval.loop import plan, play, task_runs
 
-#: Minimum reward per env (docs/design.md §4): K&K totals lie in [-3, 3]; math and search QA
-#: score 0/1. An episode whose env raised scores this.
-ENV_MIN_REWARD = {"kk": -3.0, "math": 0.0, "searchqa": 0.0}
 #: Tasks in a row whose ``env.reset`` may fail before the run stops (``Trainer._reset_group``).
 MAX_RESET_SKIPS = 8
 
@@ -85,12 +83,6 @@ def lr_factor(step: int, *, warmup: int, total: int, schedule: str, min_ratio: f
     if schedule == "cosine":
         return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
     raise ValueError(f"optim.schedule: unknown schedule {schedule!r}")
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def episodes_to_batch(episodes: list[Episode], pad_id: int) -> RolloutBatch:
@@ -190,8 +182,9 @@ class Trainer:
         self.step = 0
         self.data_position = 0
         self.reset_errors = 0  # tasks skipped because env.reset raised (counted since start)
+        #: What an episode whose env raised scores (default: the env's minimum reward).
         self.error_reward = (
-            cfg.error_reward if cfg.error_reward is not None else ENV_MIN_REWARD[cfg.env]
+            cfg.error_reward if cfg.error_reward is not None else env_spec(cfg.env).min_reward
         )
         self.sampling = SamplingParams(
             max_new_tokens=cfg.rollout.max_turn_tokens or cfg.rollout.max_response_tokens,
@@ -216,7 +209,7 @@ class Trainer:
     def _make_registered_env(self, split: str):
         kwargs = dict(self.cfg.env_kwargs)
         if split != "train" or "split" in kwargs:
-            if not env_accepts(self.cfg.env, "split"):
+            if not env_spec(self.cfg.env).accepts("split"):
                 raise ValueError(
                     f"env {self.cfg.env!r} has no 'split' argument; evaluation "
                     "needs a held-out split (set eval.every=0)"

@@ -61,6 +61,11 @@ class Tool:
     argument_doc: str
     returns: str
 
+    @property
+    def end(self) -> str:
+        """The text that closes a call (``</search>``): what counts calls in a response."""
+        return self.template.rsplit("{}", 1)[-1].strip()
+
     def action(self, value: Any) -> str:
         """The env action of one call (``value`` as text, cut like any response)."""
         return self.template.format(coerce_text(value).strip())

@@ -21,7 +21,7 @@ import gymnasium as gym
 from tqdm import tqdm
 
 from rlvr.config import ConfigError, parse_overrides
-from rlvr.envs import ENV_NAMES, env_id, get_scorer
+from rlvr.envs import env_names, env_spec
 
 
 def _jsonable(x):
@@ -37,7 +37,7 @@ def _jsonable(x):
 
 
 def add_sample_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", required=True, choices=sorted(ENV_NAMES), help="environment")
+    p.add_argument("--env", required=True, choices=sorted(env_names()), help="environment")
     p.add_argument("-n", type=int, default=8, help="number of tasks")
     p.add_argument(
         "--seed", type=int, default=0, help="seed of the first task (task i uses seed+i)"
@@ -49,9 +49,9 @@ def add_sample_arguments(p: argparse.ArgumentParser) -> None:
 def run_sample(args) -> int:
     kwargs = parse_overrides(args.kwargs)
     try:
-        env = gym.make(env_id(args.env), **kwargs)
+        env = gym.make(env_spec(args.env).id, **kwargs)
     except (TypeError, ValueError) as e:  # a bad key=value: one line (``rlvr.cli`` prints it)
-        raise ConfigError(f"{env_id(args.env)}: {e}") from None
+        raise ConfigError(f"{env_spec(args.env).id}: {e}") from None
     out = sys.stdout if args.out == "-" else open(args.out, "w")
     try:
         for i in range(args.n):
@@ -67,14 +67,14 @@ def run_sample(args) -> int:
 
 
 def add_score_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", required=True, choices=sorted(ENV_NAMES), help="environment")
+    p.add_argument("--env", required=True, choices=sorted(env_names()), help="environment")
     p.add_argument("input", help="JSONL with 'response' and 'ground_truth' fields ('-' for stdin)")
     p.add_argument("--out", default=None, help="write scored JSONL here")
     p.add_argument("kwargs", nargs="*", metavar="key=value", help="scorer keyword arguments")
 
 
 def run_score(args) -> int:
-    score = get_scorer(args.env)
+    score = env_spec(args.env).score
     kwargs = parse_overrides(args.kwargs)
     try:  # bad key=value arguments fail once, here, not on every line
         score("", "", **kwargs)

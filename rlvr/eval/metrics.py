@@ -114,6 +114,14 @@ def f1_score(prediction: Any, golds: Sequence[str]) -> float:
     return best
 
 
+#: Answer metrics an environment may declare (``EnvSpec.answer_metrics``):
+#: ``name -> fn(parsed answer, ground truth) -> float``.
+ANSWER_METRICS = {
+    "em": lambda parsed, ground_truth: exact_match(parsed, gold_answers(ground_truth)),
+    "f1": lambda parsed, ground_truth: f1_score(parsed, gold_answers(ground_truth)),
+}
+
+
 # -- Summaries over records --------------------------------------------------------------------
 def correct_by_item(
     records: Iterable[Mapping[str, Any]], mode: str, key: str = "correct"
@@ -156,7 +164,7 @@ def summarize(records: Sequence[Mapping[str, Any]], ks: Sequence[int] = (1,)) ->
         mode_records = [r for r in records if r.get("mode") == mode]
         if not mode_records:
             continue
-        for key in ("em", "f1"):
+        for key in ANSWER_METRICS:
             if any(key in r for r in mode_records):
                 out[f"{prefix}_{key}"] = float(
                     np.mean([float(r.get(key, 0.0)) for r in mode_records])
@@ -201,6 +209,7 @@ def kk_accuracy_by_people(
 
 
 __all__ = [
+    "ANSWER_METRICS",
     "accuracy",
     "avg_at_k",
     "correct_by_item",

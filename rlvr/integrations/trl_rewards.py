@@ -6,9 +6,11 @@ the other dataset columns, one list entry per completion, plus trainer extras (`
 ``log_metric``, ...), and expects one float per completion. A completion is a string (standard
 dataset) or a list of messages (conversational dataset; with tools, the assistant and tool turns).
 
-- ``kk_reward``, ``math_reward``, ``searchqa_reward``: ready-made reward functions reading the
-  ``ground_truth`` column (``REWARD_FUNCS`` by environment name); each calls the environment's own
-  pure scorer (math on the verifier pool with its hard per-item deadline).
+- ``reward_func(env)`` (also as ``<env>_reward``: ``kk_reward``, ``math_reward``,
+  ``searchqa_reward``...): the reward function of a registered environment, reading the
+  ``ground_truth`` column and the environment's scoring options (``EnvSpec.options``: K&K's
+  ``prefilled_think``, math's ``require_think``); it calls the environment's own pure scorer
+  (math together on the verifier pool, with its hard per-item deadline).
 - ``trl_rows`` / ``trl_dataset``: our tasks in TRL's prompt format (``prompt`` as chat messages, or
   the rendered string with ``conversational=False``), with ``ground_truth`` and the scoring options
   as columns.
@@ -22,9 +24,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
-from rlvr.integrations.verl_data import encode_ground_truth
+import gymnasium as gym
 
-ENVS = ("kk", "math", "searchqa")
+from rlvr.envs import env_spec
 
 
 def completion_text(completion: Any) -> str:
@@ -60,63 +62,43 @@ def _ground_truths(kwargs: dict, n: int) -> list:
     return _column(kwargs, "ground_truth", n, None)
 
 
-def kk_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-    """K&K reward in [-3, 3] (Logic-RL format + answer); column ``prefilled_think`` (default
-    False: a conversational prompt is not prefilled with ``<think>``)."""
-    from rlvr.envs.kk import score
+def _reward(env: str) -> Callable[..., list[float]]:
+    spec = env_spec(env)
 
-    n = len(completions)
-    gts = _ground_truths(kwargs, n)
-    prefilled = _column(kwargs, "prefilled_think", n, False)
-    return [
-        float(score(completion_text(c), gt, prefilled_think=bool(p)).reward)
-        for c, gt, p in zip(completions, gts, prefilled)
-    ]
+    def reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        n = len(completions)
+        gts = _ground_truths(kwargs, n)
+        columns = {k: _column(kwargs, k, n, None) for k in spec.options if k in kwargs}
+        options = [spec.read_options({k: v[i] for k, v in columns.items()}) for i in range(n)]
+        texts = [completion_text(c) for c in completions]
+        return [float(s.reward) for s in spec.score_all(texts, gts, options)]
 
-
-def math_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-    """Math reward 1/0: last ``\\boxed{}`` verified by math-verify on the worker pool, each item
-    under the environment's hard deadline; column ``require_think`` (default False)."""
-    from rlvr.envs.math import score_batch
-
-    n = len(completions)
-    gts = _ground_truths(kwargs, n)
-    require = _column(kwargs, "require_think", n, False)
-    texts = [completion_text(c) for c in completions]
-    out: list[float] = [0.0] * n
-    for flag in (False, True):
-        idx = [i for i in range(n) if bool(require[i]) is flag]
-        if idx:
-            scores = score_batch([texts[i] for i in idx], [gts[i] for i in idx], require_think=flag)
-            for i, s in zip(idx, scores):
-                out[i] = float(s.reward)
-    return out
+    reward.__name__ = reward.__qualname__ = f"{env}_reward"
+    reward.__doc__ = (
+        f"TRL reward of {env}: its scorer on each completion's assistant text against the "
+        f"``ground_truth`` column (options read from columns: {sorted(spec.options) or 'none'})."
+    )
+    return reward
 
 
-def searchqa_reward(
-    prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
-) -> list[float]:
-    """Search QA exact match 1/0 of the last ``<answer>`` in the assistant's text against any
-    gold answer (``ground_truth``: a list of answers or ``{"target": [...]}``)."""
-    from rlvr.envs.searchqa.reward import score
-
-    n = len(completions)
-    gts = _ground_truths(kwargs, n)
-    return [float(score(completion_text(c), gt).reward) for c, gt in zip(completions, gts)]
-
-
-REWARD_FUNCS: dict[str, Callable[..., list[float]]] = {
-    "kk": kk_reward,
-    "math": math_reward,
-    "searchqa": searchqa_reward,
-}
+_REWARD_FUNCS: dict[str, Callable[..., list[float]]] = {}
 
 
 def reward_func(env: str) -> Callable[..., list[float]]:
-    """The TRL reward function of ``env`` (``kk``, ``math``, ``searchqa``)."""
-    if env not in REWARD_FUNCS:
-        raise ValueError(f"env: {env!r} is not one of {sorted(REWARD_FUNCS)}")
-    return REWARD_FUNCS[env]
+    """The TRL reward function of a registered env (one function per env, cached)."""
+    if env not in _REWARD_FUNCS:
+        _REWARD_FUNCS[env] = _reward(env)
+    return _REWARD_FUNCS[env]
+
+
+def __getattr__(name: str):
+    """``kk_reward``, ``math_reward``...: ``reward_func`` of the env the name starts with."""
+    if name.endswith("_reward"):
+        try:
+            return reward_func(name.removesuffix("_reward"))
+        except ValueError:
+            pass
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def trl_rows(
@@ -136,35 +118,23 @@ def trl_rows(
     the environment's rendered prompt string (``template`` env argument, e.g. ``"qwen"``), and
     ``prefilled_think`` says whether it ends with ``<think>``.
     """
-    import gymnasium as gym
-
-    import rlvr  # noqa: F401  (registers the gymnasium ids)
-    from rlvr.envs import env_id
-
-    if env not in ENVS:
-        raise ValueError(f"env: {env!r} is not one of {list(ENVS)}")
+    spec = env_spec(env)
     kwargs = dict(env_kwargs or {})
     kwargs.setdefault("split", split)
-    handle = gym.make(env_id(env), **kwargs)
+    handle = gym.make(spec.id, **kwargs)
     rows = []
     try:
         for i in range(start, start + n):
             prompt, info = handle.reset(seed=seed, options={"index": i})
-            gt = encode_ground_truth(env, info)
             row: dict[str, Any] = {
                 "prompt": [{"role": m["role"], "content": m["content"]} for m in info["messages"]]
                 if conversational
                 else prompt,
-                "ground_truth": gt["target"] if env == "searchqa" else gt,
+                "ground_truth": spec.export_gold(info),
                 "data_source": f"rlvr/{env}",
                 "index": i,
+                **spec.export_options(kwargs, None if conversational else prompt),
             }
-            if env == "kk":
-                row["prefilled_think"] = (not conversational) and prompt.rstrip().endswith(
-                    "<think>"
-                )
-            elif env == "math":
-                row["require_think"] = bool(kwargs.get("require_think", False))
             rows.append(row)
     finally:
         handle.close()

@@ -65,11 +65,11 @@ class BuildConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.task not in traces.TASKS:
+        if self.task not in traces.tasks():
             raise ConfigError(
-                f"BuildConfig.task must be one of {sorted(traces.TASKS)}, got {self.task!r}"
+                f"BuildConfig.task must be one of {sorted(traces.tasks())}, got {self.task!r}"
             )
-        unknown = set(self.tokenizer.tasks) - set(traces.TASKS)
+        unknown = set(self.tokenizer.tasks) - set(traces.tasks())
         if unknown:
             raise ConfigError(f"BuildConfig.tokenizer.tasks has unknown task(s) {sorted(unknown)}")
         if not self.name or "/" in self.name:

@@ -1,25 +1,25 @@
-"""Reproduction profiles: ``tiny`` (CPU, built locally, the default) and ``paper`` (GPUs).
+"""Reproduction grids: ``tiny`` (CPU, built locally, the default) and ``paper`` (GPUs).
 
-Two levels of configuration, both data:
+Two levels of configuration, both data, one word each:
 
-- a *training profile* (``rlvr/profiles/<name>[_<env>].yaml``, ``rlvr train profile=<name>``) is
-  one training recipe: optimiser, loss, batch, sampling, environment settings;
-- a *reproduction profile* (``rlvr reproduce --profile <name>``) is a grid,
-  ``rlvr/reproduce/grids/<name>.yaml`` (``smoke.yaml`` for ``--profile tiny --smoke``): its
-  *settings* (a task with a base model, the training profile it runs, and an evaluation
-  protocol), seeds, base builds and the GRPO-SG sweep.
+- a *profile* (``rlvr/profiles/<name>[_<env>].yaml``, ``rlvr train profile=<name>``) is one
+  training recipe: optimiser, loss, batch, sampling, environment settings;
+- a *grid* (``rlvr reproduce --grid <name>``) is ``rlvr/reproduce/grids/<name>.yaml``
+  (``smoke.yaml`` for ``--grid tiny --smoke``): its *settings* (a task with a base model, the
+  profile it runs, and an evaluation protocol), seeds, base builds and the GRPO-SG sweep.
 
-Every training run is ``rlvr train`` with the setting's ``train`` overrides (naming a training
-profile) plus ``env``/``algo``/``seed``; evaluation uses the run's own prompt format and
-temperature. This module loads the grids into ``Profile``/``Setting`` (unknown keys and wrong
-types are one-line errors naming the file and key) and holds the plan and validation code.
+Every training run is ``rlvr train`` with the setting's ``train`` overrides (naming a profile)
+plus ``env``/``algo``/``seed``; evaluation uses the run's own prompt format and temperature. This
+module loads the grids into ``Grid``/``Setting`` with the one configuration loader
+(``rlvr.config``: unknown keys and wrong types are one-line errors naming the file and key) and
+holds the GPU plan and validation code.
 
-The paper profile: the paper's exact training settings are not published in any copy we could
-find; its training profile (``rlvr/profiles/paper*.yaml``) holds the public recipes the paper
+The paper grid: the paper's exact training settings are not published in any copy we could
+find; its profile (``rlvr/profiles/paper*.yaml``) holds the public recipes the paper
 builds on (the Logic-RL / AR-Lopti scripts for K&K and math, verl-tool's search recipe for QA;
 docs/design.md, "Recipes (paper profile)"), which reviewers say the paper's code followed.
 Values that no recipe fixes are marked ``chosen`` there and listed in ``PAPER_CHOICES``.
-On a machine without GPUs ``rlvr reproduce ... --profile paper`` validates every config and
+On a machine without GPUs ``rlvr reproduce ... --grid paper`` validates every config and
 prints the plan (engine, GPUs, memory, steps) instead of training. The engine follows the plan:
 a setting whose run passes the trainer's own memory check (``rlvr.agents.memory``) on one of the
 GPUs it names trains natively; any other is marked ``verl`` and the native path refuses it.
@@ -35,25 +35,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlvr.agents.algorithms import algorithm_names
+from rlvr.agents.train_config import PROFILE_DIR, load_train_config
 from rlvr.config import ConfigError, load_yaml, merge, nest
+from rlvr.envs import ENVS
 
-#: The six methods of the K&K table (docs/design.md, "Optimizer math"), in the paper's order.
-KK_METHODS = ("grpo", "entropy_top", "ar", "lopti", "reverse", "grpo_sg")
-
-#: The reproduction grids, one YAML file per ``--profile`` (and ``smoke.yaml``).
+#: The grids, one YAML file per ``--grid`` (and ``smoke.yaml``).
 GRID_DIR = Path(__file__).resolve().parent / "grids"
-#: The training profiles the grids name (``rlvr.agents.train_config.PROFILE_DIR``).
-TRAIN_PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
-#: ``--smoke`` runs this grid, under the name of the profile it stands in for.
+#: The profiles the grids name.
+TRAIN_PROFILE_DIR = PROFILE_DIR
+#: ``--smoke`` runs this grid, under the name of the grid it stands in for.
 SMOKE_GRID, SMOKE_OF = "smoke", "tiny"
 
 
 @dataclass
 class Setting:
-    """One task of a profile: base model, training overrides, evaluation protocol.
+    """One task of a grid: base model, training overrides, evaluation protocol.
 
     ``train`` are flat ``key=value`` overrides of ``rlvr train`` (``{"profile": "tiny"}``: a
-    training profile by name). ``eval_sets`` maps a column name to env keyword arguments (e.g.
+    profile by name). ``eval_sets`` maps a column name to env keyword arguments (e.g.
     one benchmark file each); empty means one set, grouped by ``group_by`` over
     ``group_values``. Evaluation runs greedy plus ``k`` samples at the training temperature over
     ``n_items`` items per group.
@@ -78,8 +78,8 @@ class Setting:
 
 
 @dataclass
-class Profile:
-    """A reproduction profile: the grid of ``rlvr/reproduce/grids/<name>.yaml``."""
+class Grid:
+    """A reproduction grid: ``rlvr/reproduce/grids/<name>.yaml``."""
 
     name: str
     settings: dict[str, Setting]
@@ -88,7 +88,7 @@ class Profile:
     sweep: dict[str, list[float]] = field(default_factory=dict)
     #: Seeds per non-default sweep point (0: all); the default point reuses table_kk's runs.
     sweep_seeds: int = 0
-    #: Needs GPUs to train (the paper profile); without them the plan is printed instead.
+    #: Needs GPUs to train (the paper grid); without them the plan is printed instead.
     needs_gpu: bool = False
     #: Margin (absolute accuracy) within which "Reverse is close to GRPO" counts as held.
     close_margin: float = 0.05
@@ -105,7 +105,7 @@ class Profile:
         for s in self.settings.values():
             if s.env == env:
                 return s
-        raise KeyError(f"profile {self.name!r} has no setting for env {env!r}")
+        raise KeyError(f"grid {self.name!r} has no setting for env {env!r}")
 
 
 # -- the grids -----------------------------------------------------------------------------------
@@ -113,19 +113,19 @@ class Profile:
 def _read_grid(stem: str) -> dict[str, Any]:
     path = GRID_DIR / f"{stem}.yaml"
     if not path.exists():
-        raise ConfigError(f"--profile: {stem!r} is not one of {profile_names()}")
+        raise ConfigError(f"--grid: {stem!r} is not one of {grid_names()}")
     return load_yaml(path)
 
 
-def profile_names() -> list[str]:
-    """The ``--profile`` names: one per grid file (the smoke grid runs under ``tiny``)."""
+def grid_names() -> list[str]:
+    """The ``--grid`` names: one per grid file (the smoke grid runs under ``tiny``)."""
     stems = [p.stem for p in GRID_DIR.glob("*.yaml") if p.stem != SMOKE_GRID]
     return sorted(stems, key=lambda n: (n != SMOKE_OF, n))
 
 
-def load_grid(stem: str, name: str | None = None) -> Profile:
-    """The ``Profile`` of ``grids/<stem>.yaml`` (named ``name``, default ``stem``). Keys are the
-    fields of ``Profile`` and ``Setting`` plus ``architectures`` (model -> shape, named by a
+def load_grid(stem: str, name: str | None = None) -> Grid:
+    """The ``Grid`` of ``grids/<stem>.yaml`` (named ``name``, default ``stem``). Keys are the
+    fields of ``Grid`` and ``Setting`` plus ``architectures`` (model -> shape, named by a
     setting's ``arch``); an unknown key or a wrong type is a one-line ``ConfigError`` naming
     the file and the key."""
     where = f"rlvr/reproduce/grids/{stem}.yaml"
@@ -137,12 +137,12 @@ def load_grid(stem: str, name: str | None = None) -> Profile:
             raise ConfigError("settings: a grid needs a mapping of settings")
         if "name" in data:
             raise ConfigError("name: a grid is named by its file")
-        profile = merge(Profile(name or stem, {}), data)
+        grid = merge(Grid(name or stem, {}), data)
         for key, raw in raw_settings.items():
-            profile.settings[str(key)] = _setting(str(key), raw, archs)
+            grid.settings[str(key)] = _setting(str(key), raw, archs)
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
-    return profile
+    return grid
 
 
 def _setting(key: str, raw: Any, archs: dict[str, Any]) -> Setting:
@@ -153,10 +153,8 @@ def _setting(key: str, raw: Any, archs: dict[str, Any]) -> Setting:
     for required in ("env", "model"):
         if not isinstance(values.get(required), str):
             raise ConfigError(f"{prefix}{required}: required (a string)")
-    from rlvr.agents.train_config import ENV_IDS
-
-    if values["env"] not in ENV_IDS:
-        raise ConfigError(f"{prefix}env: {values['env']!r} is not one of {sorted(ENV_IDS)}")
+    if values["env"] not in ENVS:
+        raise ConfigError(f"{prefix}env: {values['env']!r} is not one of {sorted(ENVS)}")
     if isinstance(values.get("arch"), str):
         if values["arch"] not in archs:
             raise ConfigError(
@@ -169,23 +167,23 @@ def _setting(key: str, raw: Any, archs: dict[str, Any]) -> Setting:
     return merge(base, values, prefix=prefix)
 
 
-def tiny_profile(smoke: bool = False) -> Profile:
-    """CPU profile on the locally built tiny bases (``--smoke``: the micro model, 2 steps)."""
+def tiny_grid(smoke: bool = False) -> Grid:
+    """The CPU grid on the locally built tiny bases (``--smoke``: the micro model, 2 steps)."""
     return load_grid(SMOKE_GRID, SMOKE_OF) if smoke else load_grid("tiny")
 
 
-def paper_profile() -> Profile:
-    """The paper's models on GPUs (``grids/paper.yaml``, training profile ``paper``)."""
+def paper_grid() -> Grid:
+    """The paper's models on GPUs (``grids/paper.yaml``, profile ``paper``)."""
     return load_grid("paper")
 
 
-def get_profile(name: str, smoke: bool = False) -> Profile:
-    if name not in profile_names():
-        raise ConfigError(f"--profile: {name!r} is not one of {profile_names()}")
+def get_grid(name: str, smoke: bool = False) -> Grid:
+    if name not in grid_names():
+        raise ConfigError(f"--grid: {name!r} is not one of {grid_names()}")
     if smoke:
         if name != SMOKE_OF:
-            raise ConfigError("--smoke runs the tiny profile's code path; use --profile tiny")
-        return tiny_profile(smoke=True)
+            raise ConfigError("--smoke runs the tiny grid's code path; use --grid tiny")
+        return tiny_grid(smoke=True)
     return load_grid(name)
 
 
@@ -205,7 +203,7 @@ QA_GROUP_VALUES = list(_grid_value("tiny", "settings", "searchqa", "group_values
 # -- paper ---------------------------------------------------------------------------------------
 #: Public architecture facts (the models' ``config.json`` on the Hugging Face hub), for the plan.
 QWEN_ARCH = {m: dict(a) for m, a in _grid_value("paper", "architectures").items()}
-#: Values of the paper profile that no public recipe fixes (our choices, stated in docs).
+#: Values of the paper grid that no public recipe fixes (our choices, stated in docs).
 PAPER_CHOICES = dict(_grid_value("paper", "choices"))
 #: Column -> the math env's dataset name (``rlvr.envs.math.data.DATASETS``).
 PAPER_MATH_SETS = {
@@ -217,7 +215,7 @@ PAPER_QA_SETS = {
     n: s["dataset"] for n, s in _grid_value("paper", "settings", "searchqa", "eval_sets").items()
 }
 #: Search-R1's retrieval service (``rlvr retrieval-serve`` over an e5 index of wiki-18, or
-#: Search-R1's own ``retrieval_server.py``), as the paper's search-QA training profile names it.
+#: Search-R1's own ``retrieval_server.py``), as the paper's search-QA profile names it.
 QA_RETRIEVER = load_yaml(TRAIN_PROFILE_DIR / "paper_searchqa.yaml")["env_kwargs"]["retriever"]
 
 #: GPUs a paper setting can name: memory in GiB as ``torch.cuda.mem_get_info`` reports it.
@@ -320,13 +318,11 @@ def verl_gpus(setting: Setting, cfg) -> int:
     return 2 ** math.ceil(math.log2(need))
 
 
-def plan_rows(profile: Profile) -> list[dict[str, Any]]:
+def plan_rows(grid: Grid) -> list[dict[str, Any]]:
     """One row per setting: the engine (native on one GPU when the trainer's own memory check
     passes on the GPU the setting names, else verl), GPUs, peak memory, steps, rollouts."""
-    from rlvr.agents.train_config import load_train_config
-
     rows = []
-    for key, s in profile.settings.items():
+    for key, s in grid.settings.items():
         if not s.arch:
             continue
         cfg = load_train_config(nest(setting_overrides(s, "grpo", 0, {"out": "plan"})))
@@ -345,7 +341,7 @@ def plan_rows(profile: Profile) -> list[dict[str, Any]]:
                 "rollouts_per_step": cfg.prompts_per_step * cfg.group_size,
                 "max_tokens_per_rollout": cfg.rollout.max_prompt_tokens
                 + cfg.rollout.max_response_tokens,
-                "seeds": profile.seeds,
+                "seeds": grid.seeds,
             }
         )
     return rows
@@ -356,35 +352,33 @@ PLAN_NOTE = (
     "(rlvr.agents.memory.estimate_for_config: fp32 master weights, gradients and AdamW, the "
     "reference, bf16 activations of one micro-batch with gradient checkpointing, and the vLLM "
     "engine, asleep during the update); `verl` runs do not (native_peak_GiB is above the GPU) "
-    "and are sized for FSDP sharding (rlvr.reproduce.profiles.verl_gpus); the native trainer "
+    "and are sized for FSDP sharding (rlvr.reproduce.grid.verl_gpus); the native trainer "
     "refuses them."
 )
 
 
-def check_engines(profile: Profile) -> None:
+def check_engines(grid: Grid) -> None:
     """Refuse, in one line, a GPU reproduction that includes settings only verl can train."""
-    verl = [r["setting"] for r in plan_rows(profile) if r["engine"] == "verl"]
+    verl = [r["setting"] for r in plan_rows(grid) if r["engine"] == "verl"]
     if verl:
         from rlvr.agents.memory import VERL_ROUTE
 
         raise ConfigError(
-            f"profile {profile.name}: settings {', '.join(verl)} do not fit one GPU "
+            f"grid {grid.name}: settings {', '.join(verl)} do not fit one GPU "
             f"(see the plan printed without GPUs); {VERL_ROUTE}"
         )
 
 
-def validate(profile: Profile, algos: tuple[str, ...] = KK_METHODS) -> int:
-    """Load every training config of ``profile`` through the trainer's typed config (errors name
-    the bad key); returns how many configs were checked."""
-    from rlvr.agents.train_config import load_train_config
-
+def validate(grid: Grid, algos: tuple[str, ...] | None = None) -> int:
+    """Load every training config of ``grid`` (every registered algorithm by default) through
+    the trainer's typed config (errors name the bad key); returns how many were checked."""
     count = 0
-    for key, s in profile.settings.items():
-        for algo in algos:
+    for key, s in grid.settings.items():
+        for algo in algos or algorithm_names():
             try:
                 load_train_config(nest(setting_overrides(s, algo, 0, {"out": "validate"})))
             except ConfigError as e:
-                raise ConfigError(f"profile {profile.name}, setting {key}, algo {algo}: {e}") from e
+                raise ConfigError(f"grid {grid.name}, setting {key}, algo {algo}: {e}") from e
             count += 1
     return count
 

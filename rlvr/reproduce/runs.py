@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlvr.agents.algorithms import get_algorithm
 from rlvr.config import config_hash, nest
 from rlvr.eval.metrics import summarize_by_group
 from rlvr.eval.runner import EvalConfig, EvalResult, evaluate, read_jsonl, save_result
-from rlvr.reproduce.profiles import Setting, setting_overrides
+from rlvr.integrations.verl.checkpoints import checkpoint_identity, is_verl_checkpoint
+from rlvr.reproduce.grid import Setting, setting_overrides
 
 DONE = "run.json"
 
@@ -68,8 +70,8 @@ class Run:
 def train_config(
     setting: Setting, algo: str, seed: int, extra: dict[str, Any] | None = None, base_seed: int = 0
 ):
-    """The ``TrainConfig`` of one run (profile overrides + env/algo/seed + ``extra``), from base
-    build ``base_seed`` of the setting's model (``tiny-kk@1``; 0 is the model itself)."""
+    """The ``TrainConfig`` of one run (the setting's overrides + env/algo/seed + ``extra``), from
+    base build ``base_seed`` of the setting's model (``tiny-kk@1``; 0 is the model itself)."""
     from rlvr.agents.train_config import load_train_config
     from rlvr.models.presets import base_spec, parse_spec
 
@@ -94,7 +96,8 @@ def model_identity(model: str) -> str:
     cache (``runs/<key>/final``, ``sft/<key>``), so evaluation keys do not depend on where the
     cache lives. A checkpoint verl saved (``.../checkpoints/global_step_<N>/actor/huggingface``
     of a generated run folder) stands for its weights' hash
-    (``rlvr.reproduce.verl_results.checkpoint_identity``). Any other name or path is used as given.
+    (``rlvr.integrations.verl.checkpoints.checkpoint_identity``). Any other name or path is used as
+    given.
     """
     from rlvr.models.presets import parse_spec
 
@@ -104,11 +107,8 @@ def model_identity(model: str) -> str:
             return f"runs/{p.parent.name}/final"
         if p.parent.name == "sft" and (p / "sft.json").exists():
             return f"sft/{p.name}"
-        if p.name == "huggingface":
-            from rlvr.reproduce.verl_results import checkpoint_identity, is_verl_checkpoint
-
-            if is_verl_checkpoint(p):
-                return checkpoint_identity(p)
+        if p.name == "huggingface" and is_verl_checkpoint(p):
+            return checkpoint_identity(p)
         return model
     return _preset_build_key(model)
 
@@ -164,11 +164,12 @@ def update_tokens(metrics: list[dict[str, Any]], cfg=None) -> int:
     """Tokens that went through forward and backward passes in a run's policy updates.
 
     Per step: the real (attention-mask) tokens of the rollout batch, prompts included, times
-    the passes over it (``ppo_epochs``, twice for Lopti's two stages). The trainer logs the
-    batch's size as a rate, ``perf/update_tokens_s = tokens / time/update_s``, so the product
-    recovers the integer count (rounded: the quotient and product are exact to ~1e-16).
+    the passes over it (``ppo_epochs`` times the algorithm's stages: twice for Lopti). The
+    trainer logs the batch's size as a rate, ``perf/update_tokens_s = tokens / time/update_s``,
+    so the product recovers the integer count (rounded: the quotient and product are exact to
+    ~1e-16).
     """
-    passes = 1 if cfg is None else cfg.ppo_epochs * (2 if cfg.algo == "lopti" else 1)
+    passes = 1 if cfg is None else cfg.ppo_epochs * get_algorithm(cfg.algo).n_stages
     total = 0
     for m in metrics:
         if "tokens/update" in m:

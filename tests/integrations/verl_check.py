@@ -22,7 +22,7 @@ from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_pad
 from rlvr.agents.losses import policy_loss
 from rlvr.agents.weights import lopti_masks, token_weights
 from rlvr.integrations import verl_actor, verl_plugin
-from rlvr.integrations.verl_data import verl_rows
+from rlvr.integrations.verl.data import verl_rows
 
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 
@@ -40,7 +40,7 @@ def actor_config(loss_mode="vanilla", agg="token-mean", **policy_loss_keys):
         "clip_ratio_c": 3.0,
         "loss_agg_mode": agg,
         "policy_loss": {
-            "_target_": "rlvr.integrations.verl_plugin.RlvrPolicyLossConfig",
+            "_target_": "rlvr.integrations.verl.plugin.RlvrPolicyLossConfig",
             "loss_mode": loss_mode,
             **policy_loss_keys,
         },
@@ -62,16 +62,16 @@ def tensors(seed=0, b=6, t=9):
 def test_versions_and_entry_point():
     assert version("verl") == "0.9.1"
     names = {ep.name: ep.value for ep in entry_points(group="verl.plugins")}
-    assert names.get("rlvr") == "rlvr.integrations.verl_plugin", (
+    assert names.get("rlvr") == "rlvr.integrations.verl.plugin", (
         'pyproject.toml needs [project.entry-points."verl.plugins"] '
-        'rlvr = "rlvr.integrations.verl_plugin"'
+        'rlvr = "rlvr.integrations.verl.plugin"'
     )
 
 
 @pytest.mark.parametrize("name", verl_plugin.PLUGIN_LOSSES)
 def test_losses_found_by_name_after_import_verl(name):
     assert name in POLICY_LOSS_REGISTRY
-    assert get_policy_loss_fn(name).__module__ == "rlvr.integrations.verl_plugin"
+    assert get_policy_loss_fn(name).__module__ == "rlvr.integrations.verl.plugin"
 
 
 @pytest.mark.parametrize("agg", AGG_MODES)
@@ -167,8 +167,8 @@ def test_rollout_is_weights_multiply_the_surrogate():
 
 # --- reward ------------------------------------------------------------------------------------
 def test_reward_loads_like_verl_and_scores_gold_answers():
-    compute_score = load_extern_object("pkg://rlvr.integrations.verl_reward", "compute_score")
-    batch = load_extern_object("pkg://rlvr.integrations.verl_reward", "compute_score_batch")
+    compute_score = load_extern_object("pkg://rlvr.integrations.verl.reward", "compute_score")
+    batch = load_extern_object("pkg://rlvr.integrations.verl.reward", "compute_score_batch")
     kk = list(verl_rows("kk", 4, split="test", env_kwargs={"n_people": 4}))
     math = list(verl_rows("math", 4, split="test"))
     sources, responses, golds, extras = [], [], [], []

@@ -95,6 +95,21 @@ def parse_action(response: str) -> tuple[str, str]:
     return "invalid", ""
 
 
+#: The retrieval service's usual address: what an export gives an env for a public QA set that
+#: names no retriever (exporting resets tasks and never searches, so it is never contacted).
+EXPORT_RETRIEVER = "http://127.0.0.1:8000"
+
+
+def export_kwargs(kwargs: dict) -> dict:
+    """``kwargs`` with ``EXPORT_RETRIEVER`` when a dataset other than the synthetic one has no
+    corpus, index or retriever."""
+    if kwargs.get("dataset") not in (None, "synthetic") and not any(
+        kwargs.get(k) for k in ("corpus", "index_path", "retriever")
+    ):
+        return {**kwargs, "retriever": EXPORT_RETRIEVER}
+    return kwargs
+
+
 @functools.lru_cache(maxsize=8)
 def _synthetic_retriever(seed: int, world_items: tuple, encoder: str):
     corpus, _ = synthetic_task(seed, "train", **dict(world_items))

@@ -4,20 +4,23 @@ One row per task, in the layout of verl's ``examples/data_preprocess`` scripts, 
 ``RLHFDataset`` reads (``data.prompt_key=prompt``) and its reward managers hand to
 ``compute_score``:
 
-- ``data_source``: ``rlvr/<env>`` or ``rlvr/<env>/<dataset>`` (``rlvr.integrations.verl_reward``
+- ``data_source``: ``rlvr/<env>`` or ``rlvr/<env>/<dataset>`` (``rlvr.integrations.verl.reward``
   dispatches on it);
 - ``prompt``: the chat messages (``[{"role", "content"}]``), which verl renders with the model's
   own chat template;
-- ``ability``: ``logic`` / ``math`` / ``qa``;
-- ``reward_model``: ``{"style": "rule", "ground_truth": ...}``: K&K's answer in Logic-RL's
-  ``(1) Name is a knight`` text, math's gold answer text, search QA's ``{"target": [answers]}``
-  (Search-R1's layout); each reads back with the environment's own scorer;
-- ``extra_info``: ``split``, ``index`` and the scoring options ``verl_reward`` reads
-  (``prefilled_think`` for K&K: False, since verl's chat rendering does not prefill the assistant
-  turn with ``<think>``; ``require_think`` for math); search QA adds the ``question``;
-- ``agent_name`` (search QA only): ``rlvr_searchqa``, the agent loop verl's rollout workers run
-  for the row (``rlvr.integrations.verl_agent_loop``), which reads the question from
-  ``extra_info`` and the gold answers from ``reward_model``.
+- ``ability``: the environment's (``EnvSpec.verl.ability``: ``logic`` / ``math`` / ``qa``);
+- ``reward_model``: ``{"style": "rule", "ground_truth": ...}`` (``EnvSpec.verl.gold``, else
+  ``EnvSpec.gold``): K&K's answer in Logic-RL's ``(1) Name is a knight`` text, math's gold answer
+  text, search QA's ``{"target": [answers]}`` (Search-R1's layout); each reads back with the
+  environment's own scorer;
+- ``extra_info``: ``split``, ``index``, the scoring options the row records
+  (``EnvSpec.row_options``: ``prefilled_think`` False for K&K, since verl's chat rendering does
+  not prefill the assistant turn with ``<think>``; ``require_think`` for math) and the reset-info
+  keys an agent loop reads (``EnvSpec.verl.info_keys``: search QA's ``question``);
+- ``agent_name`` (multi-turn envs): the agent loop verl's rollout workers run for the row
+  (``EnvSpec.verl.agent_loop``: search QA's ``rlvr_searchqa``,
+  ``rlvr.integrations.verl.agent_loop``), which reads the question from ``extra_info`` and the
+  gold answers from ``reward_model``.
 
 Tasks come from the environment itself (``gymnasium.make`` + ``reset(seed, options={"index": i})``),
 so generators and dataset-backed environments export the same way and the rows are reproducible.
@@ -29,18 +32,19 @@ import argparse
 from pathlib import Path
 from typing import Any, Iterator
 
-ABILITY = {"kk": "logic", "math": "math", "searchqa": "qa"}
-#: verl's per-row agent loop (``agent_name`` column) for the multi-turn envs.
-AGENT_NAME = {"searchqa": "rlvr_searchqa"}
+import gymnasium as gym
 
-#: The verl 0.9.1 overrides a search-QA run needs (the agent loop ``rlvr_searchqa`` of
-#: ``rlvr.integrations.verl_agent_loop``), ``key: value`` as Hydra command-line overrides. Kept
-#: here, free of verl imports, so launch scripts can be generated where verl is not installed.
-SEARCHQA_VERL_OVERRIDES: dict[str, object] = {
+from rlvr.envs import env_names, env_spec, load
+
+#: The verl 0.9.1 overrides a run on a multi-turn env needs (its agent loop, e.g. search QA's
+#: ``rlvr_searchqa`` of ``rlvr.integrations.verl.agent_loop``), ``key: value`` as Hydra
+#: command-line overrides. Kept here, free of verl imports, so launch scripts can be generated
+#: where verl is not installed.
+AGENT_LOOP_OVERRIDES: dict[str, object] = {
     # Agent loops run only in async rollout mode (verl/workers/config/rollout.py rejects "sync").
     "actor_rollout_ref.rollout.mode": "async",
     # Rows carry agent_name; the default covers files exported without the column.
-    "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_NAME["searchqa"],
+    "actor_rollout_ref.rollout.agent.default_agent_loop": "",
     # Agent loops read the chat messages (RLHFDataset's raw_prompt) and render them themselves.
     "data.return_raw_chat": True,
     # Marks the batches as multi-turn (ray_trainer._update_actor's meta_info), as verl's own
@@ -51,13 +55,52 @@ SEARCHQA_VERL_OVERRIDES: dict[str, object] = {
     # Workers that run trajectories concurrently (verl's default, stated because each one also
     # holds that many retrieval calls in flight).
     "actor_rollout_ref.rollout.agent.num_workers": 8,
-    # The reward: our EM scorer on the decoded response (data_source rlvr/searchqa).
-    "reward.custom_reward_function.path": "pkg://rlvr.integrations.verl_reward",
+    # The reward: our scorer on the decoded response (rlvr.integrations.verl.reward).
+    "reward.custom_reward_function.path": "pkg://rlvr.integrations.verl.reward",
     "reward.custom_reward_function.name": "compute_score",
 }
-#: Search QA rows are exported without searching; an env for a public QA set still needs a
-#: retriever, so export gives it the retrieval service's usual address (never contacted).
-EXPORT_RETRIEVER = "http://127.0.0.1:8000"
+
+
+def agent_loop_overrides(env: str) -> dict[str, object]:
+    """``AGENT_LOOP_OVERRIDES`` for ``env``'s agent loop (``{}`` for a single-turn env)."""
+    loop = env_spec(env).verl.agent_loop
+    if not loop:
+        return {}
+    return {
+        **AGENT_LOOP_OVERRIDES,
+        "actor_rollout_ref.rollout.agent.default_agent_loop": loop,
+    }
+
+
+def searchqa_section(env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The ``rlvr.searchqa`` settings of the ``rlvr_searchqa`` agent loop: the retrieval
+    service (a URL: the loop runs in verl's workers, away from any in-process index), the turn
+    limit and the passages per search (the env's defaults, 4 and 3, when unset)."""
+    url = env_kwargs.get("retriever")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ValueError(
+            f"env_kwargs.retriever={url!r}: search QA on verl queries a retrieval service: "
+            "give its URL"
+        )
+    return {
+        "retrieval_url": url,
+        "max_turns": int(env_kwargs.get("max_turns", 4)),
+        "topk": int(env_kwargs.get("topk", 3)),
+    }
+
+
+#: Agent loop -> (its section of the run's ``rlvr`` config, the section from the env's kwargs).
+AGENT_LOOP_SECTIONS = {"rlvr_searchqa": ("searchqa", searchqa_section)}
+
+
+def agent_loop_section(env: str, env_kwargs: dict[str, Any]) -> tuple[str, dict] | None:
+    """``(name, settings)`` of the ``rlvr.<name>`` section ``env``'s agent loop reads (None for
+    a single-turn env)."""
+    loop = env_spec(env).verl.agent_loop
+    if not loop:
+        return None
+    name, settings = AGENT_LOOP_SECTIONS[loop]
+    return name, settings(env_kwargs)
 
 
 def _parse_value(text: str) -> Any:
@@ -78,43 +121,6 @@ def parse_env_args(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def kk_ground_truth(info: dict) -> str:
-    """K&K gold in Logic-RL's text layout ``(1) Name is a knight`` (one line per person)."""
-    text = info.get("solution_text_format")
-    if text:
-        return str(text)
-    gt = info["ground_truth"]
-    return "\n".join(
-        f"({i}) {name} is a {role}" for i, (name, role) in enumerate(gt.items(), start=1)
-    )
-
-
-def encode_ground_truth(env: str, info: dict) -> Any:
-    """The ``reward_model.ground_truth`` cell for ``env`` (one parquet type per environment)."""
-    if env == "kk":
-        return kk_ground_truth(info)
-    if env == "math":
-        from rlvr.envs.math import gold_to_text
-
-        return gold_to_text(info["ground_truth"])
-    if env == "searchqa":
-        from rlvr.envs.searchqa.normalize import as_gold_list
-
-        return {"target": [str(a) for a in as_gold_list(info["ground_truth"])]}
-    raise ValueError(f"env: {env!r} is not one of {sorted(ABILITY)}")
-
-
-def _extra_info(env: str, split: str, index: int, env_kwargs: dict, info: dict) -> dict:
-    extra: dict[str, Any] = {"split": split, "index": index}
-    if env == "kk":
-        extra["prefilled_think"] = False
-    elif env == "math":
-        extra["require_think"] = bool(env_kwargs.get("require_think", False))
-    elif env == "searchqa":
-        extra["question"] = str(info["question"])
-    return extra
-
-
 def verl_rows(
     env: str,
     n: int,
@@ -126,35 +132,33 @@ def verl_rows(
 ) -> Iterator[dict]:
     """Rows ``start .. start+n-1`` of ``env``'s ``split`` in verl's parquet layout (module
     docstring)."""
-    import gymnasium as gym
-
-    import rlvr  # noqa: F401  (registers the gymnasium ids)
-    from rlvr.envs import env_id
-
-    if env not in ABILITY:
-        raise ValueError(f"env: {env!r} is not one of {sorted(ABILITY)}")
+    spec = env_spec(env)
     if n < 0 or start < 0:
         raise ValueError(f"n/start: must be >= 0, got n={n}, start={start}")
     kwargs = dict(env_kwargs or {})
     kwargs.setdefault("split", split)
+    if spec.verl.export_kwargs is not None:
+        kwargs = load(spec.verl.export_kwargs)(kwargs)
     dataset = kwargs.get("dataset")
-    if env == "searchqa" and dataset not in (None, "synthetic"):
-        if not any(kwargs.get(k) for k in ("corpus", "index_path", "retriever")):
-            kwargs["retriever"] = EXPORT_RETRIEVER
     data_source = f"rlvr/{env}" + (f"/{Path(str(dataset)).stem}" if dataset else "")
-    handle = gym.make(env_id(env), **kwargs)
+    handle = gym.make(spec.id, **kwargs)
     try:
         for i in range(start, start + n):
             _, info = handle.reset(seed=seed, options={"index": i})
             row = {
                 "data_source": data_source,
                 "prompt": [{"role": m["role"], "content": m["content"]} for m in info["messages"]],
-                "ability": ABILITY[env],
-                "reward_model": {"style": "rule", "ground_truth": encode_ground_truth(env, info)},
-                "extra_info": _extra_info(env, split, i, kwargs, info),
+                "ability": spec.verl.ability or env,
+                "reward_model": {"style": "rule", "ground_truth": spec.export_gold(info, "verl")},
+                "extra_info": {
+                    "split": split,
+                    "index": i,
+                    **spec.export_options(kwargs),
+                    **{k: info[k] for k in spec.verl.info_keys},
+                },
             }
-            if env in AGENT_NAME:
-                row["agent_name"] = AGENT_NAME[env]
+            if spec.verl.agent_loop:
+                row["agent_name"] = spec.verl.agent_loop
             yield row
     finally:
         handle.close()
@@ -174,7 +178,7 @@ def write_parquet(rows: list[dict], path: str | Path) -> Path:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("env", choices=sorted(ABILITY), help="environment to export")
+    parser.add_argument("env", choices=sorted(env_names()), help="environment to export")
     parser.add_argument("--out", required=True, help="output .parquet file")
     parser.add_argument("--n", type=int, required=True, help="number of tasks")
     parser.add_argument("--split", default="train", help="environment split (default train)")
