@@ -1,87 +1,23 @@
-"""A new environment is one package plus one registration: a toy env defined here alone runs
-through training, evaluation, the warm start, a reproduction grid, the verl export and reward,
-and the TRL and episode adapters, with no other edit (as ``test_update.py``'s
+"""A new environment is one package plus one registration: a toy env defined in the tests alone
+(``_rlvr_toys.TOY``: a Gymnasium env, its scorer, warm start and spec) runs through training,
+evaluation, the warm start, a reproduction grid, the verl export and reward, and the TRL and
+episode adapters, with no other edit (as ``test_update.py``'s
 ``test_a_new_algorithm_is_one_registration`` does for methods). verifiers and OpenEnv, whose
 libraries are not in this venv, take the same toy env in ``tests/integrations``."""
 
 from __future__ import annotations
 
-import gymnasium as gym
 import pytest
 
-from rlvr.envs import ENVS, EnvSpec, VerlSpec, register_env
-from rlvr.envs.base import Score, SingleTurnEnv, coerce_text
-from rlvr.models.traces import EvalItem, TraceBuilder
+from _rlvr_toys import TOY, registered
 
-NAME, GYM_ID = "toy", "rlvr-test/Toy-v0"
-
-
-def score(response, ground_truth, strict: bool = False) -> Score:
-    """The share of digits in the response; correct when it holds the number (alone, if
-    ``strict``)."""
-    text = coerce_text(response)
-    share = sum(c.isdigit() for c in text) / max(1, len(text))
-    correct = text.strip() == str(ground_truth) if strict else str(ground_truth) in text
-    return Score(share, correct, {"digits": share}, "" if correct else "no number", text.strip())
-
-
-class ToyEnv(SingleTurnEnv):
-    """Task ``i``: write the number ``7 * i + 3``."""
-
-    def __init__(self, split: str = "train", strict: bool = False):
-        super().__init__()
-        self.split, self.strict = split, strict
-
-    def _sample_task(self, rng, options):
-        i = int(options.get("index", rng.integers(1000)))
-        prompt = f"Write the number {7 * i + 3}.\n"
-        return (
-            prompt,
-            str(7 * i + 3),
-            {"index": i, "messages": [{"role": "user", "content": prompt}]},
-        )
-
-    def _score(self, response, ground_truth):
-        return score(response, ground_truth, strict=self.strict)
-
-
-def _examples(settings, seed, split):
-    env, i = ToyEnv(split, **settings), seed
-    while True:
-        prompt, info = env.reset(options={"index": i})
-        yield [(prompt, False), (info["ground_truth"], True)]
-        i += 1
-
-
-def _eval_items(settings, n, split):
-    env = ToyEnv(split, **settings)
-    return [
-        EvalItem(p, info["ground_truth"], NAME, {"index": i})
-        for i in range(n)
-        for p, info in [env.reset(options={"index": i})]
-    ]
-
-
-SPEC = EnvSpec(
-    name=NAME,
-    id=GYM_ID,
-    title="toy numbers",
-    entry_point=ToyEnv,
-    scorer=score,
-    min_reward=0.0,
-    options={"strict": bool},
-    row_options=lambda env_kwargs, prompt: {"strict": bool(env_kwargs.get("strict", False))},
-    traces=TraceBuilder(_examples, _eval_items, max_new_tokens=8),
-    verl=VerlSpec(ability="arithmetic", data_sources=("toy_numbers",)),
-)
+NAME, GYM_ID = TOY.name, TOY.id
 
 
 @pytest.fixture(scope="module")
 def toy():
-    register_env(SPEC)
-    yield SPEC
-    ENVS.pop(NAME)
-    gym.registry.pop(GYM_ID, None)
+    with registered(TOY):
+        yield TOY
 
 
 def test_training_and_evaluation(toy, tmp_path):

@@ -14,14 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 from rlvr.agents.algorithms import WeightConfig, algorithm_names, get_algorithm, load_plugins
-from rlvr.config import (
-    ConfigError,
-    check_interval,
-    deep_merge,
-    load_yaml,
-    merge,
-    parse_overrides,
-)
+from rlvr.config import ConfigError, check_interval, deep_merge, layered, merge, parse_overrides
 from rlvr.device import check_device
 from rlvr.envs import ENVS, env_spec
 from rlvr.eval.runner import EvalConfig
@@ -256,7 +249,7 @@ class TrainConfig:
             raise ConfigError("out: an output directory is required (out=DIR)")
         check_device(self.device)
         check_model(self.model)
-        check_env_kwargs(self.env, self.env_kwargs)
+        env_spec(self.env).check_kwargs(self.env_kwargs)
 
 
 def periodic_eval_config(cfg: TrainConfig):
@@ -293,24 +286,6 @@ def check_model(model: str) -> None:
             f"model: {model!r} is not a directory (model is micro, a tiny preset, "
             "a local model folder or a Hugging Face hub name)"
         )
-
-
-def check_env_kwargs(env: str, kwargs: dict[str, Any]) -> None:
-    """Every ``env_kwargs`` key must be a keyword of the env's constructor."""
-    if not kwargs:
-        return
-    import inspect
-
-    spec = env_spec(env)
-    params = inspect.signature(spec.entry()).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
-    accepted = sorted(n for n, p in params.items() if p.kind is not p.VAR_POSITIONAL)
-    for key in kwargs:
-        if key not in params:
-            raise ConfigError(
-                f"env_kwargs.{key}: not an argument of {spec.id} (accepted: {', '.join(accepted)})"
-            )
 
 
 def base_env_kwargs(model: str, env: str) -> dict[str, Any]:
@@ -404,11 +379,7 @@ def load_train_config(
     env = str(ov.get("env", TrainConfig.env))
     if env not in ENVS:
         raise ConfigError(f"env: {env!r} is not one of {sorted(ENVS)}")
-    values: dict[str, Any] = {}
-    for path in profile_layers(profile, env, profile_dir):
-        values = deep_merge(values, load_yaml(path))
-    values = deep_merge(values, ov)
-    values = upgrade_legacy(values)
+    values = upgrade_legacy(layered(profile_layers(profile, env, profile_dir), ov))
     prompt = base_env_kwargs(str(values.get("model", TrainConfig.model)), env)
     if prompt:  # the prompt format the base was warm-started on, under the profile's choices
         values = deep_merge({"env_kwargs": prompt}, values)

@@ -13,11 +13,13 @@ from rlvr.envs.registry import (
     ENVS,
     EnvSpec,
     VerlSpec,
+    env_accepts,
     env_names,
     env_spec,
     load,
     make_env,
     register_env,
+    reset_tasks,
 )
 
 SEARCH = Tool(
@@ -33,15 +35,8 @@ SEARCH = Tool(
 #: Search-R1 names its parquet data sources after the QA sets
 #: (``scripts/data_process/qa_search_*.py``).
 SEARCH_R1_SOURCES = (
-    "nq",
-    "triviaqa",
-    "popqa",
-    "hotpotqa",
-    "2wikimultihopqa",
-    "musique",
-    "bamboogle",
-    "searchR1_nq",
-    "searchR1_hotpotqa",
+    *"nq triviaqa popqa hotpotqa 2wikimultihopqa musique bamboogle".split(),
+    *("searchR1_nq", "searchR1_hotpotqa"),
 )
 
 
@@ -84,15 +79,10 @@ def register_all() -> None:
             traces="rlvr.models.traces:MATH",
             verl=VerlSpec(
                 ability="math",
-                data_sources=(
-                    "lighteval/MATH",
-                    "DigitalLearningGmbH/MATH-lighteval",
-                    "HuggingFaceH4/MATH-500",
-                    "openai/gsm8k",
-                    "agentica-org/DeepScaleR-Preview-Dataset",
-                    "deepscaler",
-                    "aime24",
-                    "amc23",
+                data_sources=(  # DeepScaleR's and verl's example math sets
+                    *("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval"),
+                    *("HuggingFaceH4/MATH-500", "openai/gsm8k", "aime24", "amc23"),
+                    *("agentica-org/DeepScaleR-Preview-Dataset", "deepscaler"),
                 ),
             ),
         )
@@ -133,10 +123,12 @@ __all__ = [
     "Tool",
     "VerlSpec",
     "coerce_text",
+    "env_accepts",
     "env_names",
     "env_spec",
     "load",
     "make_env",
     "register_all",
     "register_env",
+    "reset_tasks",
 ]

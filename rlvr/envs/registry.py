@@ -19,6 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from rlvr.config import ConfigError
 from rlvr.envs.base import Score, Tool
 
 
@@ -144,8 +145,22 @@ class EnvSpec:
 
     def accepts(self, kwarg: str) -> bool:
         """Whether the environment's constructor takes keyword ``kwarg``."""
+        return _accepts(self.entry(), kwarg)
+
+    def check_kwargs(self, kwargs: Mapping[str, Any], prefix: str = "env_kwargs.") -> None:
+        """``ConfigError`` naming the first key of ``kwargs`` the constructor does not take."""
         params = inspect.signature(self.entry()).parameters
-        return kwarg in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        accepted = sorted(n for n, p in params.items() if p.kind is not p.VAR_POSITIONAL)
+        for key in kwargs:
+            if not self.accepts(key):
+                raise ConfigError(
+                    f"{prefix}{key}: not an argument of {self.id} (accepted: {', '.join(accepted)})"
+                )
+
+
+def _accepts(entry: Any, kwarg: str) -> bool:
+    params = inspect.signature(load(entry)).parameters
+    return kwarg in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 ENVS: dict[str, EnvSpec] = {}
@@ -181,10 +196,29 @@ def env_spec(name: str) -> EnvSpec:
     )
 
 
+def reset_tasks(name: str, indices, *, seed: int = 0, **kwargs):
+    """``(index, prompt, info)`` of tasks ``indices`` of an environment built with ``kwargs``,
+    each reset as ``reset(seed=seed, options={"index": i})``: what an export of tasks reads."""
+    handle = gym.make(env_spec(name).id, **kwargs)
+    try:
+        for i in indices:
+            yield (i, *handle.reset(seed=seed, options={"index": i}))
+    finally:
+        handle.close()
+
+
+def env_accepts(name: str, kwarg: str) -> bool:
+    """Whether an environment (short name, or any gymnasium id) takes keyword ``kwarg``."""
+    if name not in ENVS and name in gym.registry:  # registered with gymnasium alone
+        return _accepts(gym.spec(name).entry_point, kwarg)
+    return env_spec(name).accepts(kwarg)
+
+
 def make_env(name: str, split: str | None = None, **kwargs) -> gym.Env:
-    """``gymnasium.make`` of an environment by short name or gymnasium id; ``split`` is passed
-    when given and the environment takes one."""
-    spec = env_spec(name)
-    if split is not None and spec.accepts("split"):
+    """``gymnasium.make`` of an environment by short name or gymnasium id (one registered with
+    ``gymnasium.register`` alone works too); ``split`` is passed when given and the environment
+    takes one."""
+    gid = name if name not in ENVS and name in gym.registry else env_spec(name).id
+    if split is not None and env_accepts(gid, "split"):
         kwargs["split"] = split
-    return gym.make(spec.id, **kwargs)
+    return gym.make(gid, **kwargs)

@@ -2,7 +2,8 @@
 
 Example: ``rlvr eval model=tiny-kk env=kk group_by=n_people group_values=3,4,5 n_items=100 k=8
 temperature=0.7 out=evals/kk`` writes ``responses.jsonl`` and ``summary.json`` to ``out`` and
-prints the metrics per group.
+prints the metrics per group; ``--config FILE`` reads the fields from YAML first (the one
+loader, ``rlvr.config.load_config``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         help="EvalConfig fields, e.g. model=micro env=kk k=8 group_by=n_people "
         "group_values=3,4,5 (see rlvr.eval.runner.EvalConfig)",
     )
-    parser.add_argument("--profile", default=None, help="a YAML file of EvalConfig fields")
+    parser.add_argument(
+        "--config", default=None, metavar="FILE", help="a YAML file of EvalConfig fields"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -40,7 +43,7 @@ def format_summary(summary: dict) -> str:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    cfg = load_config(EvalConfig, args.profile, args.overrides)
+    cfg = load_config(EvalConfig, args.config, args.overrides)
     out = cfg.out or str(rlvr_home() / "evals" / config_hash(cfg))
     result = evaluate(cfg, progress=not args.quiet)
     save_result(result, out)

@@ -193,21 +193,6 @@ def summarize_by_group(
     return out
 
 
-def kk_accuracy_by_people(
-    records: Sequence[Mapping[str, Any]], mode: str = "greedy"
-) -> dict[int, float]:
-    """K&K accuracy per number of people (records carry ``n_people`` or ``group``), for one mode."""
-    by_size: dict[int, dict[Any, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in records:
-        if r.get("mode") != mode:
-            continue
-        size = r.get("n_people", r.get("group"))
-        if size is None:
-            raise KeyError("kk_accuracy_by_people: a record has neither 'n_people' nor 'group'")
-        by_size[int(size)][r["item"]].append(float(bool(r.get("correct"))))
-    return {size: avg_at_k(list(items.values())) for size, items in sorted(by_size.items())}
-
-
 __all__ = [
     "ANSWER_METRICS",
     "accuracy",
@@ -216,7 +201,6 @@ __all__ = [
     "exact_match",
     "f1_score",
     "gold_answers",
-    "kk_accuracy_by_people",
     "mean_pass_at_k",
     "normalize_answer",
     "pass_at_k",

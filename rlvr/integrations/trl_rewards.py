@@ -14,19 +14,15 @@ dataset) or a list of messages (conversational dataset; with tools, the assistan
 - ``trl_rows`` / ``trl_dataset``: our tasks in TRL's prompt format (``prompt`` as chat messages, or
   the rendered string with ``conversational=False``), with ``ground_truth`` and the scoring options
   as columns.
-- ``SearchToolEnvironment``: the search environment for ``GRPOTrainer(environment_factory=...)``
-  (TRL's multi-turn tool interface): its ``search`` method is the tool; the reward stays
-  ``searchqa_reward`` on the assistant's text. TRL drives tools through the chat template's
-  tool-call format (e.g. Qwen2.5's ``<tool_call>`` JSON), not Search-R1's ``<search>`` tags.
+- multi-turn tool use (search QA) goes through ``rlvr.integrations.trl_env``: the env itself as
+  TRL's ``environment_factory``, its tools from the env registry.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
-import gymnasium as gym
-
-from rlvr.envs import env_spec
+from rlvr.envs import env_spec, reset_tasks
 
 
 def completion_text(completion: Any) -> str:
@@ -121,24 +117,18 @@ def trl_rows(
     spec = env_spec(env)
     kwargs = dict(env_kwargs or {})
     kwargs.setdefault("split", split)
-    handle = gym.make(spec.id, **kwargs)
-    rows = []
-    try:
-        for i in range(start, start + n):
-            prompt, info = handle.reset(seed=seed, options={"index": i})
-            row: dict[str, Any] = {
-                "prompt": [{"role": m["role"], "content": m["content"]} for m in info["messages"]]
-                if conversational
-                else prompt,
-                "ground_truth": spec.export_gold(info),
-                "data_source": f"rlvr/{env}",
-                "index": i,
-                **spec.export_options(kwargs, None if conversational else prompt),
-            }
-            rows.append(row)
-    finally:
-        handle.close()
-    return rows
+    return [
+        {
+            "prompt": [{"role": m["role"], "content": m["content"]} for m in info["messages"]]
+            if conversational
+            else prompt,
+            "ground_truth": spec.export_gold(info),
+            "data_source": f"rlvr/{env}",
+            "index": i,
+            **spec.export_options(kwargs, None if conversational else prompt),
+        }
+        for i, prompt, info in reset_tasks(env, range(start, start + n), seed=seed, **kwargs)
+    ]
 
 
 def trl_dataset(env: str, n: int, **kwargs: Any):
@@ -146,59 +136,3 @@ def trl_dataset(env: str, n: int, **kwargs: Any):
     from datasets import Dataset
 
     return Dataset.from_list(trl_rows(env, n, **kwargs))
-
-
-class SearchToolEnvironment:
-    """Search QA for ``GRPOTrainer(environment_factory=...)``: one instance per rollout.
-
-    TRL exposes every public method except ``reset`` as a tool (name, type hints and docstring
-    become the tool schema) and calls ``reset(**example)`` before each rollout. ``retriever`` is
-    any object with rlvr's ``SearchIndex.search(queries, k) -> [[Hit]]`` API; ``max_calls``
-    bounds the searches per rollout (Search-R1's max turns). The reward is ``searchqa_reward``.
-    """
-
-    def __init__(self, retriever: Any, *, top_k: int = 3, max_calls: int = 4):
-        if top_k < 1:
-            raise ValueError(f"top_k: must be >= 1, got {top_k}")
-        if max_calls < 1:
-            raise ValueError(f"max_calls: must be >= 1, got {max_calls}")
-        self._retriever = retriever
-        self._top_k = top_k
-        self._max_calls = max_calls
-        self._calls = 0
-
-    def reset(self, **example: Any) -> None:
-        self._calls = 0
-        return None
-
-    def search(self, query: str) -> str:
-        """Search the knowledge base (Wikipedia passages) for a query.
-
-        Args:
-            query: What to look up, as a short search-engine query.
-
-        Returns:
-            The best matching passages, one per line as 'Doc i(Title: "title") text'.
-        """
-        if self._calls >= self._max_calls:
-            return f"Search limit reached ({self._max_calls} searches); answer with what you have."
-        self._calls += 1
-        query = str(query)[:1000]
-        if not query.strip():
-            return "Empty query: write what to search for."
-        from rlvr.envs.searchqa.env import format_passages  # the env's own rendering
-
-        hits = self._retriever.search([query], k=self._top_k)[0]
-        return format_passages(hits) or "No results."
-
-
-def search_environment_factory(
-    retriever: Any, **kwargs: Any
-) -> Callable[[], SearchToolEnvironment]:
-    """``environment_factory`` for TRL: a zero-argument callable making ``SearchToolEnvironment``s
-    that share one (read-only) ``retriever``."""
-
-    def factory() -> SearchToolEnvironment:
-        return SearchToolEnvironment(retriever, **kwargs)
-
-    return factory

@@ -100,13 +100,6 @@ class Grid:
     #: Values no public recipe fixes (our choices): config key -> the choice and why.
     choices: dict[str, str] = field(default_factory=dict)
 
-    def setting(self, env: str) -> Setting:
-        """The first setting of ``env`` (fig3/fig4 use one model per task)."""
-        for s in self.settings.values():
-            if s.env == env:
-                return s
-        raise KeyError(f"grid {self.name!r} has no setting for env {env!r}")
-
 
 # -- the grids -----------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
@@ -193,12 +186,6 @@ def _grid_value(stem: str, *path: str) -> Any:
         node = node[key]
     return node
 
-
-#: How the synthetic tasks are grouped in the tiny tables (the env keyword and its values).
-MATH_GROUP = _grid_value("tiny", "settings", "math", "group_by")
-MATH_GROUP_VALUES = list(_grid_value("tiny", "settings", "math", "group_values"))
-QA_GROUP = _grid_value("tiny", "settings", "searchqa", "group_by")
-QA_GROUP_VALUES = list(_grid_value("tiny", "settings", "searchqa", "group_values"))
 
 # -- paper ---------------------------------------------------------------------------------------
 #: Public architecture facts (the models' ``config.json`` on the Hugging Face hub), for the plan.

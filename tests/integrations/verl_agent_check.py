@@ -30,7 +30,7 @@ from verl.workers.rollout.replica import TokenOutput
 
 import rlvr
 from rlvr.cli import main as rlvr_main
-from rlvr.integrations import verl_agent_loop
+from rlvr.integrations.verl import agent_loop as verl_agent_loop
 from rlvr.integrations.verl.agent_loop import (
     AGENT_NAME,
     STOP,

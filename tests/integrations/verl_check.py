@@ -19,9 +19,11 @@ from verl.utils.import_utils import load_extern_object
 from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
+from rlvr.agents.algorithms.lopti import lopti_masks
 from rlvr.agents.losses import policy_loss
-from rlvr.agents.weights import lopti_masks, token_weights
-from rlvr.integrations import verl_actor, verl_plugin
+from rlvr.agents.weights import token_weights
+from rlvr.integrations.verl import actor as verl_actor
+from rlvr.integrations.verl import plugin as verl_plugin
 from rlvr.integrations.verl.data import verl_rows
 
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
@@ -200,6 +202,23 @@ def test_reward_loads_like_verl_and_scores_gold_answers():
         )
         == singles
     )
+
+
+def test_an_env_registered_outside_rlvr_exports_and_scores_through_verl():
+    """One registration (``tests/_rlvr_toys.TOY``): its rows score back through the reward
+    function as verl loads it."""
+    from _rlvr_toys import TOY, registered
+
+    compute_score = load_extern_object("pkg://rlvr.integrations.verl.reward", "compute_score")
+    with registered(TOY):
+        rows = list(verl_rows(TOY.name, 3, env_kwargs={"strict": True}))
+        for row in rows:
+            gt = row["reward_model"]["ground_truth"]
+            args = dict(
+                data_source=row["data_source"], ground_truth=gt, extra_info=row["extra_info"]
+            )
+            assert compute_score(solution_str=gt, **args)["acc"] == 1.0
+            assert compute_score(solution_str=f"it is {gt}", **args)["acc"] == 0.0  # strict
 
 
 # --- actor loss (set_loss_fn) ------------------------------------------------------------------

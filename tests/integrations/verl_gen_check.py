@@ -1,4 +1,4 @@
-"""Every launch folder of ``rlvr reproduce all --profile paper --engine verl`` against verl 0.9.1.
+"""Every launch folder of ``rlvr reproduce all --grid paper --engine verl`` against verl 0.9.1.
 
 Run in verl's own venv by ``scripts/test_integrations.sh verl``. For each generated run:
 
@@ -34,12 +34,11 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass, validate_config
 from verl.utils.import_utils import load_extern_object
 
-from rlvr.agents.algorithms import algorithm_names
-from rlvr.agents.config import WeightConfig
+from rlvr.agents.algorithms import WeightConfig, algorithm_names
 from rlvr.integrations.verl.config import PLUGIN_LOSS_CONFIG
 from rlvr.integrations.verl.plugin import RlvrPolicyLossConfig
 from rlvr.integrations.verl.scripts import write
-from rlvr.reproduce.profiles import get_profile
+from rlvr.reproduce.grid import get_grid
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 
@@ -62,7 +61,7 @@ esac
 @pytest.fixture(scope="module")
 def launch(tmp_path_factory):
     out = tmp_path_factory.mktemp("verl-launch")
-    rows = write(get_profile("paper"), ["all"], [0, 1, 2], out, "rlvr reproduce all (check)")
+    rows = write(get_grid("paper"), ["all"], [0, 1, 2], out, "rlvr reproduce all (check)")
     return out, rows
 
 

@@ -35,14 +35,13 @@ from verl.utils.torch_functional import entropy_from_logits
 from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import left_right_2_no_padding
 
-from rlvr.agents.algorithms import get_algorithm
-from rlvr.agents.config import LossConfig, WeightConfig
+from rlvr.agents.algorithms import WeightConfig, get_algorithm
+from rlvr.agents.algorithms.entropy_top import n_kept
 from rlvr.agents.policy import TokenStats, head_token_stats
 from rlvr.agents.rollout.base import RolloutBatch
-from rlvr.agents.train_config import TrainConfig
+from rlvr.agents.train_config import LossConfig, TrainConfig
 from rlvr.agents.update import MicroBatch, Normalisers, Precision, Updater
-from rlvr.agents.weights import n_kept
-from rlvr.integrations import verl_main
+from rlvr.integrations.verl import main as verl_main
 from rlvr.integrations.verl.actor import LOPTI_STAGE_KEY, SAMPLED_LOGIT_KEY, RlvrActorLoss
 from rlvr.integrations.verl.trainer import (
     RlvrConfigError,

@@ -1,23 +1,10 @@
 """What a method is: an ``Algorithm``, the typed ``Param``s it reads, its ``Stage``s.
 
-An ``Algorithm`` says everything every engine needs to know about a method, in its own file:
-
-- ``weight``: the per-token weight on the clipped surrogate, a pure function of detached per-token
-  tensors ``fn(*, logprobs, mask, logits, old_logprobs, entropy, **params) -> w`` (``None``: every
-  token weighs 1); ``rlvr.agents.weights.token_weights`` applies it (no gradient, masked zeros);
-- ``fields``: the ``WeightConfig`` fields it reads, with type, default and accepted interval
-  (``WeightConfig`` is generated from them, ``rlvr.agents.algorithms``), and ``params``, which
-  turns a ``WeightConfig`` into the keyword parameters of the weight, selection and stages
-  (and may check them together: GRPO-SG's ``L <= U``);
-- ``stages``: the token stages of one batch, each a full pass of optimizer steps (Lopti's two);
-- ``select_tokens``/``selected``: a token selection made on the current training forward and how
-  many tokens of ``n`` it keeps (80/20);
-- ``needs_old_logprobs``: old-policy log-probs are needed even when the update is on-policy;
-- for verl: ``policy_loss`` (the weight reads log-probs only, so verl's policy-loss registry can
-  run it, ``rlvr.integrations.verl.plugin``) and ``needs_logits`` (the weight reads the sampled
-  token's logit), from which ``verl_path`` decides how the method reaches verl;
-- ``variants``: other forms of the method a reproduction also launches (GRPO-SG's logit form);
-- ``label`` and ``color`` for tables and figures, ``source`` for ``rlvr algorithms``.
+An ``Algorithm`` holds everything every engine needs to know about a method (its fields below):
+its weight function, the ``WeightConfig`` fields it reads (each a ``Param`` with its type,
+default and interval: the one range check), its stages or token selection, what verl needs and
+how it is drawn. ``rlvr.agents.weights.token_weights`` applies a weight (no gradient, masked
+zeros); ``rlvr.agents.update`` runs the stages; ``Algorithm.verl_path`` says how verl runs it.
 """
 
 from __future__ import annotations

@@ -111,27 +111,39 @@ def resolve(defaults: Mapping[str, Mapping[str, float]], shaping_input: str, giv
     return out
 
 
-def shaped(defaults, sign: float, *, logprobs, logits, shaping_input, **given) -> torch.Tensor:
-    """The shaping of ``sign * h`` with ``h`` the probability or the sampled token's logit."""
-    cfg = resolve(defaults, shaping_input, given)
-    h = logprobs.exp() if shaping_input == "prob" else require("logits", logits, logprobs, "logit")
-    return sigmoid_shaping(h, sign=sign, **cfg)
+def shaping_weights(name: str, defaults: Mapping[str, Mapping[str, float]], sign: float, doc: str):
+    """The weight function of the sigmoid shaping of ``sign * h`` with ``h`` the probability
+    (``shaping_input="prob"``) or the sampled token's logit (``"logit"``): GRPO-SG for ``+1``,
+    Reverse for ``-1``; ``None`` parameters take ``defaults[shaping_input]``."""
+
+    def weights(
+        *,
+        logprobs,
+        mask,
+        logits=None,
+        old_logprobs=None,
+        entropy=None,
+        alpha: float | None = None,
+        tau: float | None = None,
+        mu: float | None = None,
+        lower: float | None = None,
+        upper: float | None = None,
+        shaping_input: str = "prob",
+    ) -> torch.Tensor:
+        given = {"alpha": alpha, "tau": tau, "mu": mu, "lower": lower, "upper": upper}
+        cfg = resolve(defaults, shaping_input, given)
+        h = logprobs.exp() if shaping_input == "prob" else require("logits", logits, logprobs, name)
+        return sigmoid_shaping(h, sign=sign, **cfg)
+
+    weights.__name__ = weights.__qualname__ = f"{name}_weights"
+    weights.__doc__ = doc
+    return weights
 
 
-def grpo_sg_weights(
-    *,
-    logprobs,
-    mask,
-    logits=None,
-    old_logprobs=None,
-    entropy=None,
-    alpha: float | None = None,
-    tau: float | None = None,
-    mu: float | None = None,
-    lower: float | None = None,
-    upper: float | None = None,
-    shaping_input: str = "prob",
-) -> torch.Tensor:
+grpo_sg_weights = shaping_weights(
+    "grpo_sg",
+    GRPO_SG_DEFAULTS,
+    1.0,
     """GRPO-SG Eq. 20: ``w_{i,t} = clip(alpha * (sigmoid(sg[h_{i,t}] / tau) - mu), L, U)``.
 
     ``h`` is the sampled token's logit (``shaping_input="logit"``, GRPO-SG) or its probability
@@ -140,16 +152,8 @@ def grpo_sg_weights(
     w(1)=1.14, w(0.9)=1.07, w(0.5)=0.69, w(0.1)=0.15 and token-mean 0.99 on
     ``reference_token_probs`` (80 % p>0.9, 10 % 0.5-0.9, 10 % low tail); logit: alpha 2.75,
     tau 10, mu 0.5, L 0.1, U 2, token-mean 1.00 on ``reference_token_logits`` (logits 10-30).
-    """
-    given = {"alpha": alpha, "tau": tau, "mu": mu, "lower": lower, "upper": upper}
-    return shaped(
-        GRPO_SG_DEFAULTS,
-        1.0,
-        logprobs=logprobs,
-        logits=logits,
-        shaping_input=shaping_input,
-        **given,
-    )
+    """,
+)
 
 
 def shaping_params(defaults: Mapping[str, Mapping[str, float]]):

@@ -7,7 +7,12 @@ paper reports it near GRPO. Same shaping fields as GRPO-SG (``grpo_sg.SHAPING_FI
 from __future__ import annotations
 
 from rlvr.agents.algorithms.base import Algorithm, register_algorithm
-from rlvr.agents.algorithms.grpo_sg import SHAPING_FIELDS, reads_logits, shaped, shaping_params
+from rlvr.agents.algorithms.grpo_sg import (
+    SHAPING_FIELDS,
+    reads_logits,
+    shaping_params,
+    shaping_weights,
+)
 
 #: Reverse shaping ``w = clip(alpha * (sigmoid(-h / tau) - mu), L, U)``, decreasing in h; same
 #: tau, L, U as GRPO-SG, mu = 0 (with mu = 0.5, ``sigmoid(-h/tau) - mu`` is negative for every
@@ -20,33 +25,15 @@ REVERSE_DEFAULTS: dict[str, dict[str, float]] = {
 }
 
 
-def reverse_weights(
-    *,
-    logprobs,
-    mask,
-    logits=None,
-    old_logprobs=None,
-    entropy=None,
-    alpha: float | None = None,
-    tau: float | None = None,
-    mu: float | None = None,
-    lower: float | None = None,
-    upper: float | None = None,
-    shaping_input: str = "prob",
-):
+reverse_weights = shaping_weights(
+    "reverse",
+    REVERSE_DEFAULTS,
+    -1.0,
     """Reverse shaping: ``w = clip(alpha * (sigmoid(-sg[h] / tau) - mu), L, U)``, monotone
     decreasing; ``None`` parameters take ``REVERSE_DEFAULTS[shaping_input]`` (prob: alpha 6.4 ->
     w(1)=0.76, w(0.9)=0.91, w(0.5)=1.72, w(p<=0.37)=U=2, mean 0.99; logit: alpha 7.25, mean 0.99).
-    """
-    given = {"alpha": alpha, "tau": tau, "mu": mu, "lower": lower, "upper": upper}
-    return shaped(
-        REVERSE_DEFAULTS,
-        -1.0,
-        logprobs=logprobs,
-        logits=logits,
-        shaping_input=shaping_input,
-        **given,
-    )
+    """,
+)
 
 
 REVERSE = register_algorithm(

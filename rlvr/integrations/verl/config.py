@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlvr.agents.algorithms import get_algorithm, resolved_fields
-from rlvr.config import ConfigError
+from rlvr.config import ConfigError, nest
 from rlvr.envs import env_spec
 from rlvr.integrations.verl.data import agent_loop_overrides, agent_loop_section
 
@@ -301,18 +301,6 @@ def translate(
     return flat
 
 
-def nested(flat: dict[str, Any]) -> dict[str, Any]:
-    """``{"a.b": 1}`` -> ``{"a": {"b": 1}}``; a mapping value stays one leaf."""
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = out
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return out
-
-
 def config_document(flat: dict[str, Any]) -> dict[str, Any]:
     """The run's Hydra primary config: verl's packaged ``ppo_trainer`` first, then these values
     (``_self_`` last, so they win), with verl's config package on the search path so the file
@@ -320,7 +308,7 @@ def config_document(flat: dict[str, Any]) -> dict[str, Any]:
     return {
         "hydra": {"searchpath": ["pkg://verl.trainer.config"]},
         "defaults": ["ppo_trainer", "_self_"],
-        **nested(flat),
+        **nest(flat),
     }
 
 
@@ -330,7 +318,6 @@ __all__ = [
     "VerlTranslationError",
     "config_document",
     "gpu_layout",
-    "nested",
     "plugin_loss_config",
     "translate",
 ]

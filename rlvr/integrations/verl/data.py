@@ -32,9 +32,8 @@ import argparse
 from pathlib import Path
 from typing import Any, Iterator
 
-import gymnasium as gym
-
-from rlvr.envs import env_names, env_spec, load
+from rlvr.config import ConfigError, parse_overrides
+from rlvr.envs import env_names, env_spec, load, reset_tasks
 
 #: The verl 0.9.1 overrides a run on a multi-turn env needs (its agent loop, e.g. search QA's
 #: ``rlvr_searchqa`` of ``rlvr.integrations.verl.agent_loop``), ``key: value`` as Hydra
@@ -103,22 +102,13 @@ def agent_loop_section(env: str, env_kwargs: dict[str, Any]) -> tuple[str, dict]
     return name, settings(env_kwargs)
 
 
-def _parse_value(text: str) -> Any:
-    import yaml
-
-    return yaml.safe_load(text)
-
-
 def parse_env_args(pairs: list[str] | None) -> dict[str, Any]:
     """``["n_people=5", "depth=2"]`` -> ``{"n_people": 5, "depth": 2}`` (values read as YAML
-    scalars)."""
-    out: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--env-arg: expected key=value, got {pair!r}")
-        out[key.strip()] = _parse_value(value)
-    return out
+    scalars, by the one configuration parser)."""
+    try:
+        return parse_overrides(list(pairs or []))
+    except ConfigError as e:
+        raise ValueError(f"--env-arg: {e}") from None
 
 
 def verl_rows(
@@ -141,27 +131,22 @@ def verl_rows(
         kwargs = load(spec.verl.export_kwargs)(kwargs)
     dataset = kwargs.get("dataset")
     data_source = f"rlvr/{env}" + (f"/{Path(str(dataset)).stem}" if dataset else "")
-    handle = gym.make(spec.id, **kwargs)
-    try:
-        for i in range(start, start + n):
-            _, info = handle.reset(seed=seed, options={"index": i})
-            row = {
-                "data_source": data_source,
-                "prompt": [{"role": m["role"], "content": m["content"]} for m in info["messages"]],
-                "ability": spec.verl.ability or env,
-                "reward_model": {"style": "rule", "ground_truth": spec.export_gold(info, "verl")},
-                "extra_info": {
-                    "split": split,
-                    "index": i,
-                    **spec.export_options(kwargs),
-                    **{k: info[k] for k in spec.verl.info_keys},
-                },
-            }
-            if spec.verl.agent_loop:
-                row["agent_name"] = spec.verl.agent_loop
-            yield row
-    finally:
-        handle.close()
+    for i, _, info in reset_tasks(env, range(start, start + n), seed=seed, **kwargs):
+        row = {
+            "data_source": data_source,
+            "prompt": [{"role": m["role"], "content": m["content"]} for m in info["messages"]],
+            "ability": spec.verl.ability or env,
+            "reward_model": {"style": "rule", "ground_truth": spec.export_gold(info, "verl")},
+            "extra_info": {
+                "split": split,
+                "index": i,
+                **spec.export_options(kwargs),
+                **{k: info[k] for k in spec.verl.info_keys},
+            },
+        }
+        if spec.verl.agent_loop:
+            row["agent_name"] = spec.verl.agent_loop
+        yield row
 
 
 def write_parquet(rows: list[dict], path: str | Path) -> Path:

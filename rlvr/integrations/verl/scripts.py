@@ -33,7 +33,7 @@ import yaml
 
 from rlvr.agents.algorithms import get_algorithm
 from rlvr.envs import env_spec
-from rlvr.integrations.verl.config import VERL_VERSION, config_document, gpu_layout, translate
+from rlvr.integrations.verl.config import VERL_VERSION, config_document, translate
 from rlvr.integrations.verl.data import parse_env_args
 from rlvr.integrations.verl.results import folder_name
 from rlvr.reproduce import figures
@@ -478,11 +478,6 @@ def main(argv: list[str] | None = None) -> int:
     n = task_count(args.env, args.split, parse_env_args(args.env_arg))
     print(args.cap if n is None else min(args.cap, n))
     return 0
-
-
-def gpus_line(gpus: int) -> str:
-    per_node, nodes = gpu_layout(gpus)
-    return f"{nodes} node(s) x {per_node} GPU(s)"
 
 
 if __name__ == "__main__":

@@ -52,7 +52,6 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from typing import Any, Optional
 
-import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from verl import DataProto
 from verl.trainer.distillation.losses import is_distillation_enabled
@@ -61,7 +60,6 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 
 from rlvr.agents.algorithms import Algorithm, WeightConfig, get_algorithm
-from rlvr.agents.weights import token_weights
 from rlvr.integrations.verl.actor import LOPTI_STAGE_KEY, RlvrActorLoss
 from rlvr.integrations.verl.config import plugin_loss_config
 
@@ -149,29 +147,6 @@ def _weight_config(params: Mapping) -> WeightConfig:
     return WeightConfig(**{k: (dict(v) if k == "extra" else v) for k, v in params.items()})
 
 
-def _dry_run(algorithm: Algorithm, params: dict) -> None:
-    """Run the method's weight, selection and stages on a tiny batch, so every check of the
-    method fires now (on the driver) rather than inside a worker."""
-    g = torch.Generator().manual_seed(0)
-    logprobs = -torch.rand(2, 4, generator=g, dtype=torch.float64) * 3
-    mask = torch.ones(2, 4, dtype=torch.bool)
-    entropy = torch.rand(2, 4, generator=g, dtype=torch.float64)
-    if algorithm.weight is not None:
-        token_weights(
-            algorithm.name,
-            logprobs=logprobs,
-            mask=mask,
-            logits=logprobs + 20.0,
-            old_logprobs=logprobs,
-            entropy=entropy,
-            **params,
-        )
-    if algorithm.select_tokens is not None:
-        algorithm.select_tokens(entropy, mask, params)
-    if algorithm.stages is not None:
-        algorithm.stages(logprobs, mask, params)
-
-
 def _select(config: DictConfig, key: str, default: Any = None) -> Any:
     return OmegaConf.select(config, key, default=default)
 
@@ -242,9 +217,8 @@ def read_rlvr(config: DictConfig) -> Optional[RlvrSetup]:
             f"rlvr.weight_position: {position!r} is not one of {list(WEIGHT_POSITIONS)}"
         )
     wc = _weight_config(params)
-    try:
+    try:  # every check of the method's parameters, here on the driver rather than on a worker
         resolved = algorithm.parameters(wc)
-        _dry_run(algorithm, resolved)
     except ValueError as e:
         raise RlvrConfigError(f"rlvr.params.{e}") from None
     setup = RlvrSetup(
