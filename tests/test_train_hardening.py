@@ -186,7 +186,7 @@ def _one_line_exit_2(capsys, argv, *needles):
         ("optim.lr=inf", ["optim.lr", "(0, inf)"]),
         ("optim.beta2=1", ["optim.beta2", "[0, 1)"]),
         ("weights.eta=nan", ["weights.eta", "(0, 1)"]),
-        ("algo=grpo_sg weights.tau=0", ["weights.tau", "> 0"]),
+        ("algo=grpo_sg weights.tau=0", ["weights.tau", "(0, inf)"]),
         ("algo=reverse weights.lower=3", ["weights.lower", "upper"]),
         pytest.param(
             "device=cuda",
