@@ -19,6 +19,7 @@ from verl.utils.import_utils import load_extern_object
 from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
+from rlvr.agents.algorithms.entropy_top import entropy_top_weights
 from rlvr.agents.algorithms.lopti import lopti_masks
 from rlvr.agents.losses import policy_loss
 from rlvr.agents.weights import token_weights
@@ -334,7 +335,7 @@ def test_actor_loss_entropy_top_and_lopti():
     )
     e_pad = no_padding_2_padding(nested(ent, td), td)
     # 80/20 as the native trainer and the official code: the surrogate averaged over the kept tokens
-    kept = token_weights("entropy_top", logprobs=new, mask=mask, entropy=e_pad, fraction=0.2).bool()
+    kept = entropy_top_weights(logprobs=new, mask=mask, entropy=e_pad, fraction=0.2).bool()
     native, _ = policy_loss(
         new,
         td["old_log_probs"],

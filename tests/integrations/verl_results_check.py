@@ -32,6 +32,7 @@ from verl.utils.tracking import FileLogger
 from rlvr.integrations.verl.results import METRIC_NAMES, VerlRuns, folder_name, read_metrics
 from rlvr.models import build_micro, load_model
 from rlvr.reproduce import grid, runs
+from rlvr.reproduce.plan import PlannedRun
 
 P, R, B = 4, 6, 4  # prompt and response widths, batch size
 
@@ -198,7 +199,7 @@ def test_checkpoint_saved_by_verl_is_the_run_final_model(tmp_path, process_group
         source.problem(folder.name, cfg)
     )
     save_with_verl(model, tokenizer, folder, 2, ["model", "hf_model"])
-    run = VerlRuns(tmp_path).run(cfg, "kk")
+    run = VerlRuns(tmp_path).run(PlannedRun("kk", "grpo", {}, 0, 0, cfg, runs.run_key(cfg)))
     assert run.final == folder / "checkpoints/global_step_2/actor/huggingface"
     assert [m["grad_norm"] for m in run.metrics] == [0.5, 1.0]
     loaded, _ = load_model(str(run.final))
