@@ -59,10 +59,6 @@ class PlannedRun:
     #: The figures and tables that read it.
     figures: list[str] = field(default_factory=list)
 
-    @property
-    def identity(self) -> tuple:
-        return identity(self.setting, self.algo, self.extra, self.base_seed, self.seed)
-
 
 def identity(setting: str, algo: str, extra: Mapping[str, Any] | None, base: int, seed: int):
     return (setting, algo, tuple(sorted((extra or {}).items())), base, seed)

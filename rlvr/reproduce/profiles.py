@@ -1,14 +1,8 @@
-"""Deprecated name: a reproduction profile is a grid now (``rlvr.reproduce.grid``); this module
-keeps ``get_profile`` for code written against it, as ``--profile`` stays for ``--grid``."""
+"""Deprecated: a reproduction profile is a grid now (``rlvr.reproduce.grid``); ``get_profile``
+stays for code written against this name, as ``--profile`` stays for ``--grid``."""
 
 import warnings
 
-from rlvr.reproduce.grid import get_grid as get_profile
+from rlvr.reproduce.grid import get_grid as get_profile  # noqa: F401
 
-warnings.warn(
-    "rlvr.reproduce.profiles is deprecated: use rlvr.reproduce.grid (get_grid)",
-    DeprecationWarning,
-    stacklevel=2,
-)
-
-__all__ = ["get_profile"]
+warnings.warn("rlvr.reproduce.profiles: use rlvr.reproduce.grid", DeprecationWarning, stacklevel=2)
