@@ -182,17 +182,9 @@ def serve(index: str) -> tuple[subprocess.Popen, int]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    argv = [sys.executable, "-m", "rlvr.cli", "retrieval-serve", "--index", index]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rlvr.cli",
-            "retrieval-serve",
-            "--index",
-            index,
-            "--port",
-            str(port),
-        ],
+        [*argv, "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -1,8 +1,10 @@
 """Small stand-ins shared by the policy/rollout/trainer tests: toy envs whose rewards vary under a
-random model (so advantages are non-zero), a multi-turn env with a fixed observation, and a
-scripted backend that replays given turn texts."""
+random model (so advantages are non-zero), a multi-turn env with a fixed observation, a
+scripted backend that replays given turn texts, and the check that a command fails in one line."""
 
 from __future__ import annotations
+
+import warnings
 
 import gymnasium as gym
 
@@ -82,3 +84,20 @@ class ScriptedBackend(RolloutBackend):
             texts.append(out)
             reasons.append("stop" if found else "length")
         return Generation(ids, lps, reasons, texts)
+
+
+def one_line_exit_2(capsys, argv: list[str], *needles: str) -> str:
+    """Run ``rlvr argv`` and check that it exits 2 with one stderr line holding ``needles``
+    (warnings, such as a dataset's left-out rows, are not that line)."""
+    from rlvr.cli import main
+
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, err
+    return err

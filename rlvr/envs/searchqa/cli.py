@@ -47,6 +47,7 @@ def add_index_arguments(p: argparse.ArgumentParser) -> None:
 def run_index(args) -> int:
     from rlvr.envs.searchqa.index import build_index
     from rlvr.envs.searchqa.synthetic import synthetic_task
+    from rlvr.locks import FolderInUse
 
     params = {
         "hnsw": {
@@ -73,7 +74,7 @@ def run_index(args) -> int:
         index = build_index(
             corpus, encoder=encoder, kind=args.kind, params=params, out_dir=args.out
         )
-    except (FileNotFoundError, ValueError, ImportError, OSError) as e:
+    except (FileNotFoundError, ValueError, ImportError, OSError, FolderInUse) as e:
         print(f"rlvr index: {e}", file=sys.stderr)
         return 2
     print(

@@ -25,6 +25,7 @@ import numpy as np
 
 from rlvr.envs.searchqa.corpus import JsonlCorpus, Passage, load_corpus, write_corpus
 from rlvr.envs.searchqa.encoders import Encoder, HashedTfidfEncoder, encoder_from_spec, get_encoder
+from rlvr.locks import LOCK_FILE, hold
 
 INDEX_KINDS = ("flat", "hnsw", "ivfpq")
 
@@ -198,7 +199,12 @@ class SearchIndex:
         ]
 
     def save(self, out_dir: str | Path) -> Path:
+        """Write the index folder, holding its lock (a second writer: ``FolderInUse``)."""
         out = Path(out_dir)
+        with hold(out / LOCK_FILE, wait=False, what=f"index folder {out}"):
+            return self._save(out)
+
+    def _save(self, out: Path) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         faiss.write_index(self.index, str(out / "index.faiss"))
         if isinstance(self.corpus, JsonlCorpus):
@@ -238,8 +244,16 @@ def build_index(
     """Encode every passage of ``corpus`` (path, ``Corpus`` or list) and index it.
 
     A lexical encoder given by name is first fitted (IDF) on the corpus. Saved to ``out_dir``
-    when given.
+    when given, whose lock is held from the start: a second builder of the same folder is refused
+    (``FolderInUse``) before it encodes anything.
     """
+    if out_dir is not None:
+        with hold(Path(out_dir) / LOCK_FILE, wait=False, what=f"index folder {out_dir}"):
+            built = build_index(
+                corpus, encoder, kind, params, progress=progress, encode_batch=encode_batch
+            )
+            built.save(out_dir)
+            return built
     corpus = load_corpus(corpus, progress=progress)
     if len(corpus) == 0:
         raise ValueError("corpus is empty")

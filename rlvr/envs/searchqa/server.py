@@ -107,8 +107,11 @@ WRITE_CHUNK = 256 * 1024
 #: Search results per search call at most (``search_chunk`` queries, fewer at a large topk): what
 #: one request holds as passages before they are encoded, and how long other requests wait.
 CHUNK_RESULTS = 4096
+#: Encoded bytes per search result assumed before the first response is built (a Wikipedia
+#: passage with its score is ~700 bytes): sizes the first requests' admission to the budget.
+PRIOR_RESULT_BYTES = 1024
 #: Response bytes given back to the budget after which the heap is trimmed (``malloc_trim``).
-TRIM_AFTER_BYTES = 8 * 1024 * 1024
+TRIM_AFTER_BYTES = 32 * 1024 * 1024
 MAX_BODY_BYTES, MAX_QUERIES, MAX_TOPK = LIMITS.max_body_bytes, LIMITS.max_queries, LIMITS.max_topk
 
 
@@ -328,26 +331,28 @@ class RetrievalServer:
             self.inflight_body_bytes -= state.reserved
             state.reserved = 0
         if isinstance(body, dict):  # an error or /health: what a result held is given back now
-            self._give_back(state.held)
-            state.held = 0
+            self._give_back(state, state.held)
         try:
-            await self._write(writer, status, body, close)
+            await self._write(writer, status, body, close, state)
         finally:
-            self._give_back(state.held)
+            self._give_back(state, state.held)
         return not close
 
-    def _give_back(self, n: int) -> None:
-        """Return ``n`` response bytes to the budget. When the budget is whole again after large
+    def _give_back(self, state: ReadState, n: int) -> None:
+        """Return ``n`` of the response bytes ``state`` holds to the budget (as they are sent, or
+        all of them when the exchange ends). When the budget is whole again after large
         responses, freed heap pages go back to the OS once the current frames are gone: Python's
         allocator (glibc's, whose mmap threshold grows with every large block freed) would
         otherwise keep them, and a burst of slow readers would leave the service at its peak."""
+        n = min(n, state.held)
+        state.held -= n
         self.inflight_response_bytes -= n
         self._given_back += n
         if self.inflight_response_bytes == 0 and self._given_back >= TRIM_AFTER_BYTES:
             self._given_back = 0
             asyncio.get_running_loop().call_soon(malloc_trim)
 
-    async def _write(self, writer, status: int, body, close: bool) -> None:
+    async def _write(self, writer, status: int, body, close: bool, state=None) -> None:
         """Send a response (a dict, or the pieces of ``frame``) within ``write_timeout_s``, in
         slices of at most ``WRITE_CHUNK``; a client that does not take it in time (or leaves)
         has its connection aborted, which drops at once whatever the transport still holds."""
@@ -357,15 +362,27 @@ class RetrievalServer:
             else body
         )
         head = response_head(status, sum(len(p) for p in parts), close)
+
+        def sent(n: int) -> None:  # bytes the transport has taken are no longer held here
+            if state is not None:
+                self._give_back(state, n)
+
         try:
-            await asyncio.wait_for(_send(writer, head, parts), self.limits.write_timeout_s)
+            await asyncio.wait_for(_send(writer, head, parts, sent), self.limits.write_timeout_s)
         except (OSError, asyncio.TimeoutError):
             writer.transport.abort()
             raise
 
     def _result_bytes(self) -> float:
-        """Mean encoded bytes per search result so far (0 before the first)."""
-        return self._encoded[0] / max(self._encoded[1], 1)
+        """Mean encoded bytes per search result so far (``PRIOR_RESULT_BYTES`` before any)."""
+        return self._encoded[0] / self._encoded[1] if self._encoded[1] else PRIOR_RESULT_BYTES
+
+    def _hold(self, state: ReadState, n: int) -> None:
+        """Take ``n`` bytes of the response budget for ``state``'s exchange, or answer 503."""
+        if self.inflight_response_bytes + n > self.limits.max_inflight_response_bytes:
+            raise _busy()
+        self.inflight_response_bytes += n
+        state.held += n
 
     async def _respond(self, request, state: ReadState) -> tuple[int, collections.deque | dict]:
         path = request.path.split("?", 1)[0].rstrip("/")
@@ -383,15 +400,14 @@ class RetrievalServer:
         queries, topk, return_scores = validate_request(payload, self.default_topk, self.limits)
         parts: list[bytes] = []
         size, lim = 0, self.limits
+        # Admitted for the bytes its response will take (at the size of the results sent so
+        # far), before any search: past the budget it is refused unsearched, and an admitted
+        # request is not cut off half built by the requests interleaved with it.
+        estimate = len(queries) * topk * self._result_bytes()
+        self._hold(state, int(min(estimate, lim.max_response_bytes)))
         step = max(1, min(lim.search_chunk, CHUNK_RESULTS // topk))
         for i in range(0, len(queries), step):
             chunk = queries[i : i + step]
-            # Refused before the search when the bytes it will take, at the size of the results
-            # sent so far, are not there: a burst of slow readers costs no searches or encoding.
-            if self.inflight_response_bytes + len(chunk) * topk * self._result_bytes() > (
-                lim.max_inflight_response_bytes
-            ):
-                raise _busy()
             try:
                 hits = await loop.run_in_executor(self._search, self.retriever.search, chunk, topk)
             except Exception as e:  # noqa: BLE001 - keep serving: report the failure to this client
@@ -405,16 +421,15 @@ class RetrievalServer:
             del hits
             if size + n > lim.max_response_bytes:
                 raise _too_large(lim.max_response_bytes)
-            if self.inflight_response_bytes + n > lim.max_inflight_response_bytes:
-                raise _busy()
-            self.inflight_response_bytes += n
-            state.held += n
             size += n
+            if size > state.held:  # larger than estimated: the rest must fit the budget too
+                self._hold(state, size - state.held)
             parts += encoded
+        self._give_back(state, state.held - size)  # what the estimate held beyond the response
         return 200, frame(parts)
 
 
-async def _send(writer: asyncio.StreamWriter, head: bytes, parts: collections.deque) -> None:
+async def _send(writer: asyncio.StreamWriter, head: bytes, parts: collections.deque, sent) -> None:
     """Write ``parts`` in order, each piece freed once it is sent, and all of them when the client
     fails or times out: the exception that ends the write (caught in a reference cycle with
     ``wait_for``'s frames) must not keep the response alive until the next garbage collection."""
@@ -423,8 +438,10 @@ async def _send(writer: asyncio.StreamWriter, head: bytes, parts: collections.de
         while parts:
             view = memoryview(parts.popleft())
             for start in range(0, len(view), WRITE_CHUNK):
-                writer.write(view[start : start + WRITE_CHUNK])
+                piece = view[start : start + WRITE_CHUNK]
+                writer.write(piece)
                 await writer.drain()
+                sent(len(piece))
     finally:
         parts.clear()
 
