@@ -104,9 +104,6 @@ LIMITS = ServerLimits()
 #: A response goes out in slices of at most this size, each waiting for the client to take the
 #: previous one: the transport never holds a second copy of a large response.
 WRITE_CHUNK = 256 * 1024
-#: Search results per search call at most (``search_chunk`` queries, fewer at a large topk): what
-#: one request holds as passages before they are encoded, and how long other requests wait.
-CHUNK_RESULTS = 4096
 #: Encoded bytes per search result assumed before the first response is built (a Wikipedia
 #: passage with its score is ~700 bytes): sizes the first requests' admission to the budget.
 PRIOR_RESULT_BYTES = 1024
@@ -229,6 +226,7 @@ class RetrievalServer:
         self.inflight_response_bytes = 0
         self._given_back = 0  # response bytes returned since the heap was last trimmed
         self._encoded = [0, 0]  # bytes and results encoded so far (``_result_bytes``)
+        self._budget_lock = threading.Lock()
 
     # -- life cycle -----------------------------------------------------------------------------
     def serve_forever(self) -> None:
@@ -344,9 +342,10 @@ class RetrievalServer:
         responses, freed heap pages go back to the OS once the current frames are gone: Python's
         allocator (glibc's, whose mmap threshold grows with every large block freed) would
         otherwise keep them, and a burst of slow readers would leave the service at its peak."""
-        n = min(n, state.held)
-        state.held -= n
-        self.inflight_response_bytes -= n
+        with self._budget_lock:
+            n = min(n, state.held)
+            state.held -= n
+            self.inflight_response_bytes -= n
         self._given_back += n
         if self.inflight_response_bytes == 0 and self._given_back >= TRIM_AFTER_BYTES:
             self._given_back = 0
@@ -377,12 +376,23 @@ class RetrievalServer:
         """Mean encoded bytes per search result so far (``PRIOR_RESULT_BYTES`` before any)."""
         return self._encoded[0] / self._encoded[1] if self._encoded[1] else PRIOR_RESULT_BYTES
 
+    def _searched(self, queries: list[str], topk: int, admit) -> list:
+        """``retriever.search`` on the search thread. A request's first search first admits its
+        whole response to the budget (``admit = (state, estimated bytes)``, at the size of the
+        results sent so far): in turn, once the responses searched before it have gone to their
+        clients or not, so a burst of clients that never read costs no searches past the budget,
+        and an admitted request is never cut off half built by others interleaved with it."""
+        if admit is not None:
+            self._hold(*admit)
+        return self.retriever.search(queries, topk)
+
     def _hold(self, state: ReadState, n: int) -> None:
         """Take ``n`` bytes of the response budget for ``state``'s exchange, or answer 503."""
-        if self.inflight_response_bytes + n > self.limits.max_inflight_response_bytes:
-            raise _busy()
-        self.inflight_response_bytes += n
-        state.held += n
+        with self._budget_lock:  # taken on the search thread, given back on the event loop
+            if self.inflight_response_bytes + n > self.limits.max_inflight_response_bytes:
+                raise _busy()
+            self.inflight_response_bytes += n
+            state.held += n
 
     async def _respond(self, request, state: ReadState) -> tuple[int, collections.deque | dict]:
         path = request.path.split("?", 1)[0].rstrip("/")
@@ -400,16 +410,14 @@ class RetrievalServer:
         queries, topk, return_scores = validate_request(payload, self.default_topk, self.limits)
         parts: list[bytes] = []
         size, lim = 0, self.limits
-        # Admitted for the bytes its response will take (at the size of the results sent so
-        # far), before any search: past the budget it is refused unsearched, and an admitted
-        # request is not cut off half built by the requests interleaved with it.
-        estimate = len(queries) * topk * self._result_bytes()
-        self._hold(state, int(min(estimate, lim.max_response_bytes)))
-        step = max(1, min(lim.search_chunk, CHUNK_RESULTS // topk))
-        for i in range(0, len(queries), step):
-            chunk = queries[i : i + step]
+        estimate = int(min(len(queries) * topk * self._result_bytes(), lim.max_response_bytes))
+        for i in range(0, len(queries), lim.search_chunk):
+            chunk = queries[i : i + lim.search_chunk]
+            admit = (state, estimate) if i == 0 else None
             try:
-                hits = await loop.run_in_executor(self._search, self.retriever.search, chunk, topk)
+                hits = await loop.run_in_executor(self._search, self._searched, chunk, topk, admit)
+            except RequestError:
+                raise
             except Exception as e:  # noqa: BLE001 - keep serving: report the failure to this client
                 return 500, {"detail": f"retrieval failed: {type(e).__name__}: {e}"}
             # Encoded chunk by chunk: a request holds bytes counted in the budget, never the
