@@ -94,14 +94,13 @@ def test_a_second_train_on_the_same_out_is_refused_in_one_line(tmp_path):
     try:
         _wait_for(lambda: _holds(out / LOCK_FILE, first), what="the first trainer")
         second = subprocess.run(argv, env=_env(tmp_path), capture_output=True, text=True)
-        _wait_for(lambda: len(_steps(out / "metrics.jsonl")) >= 3, what="three steps")
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
     err = second.stderr.strip()
     assert second.returncode == 2 and len(err.splitlines()) == 1, err
     assert f"in use by pid {first.pid}" in err
-    steps = _steps(out / "metrics.jsonl")  # one writer: each step once, in order
+    steps = _steps(out / "metrics.jsonl")  # the first one's alone: each step once, in order
     assert steps == list(range(1, len(steps) + 1))
 
 
