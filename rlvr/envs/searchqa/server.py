@@ -9,14 +9,17 @@ as ``json.dumps`` does. ``GET /health`` -> ``{"status": "ok", "passages": n}``.
 
 Malformed requests get 4xx with ``{"detail": ...}`` (400 bad JSON or nesting too deep, 404 unknown
 path, 405 method, 408 request not received in time, 411 no length, 413 too large, 422 wrong fields,
-431 headers too large; 503 when over the connection or in-flight body budget) and the server keeps
-serving. What one client can cost is bounded (``ServerLimits``): connections, the time to send one
-request (headers and body together, however slowly they trickle), body bytes (checked from
-``Content-Length`` before any is read, and in flight across all connections), JSON nesting,
-queries x topk per request, and response bytes. Searches run on one thread, a request's queries
-in chunks of ``search_chunk``, so the searches of other clients interleave with a large request's
-instead of waiting for all of it. Why a hand-written asyncio server and not FastAPI + uvicorn:
-``docs/reliability.md``. It binds to loopback by default: it has no authentication.
+431 headers too large; 503 when over the connection, in-flight body or response budget; 500 with
+one stderr line for an error of the service itself) and the server keeps serving. What one client
+can cost is bounded (``ServerLimits``): connections, the time to send one request (headers and
+body together, however slowly they trickle), body bytes (checked from ``Content-Length`` before
+any is read, and in flight across all connections), JSON nesting, queries x topk per request,
+response bytes, the time to read a response, and the response bytes built and not yet taken by
+their clients across all connections (``_searched``, ``_send``). Searches run on one thread, a
+request's queries in chunks of ``search_chunk``, so the searches of other clients interleave with
+a large request's instead of waiting for all of it. Why a hand-written asyncio server and not
+FastAPI + uvicorn, or h11: ``docs/reliability.md``. It binds to loopback by default: it has no
+authentication.
 """
 
 from __future__ import annotations
