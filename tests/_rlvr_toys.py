@@ -1,11 +1,13 @@
 """Small stand-ins shared by the tests: toy envs whose rewards vary under a random model (so
 advantages are non-zero), a multi-turn env with a fixed observation, a scripted backend that
 replays given turn texts, and ``TOY``, a whole environment registered from outside rlvr (used
-by ``tests/test_env_registry.py`` and, in their own venvs, the checks of ``tests/integrations``)."""
+by ``tests/test_env_registry.py`` and, in their own venvs, the checks of ``tests/integrations``),
+and the check that a command fails in one line."""
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import gymnasium as gym
 
@@ -162,3 +164,20 @@ def registered(spec: EnvSpec):
     finally:
         ENVS.pop(spec.name)
         gym.registry.pop(spec.id, None)
+
+
+def one_line_exit_2(capsys, argv: list[str], *needles: str) -> str:
+    """Run ``rlvr argv`` and check that it exits 2 with one stderr line holding ``needles``
+    (warnings, such as a dataset's left-out rows, are not that line)."""
+    from rlvr.cli import main
+
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, err
+    return err

@@ -26,6 +26,7 @@ from rlvr.agents.trainer import Trainer, read_metrics
 from rlvr.cli import main as rlvr_main
 
 from _rlvr_toys import LetterEnv
+from _rlvr_toys import one_line_exit_2 as _one_line_exit_2
 
 torch.set_num_threads(1)
 
@@ -158,17 +159,6 @@ def test_metrics_are_moved_aside_never_deleted(tmp_path):
     side = preserve_metrics(path, keep_through_step=None)  # a fresh start keeps the old run's
     assert path.read_text() == "" and side.read_text().splitlines() == lines[:1]
     assert preserve_metrics(tmp_path / "new.jsonl", None) is None
-
-
-def _one_line_exit_2(capsys, argv, *needles):
-    capsys.readouterr()
-    code = rlvr_main(argv)
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert len(err.splitlines()) == 1, err
-    for needle in needles:
-        assert needle in err, err
-    return err
 
 
 @pytest.mark.parametrize(

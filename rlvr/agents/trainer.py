@@ -33,6 +33,7 @@ import torch
 from rlvr.agents.advantages import compute_advantages
 from rlvr.agents.algorithms import get_algorithm
 from rlvr.agents.checkpoint import (
+    CheckpointError,
     check_resume_config,
     check_writable,
     find_resume_checkpoint,
@@ -40,6 +41,7 @@ from rlvr.agents.checkpoint import (
     rng_state,
     save_checkpoint,
     set_rng_state,
+    write_failure,
 )
 from rlvr.agents.memory import check_fits, estimate_for_config
 from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: public API here too)
@@ -58,6 +60,7 @@ from rlvr.config import ConfigError, dump_yaml
 from rlvr.device import resolve_device
 from rlvr.envs import env_spec, make_env
 from rlvr.eval.loop import plan, play, task_runs
+from rlvr.locks import LOCK_FILE, hold
 
 #: Tasks in a row whose ``env.reset`` may fail before the run stops (``Trainer._reset_group``).
 MAX_RESET_SKIPS = 8
@@ -376,21 +379,33 @@ class Trainer:
         if found is None:
             return False
         path, manifest = found
+        meta = manifest["meta"]
+        if not isinstance(meta.get("config"), dict) or not all(
+            type(meta.get(k)) is int and meta[k] >= 0 for k in ("step", "data_position")
+        ):
+            raise CheckpointError(
+                f"checkpoint {path}: its manifest has no configuration, step or data position"
+            )
         check_resume_config(
-            manifest["meta"]["config"],
+            meta["config"],
             dataclasses.asdict(self.cfg),
             allow=self.allow_config_change,
             defaults=dataclasses.asdict(type(self.cfg)()),
         )
         state = load_payload(path, manifest, map_location=self.device)
-        self.model.load_state_dict(state["model"])
-        if "reference" in state and self.policy.reference is not None:
-            self.policy.reference.load_state_dict(state["reference"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        set_rng_state(state["rng"])
-        self.step = int(manifest["meta"]["step"])
-        self.data_position = int(manifest["meta"]["data_position"])
+        try:
+            self.model.load_state_dict(state["model"])
+            if "reference" in state and self.policy.reference is not None:
+                self.policy.reference.load_state_dict(state["reference"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            set_rng_state(state["rng"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:  # another model's state
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise CheckpointError(
+                f"checkpoint {path} does not fit this run ({type(e).__name__}: {first})"
+            ) from None
+        self.step, self.data_position = meta["step"], meta["data_position"]
         self.backend.sync_weights(self.model)
         return True
 
@@ -445,8 +460,14 @@ class Trainer:
         return record
 
     def train(self) -> list[dict[str, Any]]:
-        cfg = self.cfg
+        """Run to ``cfg.steps``, holding the run folder's lock throughout: a second trainer on
+        the same ``out`` is refused (``FolderInUse``) before it writes anything."""
         check_writable(self.out, self.checkpoint_root)
+        with hold(self.out / LOCK_FILE, wait=False, what=f"out={self.out}"):
+            return self._train()
+
+    def _train(self) -> list[dict[str, Any]]:
+        cfg = self.cfg
         resumed = False
         if cfg.resume:
             resumed = self.restore()
@@ -491,6 +512,9 @@ class Trainer:
         if self.step == cfg.steps and (not cfg.save_every or self.step % cfg.save_every):
             self.save()
         final = self.out / "final"
-        self.model.save_pretrained(final)
-        self.tokenizer.save_pretrained(final)
+        try:
+            self.model.save_pretrained(final)
+            self.tokenizer.save_pretrained(final)
+        except Exception as e:  # noqa: BLE001 - safetensors' errors are not OSErrors
+            raise write_failure(final, e) from None
         return records

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from rlvr.config import config_hash, load_config
+from rlvr.agents.checkpoint import CheckpointError, check_writable
+from rlvr.config import ConfigError, config_hash, load_config
 from rlvr.data_paths import rlvr_home
 from rlvr.eval.runner import EvalConfig, evaluate, save_result
 
@@ -43,10 +44,24 @@ def format_summary(summary: dict) -> str:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    """Bad configurations, models, datasets (``ConfigError``, printed by ``rlvr.cli``) and an
+    ``out`` that cannot be written are one line, exit 2; ``out`` is probed before the model
+    loads, so a bad one costs no evaluation."""
     cfg = load_config(EvalConfig, args.config, args.overrides)
     out = cfg.out or str(rlvr_home() / "evals" / config_hash(cfg))
+    try:
+        check_writable(out)
+    except CheckpointError as e:
+        raise ConfigError(str(e)) from None
+    if args.quiet:  # transformers' "Loading weights" bar too
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     result = evaluate(cfg, progress=not args.quiet)
-    save_result(result, out)
+    try:
+        save_result(result, out)
+    except OSError as e:  # a disk that filled during the evaluation
+        raise ConfigError(f"out: cannot write to {out} ({e.strerror or e})") from None
     print(format_summary(result.summary))
     print(
         json.dumps(

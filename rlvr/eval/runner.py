@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from rlvr.agents.rollout import Generation, RolloutBackend, SamplingParams, make_backend
 from rlvr.agents.rollout.multiturn import episode_seed
+from rlvr.config import ConfigError
 from rlvr.device import check_device, check_device_present, resolve_device
 from rlvr.envs import env_spec, make_env
 from rlvr.eval.loop import Job, plan, play
@@ -348,7 +349,11 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
     tasks = []
     multi_turn = env_spec(cfg.env).multi_turn
     for group, kwargs in _groups(cfg):
-        env = make_env(cfg.env, cfg.split, **kwargs)
+        try:
+            env = make_env(cfg.env, cfg.split, **kwargs)
+        except (TypeError, ValueError, OSError) as e:  # a bad env_kwargs value or dataset
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ConfigError(f"env_kwargs: env {cfg.env!r} rejected {kwargs}: {first}") from None
         available = getattr(env.unwrapped, "num_tasks", None)
         n_items = cfg.n_items if available is None else min(cfg.n_items, int(available))
         for i in range(n_items):

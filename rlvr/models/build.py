@@ -26,6 +26,7 @@ import torch
 
 from rlvr.config import ConfigError, merge, parse_overrides, to_dict
 from rlvr.data_paths import rlvr_home
+from rlvr.locks import hold
 from rlvr.models import traces
 from rlvr.models.sft import SFTConfig, sft
 from rlvr.models.tiny import ArchConfig, build_tiny, count_parameters
@@ -169,24 +170,21 @@ def ensure_built(
     final = root / build_key(cfg)
     if (final / "build.json").exists() and not rebuild:
         return final
-    tmp = root / f".{final.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    if progress:
-        print(f"building base model {cfg.name} -> {final}", flush=True)
-    try:
-        build(cfg, tmp, progress=progress)
-        if final.exists():
-            if (final / "build.json").exists() and not rebuild:
-                return final  # another process finished the same build first
-            shutil.rmtree(final, ignore_errors=True)
-        try:
-            os.replace(tmp, final)
-        except OSError:
-            if not (final / "build.json").exists():
-                raise
-            # Lost a race with another process building the same key: theirs is identical.
-    finally:
+    # One builder per key (the folder is renamed into place, so the lock sits beside it): a
+    # second process waits, then finds the model built instead of building it again.
+    with hold(root / f"{final.name}.lock", wait=True, what=f"model {final}"):
+        if (final / "build.json").exists() and not rebuild:
+            return final
+        tmp = root / f".{final.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
+        if progress:
+            print(f"building base model {cfg.name} -> {final}", flush=True)
+        try:
+            build(cfg, tmp, progress=progress)
+            shutil.rmtree(final, ignore_errors=True)  # a rebuild, or a build a kill left partial
+            os.replace(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlvr.envs.base import MAX_RESPONSE_CHARS, AnyText, coerce_text
+from rlvr.envs.base import MAX_RESPONSE_CHARS, AnyText, coerce_text, drop_oversized
 from rlvr.envs.prompts import chat_messages, render_prompt
 from rlvr.envs.searchqa.client import MAX_QUERY_CHARS, RemoteRetriever
 from rlvr.envs.searchqa.data import QAItem, load_qa
@@ -176,6 +176,9 @@ class SearchQAEnv(gym.Env):
                 )
         if not self.items:
             raise ValueError(f"dataset {dataset!r} split {split!r} has no questions")
+        self.items = drop_oversized(
+            self.items, lambda it: self._render(it)[0], max_prompt_chars, repr(dataset)[:200]
+        )
         self.retriever = self._make_retriever(
             dataset, corpus, retriever, index_path, seed, synthetic or {}
         )
@@ -185,6 +188,11 @@ class SearchQAEnv(gym.Env):
         self.render_mode = render_mode
         self._item: QAItem | None = None
         self._prompt = ""
+
+    def _render(self, item: QAItem) -> tuple[str, str]:
+        """The prompt of ``item`` and its user message."""
+        user = SEARCH_R1_PROMPT.format(question=item.question)
+        return render_prompt(None, user, self.template), user
 
     @property
     def num_tasks(self) -> int:
@@ -243,8 +251,7 @@ class SearchQAEnv(gym.Env):
         else:
             index = int(self.np_random.integers(len(self.items)))
         self._item = self.items[index]
-        user = SEARCH_R1_PROMPT.format(question=self._item.question)
-        self._prompt = render_prompt(None, user, self.template)
+        self._prompt, user = self._render(self._item)
         self._responses: list[str] = []
         self._transcript = ""
         self._tool_spans: list[tuple[int, int]] = []
