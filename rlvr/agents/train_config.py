@@ -19,6 +19,7 @@ from typing import Any, Literal, Optional
 from rlvr.agents.algorithms import algorithm_names
 from rlvr.agents.config import LossConfig, WeightConfig
 from rlvr.config import ConfigError, deep_merge, load_yaml, merge, parse_overrides
+from rlvr.repro import check_threads
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
 
@@ -231,6 +232,11 @@ class TrainConfig:
         if not self.out:
             raise ConfigError("out: an output directory is required (out=DIR)")
         check_device(self.device)
+        if self.device in ("cpu", "auto"):
+            try:
+                check_threads(self.num_threads, "num_threads")
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         check_model(self.model)
         check_env_kwargs(self.env, self.env_kwargs)
 

@@ -57,6 +57,7 @@ from rlvr.agents.update import Precision, Updater, optimizer_steps_per_batch
 from rlvr.config import ConfigError, dump_yaml
 from rlvr.envs import env_accepts, make_env
 from rlvr.eval.loop import plan, play, task_runs
+from rlvr.repro import set_threads
 
 #: Minimum reward per env (docs/design.md §4): K&K totals lie in [-3, 3]; math and search QA
 #: score 0/1. An episode whose env raised scores this.
@@ -131,8 +132,7 @@ class Trainer:
         self.out = Path(cfg.out)
         self.device = resolve_device(cfg.device)
         self.algorithm = get_algorithm(cfg.algo)
-        if cfg.num_threads:
-            torch.set_num_threads(cfg.num_threads)
+        set_threads(cfg.num_threads)
         self._seed_everything(cfg.seed)
         if model is None:
             from rlvr.models import load_model

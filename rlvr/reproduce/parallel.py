@@ -122,10 +122,11 @@ def worker_gpus(jobs: int, gpus: list[str], uses_gpu: bool) -> tuple[int, list[s
 def _init_worker(threads: int, gpu_queue=None) -> None:
     if gpu_queue is not None:  # before torch initialises CUDA in this process
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu_queue.get(timeout=60)
-    import torch
     from transformers.utils import logging as hf_logging
 
-    torch.set_num_threads(threads)
+    from rlvr.repro import set_threads
+
+    set_threads(threads)
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
 
