@@ -14,6 +14,8 @@ import argparse
 import importlib
 import sys
 
+from rlvr.repro import MODES, apply_kernel_mode
+
 #: name -> (module, one-line help). A new sub-command is one line here.
 COMMANDS: dict[str, tuple[str, str]] = {
     "sample": (
@@ -53,7 +55,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "rlvr.fetch_data",
         "copy hub datasets (paper, K&K, DeepScaleR, FlashRAG) to JSONL for offline runs",
     ),
-    "machine": ("rlvr.repro", "print this machine as results record it (CPU, ISA, kernel mode)"),
+    "machine": (
+        "rlvr.machine",
+        "print this machine as results record it (CPU, ISA, kernel mode), or its per-kernel "
+        "fingerprint",
+    ),
     "prepare-verl": (
         "rlvr.integrations.verl.data",
         "write environment tasks as verl-ready parquet (chat prompt, ground truth)",
@@ -95,8 +101,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Before any sub-command module (and so torch) is imported: the kernel libraries read these
     # variables when they load. Worker processes inherit them.
-    from rlvr.repro import apply_kernel_mode
-
     apply_kernel_mode(kernel_mode_for(argv))
     parser = argparse.ArgumentParser(
         prog="rlvr",
@@ -106,11 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument(
         "--kernels",
-        choices=("reproducible", "native"),
+        choices=MODES,
         default=None,
-        help="CPU kernels: reproducible (held to AVX2, the same bits on any x86-64 "
-        "machine; default except --grid paper) or native (the processor's "
-        "own choice); also $RLVR_KERNELS",
+        help="CPU kernels: reproducible (the same bits on any x86-64 CPU with AVX2, Intel "
+        "or AMD, one thread per process; default except --grid paper), mkl-avx2 "
+        "(faster; the same bits among CPUs of one vendor) or native (the processor's own "
+        "choice); also $RLVR_KERNELS",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     ci = _command_index(argv)

@@ -1,25 +1,50 @@
 """Reproducible CPU kernels, the machine a result came from, and hashes of model weights.
 
-CPU kernels are chosen per processor: ATen dispatches its vectorised kernels to the widest
-instruction set the CPU has (``ATEN_CPU_CAPABILITY``: default / avx2 / avx512), MKL picks a GEMM
-code path per CPU (``MKL_CBWR``, conditional numerical reproducibility) and oneDNN per ISA
-(``ONEDNN_MAX_CPU_ISA``). Different paths round differently, and thousands of training steps
-amplify the last bit into different models. The *reproducible* kernel mode holds all three to
-AVX2, which x86-64 server and mainstream desktop CPUs have had since Intel Haswell (2013) and
-AMD Excavator (2015), so the same command gives the same bits on any such machine.
+CPU kernels are chosen per processor, and thousands of training steps amplify their last-bit
+differences into different models. Four things choose:
 
-The variables are read when torch loads its libraries and on the first dispatch, so
-``apply_kernel_mode`` must run before ``import torch``: the ``rlvr`` command calls it first
-thing, and worker processes inherit the environment. This module does not import torch at
-import time.
+- ATen (torch's operator library) dispatches its vectorised kernels to the widest instruction set
+  the CPU has (``ATEN_CPU_CAPABILITY``: default / avx2 / avx512).
+- oneMKL, torch's BLAS and vector-math library on x86, picks its code by ISA *and vendor*: of its
+  conditional-numerical-reproducibility branches (``MKL_CBWR``) only ``COMPATIBLE`` is honoured
+  on non-Intel processors, every other branch becomes AUTO there (oneMKL Developer Guide,
+  "Getting Started with Conditional Numerical Reproducibility", note). Measured: ``AVX2,STRICT``
+  gave AMD EPYC and Intel Xeon different weights.
+- Some instructions are approximations whose results the vendors define differently (``rcpps``,
+  ``rsqrtps``): in torch's wheel only MKL's functions use them (its vector math, e.g. the square
+  root AdamW takes; docs/reproduce.md lists how this was checked), and ``COMPATIBLE`` is the
+  branch without them.
+- The number of threads splits reductions and vector loops differently (a sum of 1e6 floats
+  differs between 1 and 2 threads).
+
+Kernel modes (``RLVR_KERNELS`` or ``rlvr --kernels``):
+
+- ``reproducible`` (the default): the same bits on any x86-64 CPU with AVX2, Intel or AMD, with
+  any number of cores. ATen held to AVX2; matrix products on OpenBLAS's Haswell kernels
+  (``rlvr.blas``: MKL's ``COMPATIBLE`` GEMMs are 3-5x slower); what MKL still computes on its
+  ``COMPATIBLE`` branch; oneDNN held to AVX2; one thread per process (``rlvr reproduce --jobs``
+  runs processes side by side).
+- ``mkl-avx2``: the previous reproducible mode, faster (docs/reproduce.md gives the cost): ATen
+  and oneDNN held to AVX2, MKL on its ``AVX2,STRICT`` branch, threads as configured. The same bits
+  among Intel CPUs with AVX2 (MKL's documented guarantee); AMD CPUs run MKL's AUTO branch and
+  their own ``rsqrtps`` under it and give other bits.
+- ``native``: whatever the processor and the environment choose (GPU runs use this).
+
+The variables are read when torch and the BLAS libraries load, so ``apply_kernel_mode`` must run
+before ``import torch``: the ``rlvr`` command calls it first thing, and worker processes inherit
+the environment. The rest of the reproducible mode (one torch thread, the OpenBLAS products)
+needs torch: ``install_kernels`` does it, and ``rlvr.models`` calls it on import, before any model
+exists. This module does not import torch at import time.
 
 Variables (documented by each library):
 - ``ATEN_CPU_CAPABILITY``: PyTorch ``aten/src/ATen/native/DispatchStub.cpp``
   (``compute_cpu_capability``), values ``default``, ``avx2``, ``avx512``.
-- ``MKL_CBWR``: Intel oneMKL developer guide, "Conditional Numerical Reproducibility";
-  ``AVX2,STRICT`` fixes the code path and, with STRICT, the order of operations independently of
-  the number of threads for the functions that support it.
+- ``MKL_CBWR``: oneMKL developer guide, "Specifying Code Branches": ``COMPATIBLE`` is SSE2
+  without rcpps/rsqrtps; ``AVX2,STRICT`` fixes the AVX2 branch and, with STRICT, the order of
+  operations independently of the number of threads.
 - ``ONEDNN_MAX_CPU_ISA``: oneDNN developer guide, "CPU Dispatcher Control"; value ``AVX2``.
+- ``OPENBLAS_CORETYPE``, ``OPENBLAS_NUM_THREADS``: OpenBLAS ``docs/runtime_variables.md``.
+- ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``: torch's and MKL's thread pools (OpenMP).
 """
 
 from __future__ import annotations
@@ -30,15 +55,34 @@ import platform
 from pathlib import Path
 from typing import Any
 
-#: Environment of the reproducible mode (see the module docstring for each variable's source).
-REPRODUCIBLE_ENV = {
-    "ATEN_CPU_CAPABILITY": "avx2",
-    "MKL_CBWR": "AVX2,STRICT",
-    "ONEDNN_MAX_CPU_ISA": "AVX2",
+#: Environment of each held mode (see the module docstring for each variable's source).
+MODE_ENV: dict[str, dict[str, str]] = {
+    "reproducible": {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_CBWR": "COMPATIBLE",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "OPENBLAS_CORETYPE": "Haswell",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    },
+    "mkl-avx2": {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_CBWR": "AVX2,STRICT",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+    },
 }
-#: ``RLVR_KERNELS`` selects the mode: ``reproducible`` (the default) or ``native``.
+REPRODUCIBLE_ENV = MODE_ENV["reproducible"]
+#: Every variable a mode sets.
+KERNEL_VARS = tuple(dict.fromkeys(k for env in MODE_ENV.values() for k in env))
+#: The thread counts among them: a held mode clears the others' kernel choices, not the user's
+#: thread settings (only the reproducible mode pins those).
+THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+#: ``RLVR_KERNELS`` selects the mode: ``reproducible`` (the default), ``mkl-avx2``, ``native``.
 MODE_VAR = "RLVR_KERNELS"
-MODES = ("reproducible", "native")
+MODES = ("reproducible", "mkl-avx2", "native")
+#: Torch threads of the reproducible mode: one, whatever the machine has.
+REPRODUCIBLE_THREADS = 1
 #: CPU flags worth recording: the ISA extensions the kernels above choose between.
 FLAGS_OF_INTEREST = (
     "sse4_2",
@@ -69,22 +113,21 @@ _warned_late = False
 def apply_kernel_mode(mode: str | None = None) -> str:
     """Set the kernel environment of ``mode`` (default ``$RLVR_KERNELS``, else reproducible).
 
-    Reproducible overrides whatever the environment asked for, so the same bits come out
-    whatever capability a user's shell had set. On non-x86 machines there is nothing to hold
-    (the variables name x86 paths), and on an x86 CPU without AVX2 the AVX2 paths cannot run:
-    both fall back to ``native``, and the records say so. Returns the mode.
+    A held mode overrides whatever the environment asked for, so the same bits come out whatever
+    capability or thread count a user's shell had set. On non-x86 machines there is nothing to
+    hold (the variables name x86 paths), and on an x86 CPU without AVX2 the AVX2 paths cannot
+    run: both fall back to ``native``, and the records say so. Returns the mode.
     """
+    import sys
+
     mode = mode or requested_mode()
     if mode not in MODES:
         raise SystemExit(f"kernel mode {mode!r}: expected one of {list(MODES)}")
-    if mode == "reproducible" and not (is_x86() and _has_avx2()):
+    if mode != "native" and not (is_x86() and _has_avx2()):
         mode = "native"
-    if mode == "reproducible":
-        import sys
-
-        if "torch" in sys.modules and any(
-            os.environ.get(k) != v for k, v in REPRODUCIBLE_ENV.items()
-        ):
+    if mode != "native":
+        env = MODE_ENV[mode]
+        if "torch" in sys.modules and any(os.environ.get(k) != v for k, v in env.items()):
             # Too late for this process (the libraries have read their variables): say so, once;
             # the record (``effective_mode``) then shows what the kernels really were.
             global _warned_late
@@ -96,20 +139,73 @@ def apply_kernel_mode(mode: str | None = None) -> str:
                     file=sys.stderr,
                 )
             return "native"
-        os.environ.update(REPRODUCIBLE_ENV)
+        for k in KERNEL_VARS:
+            if k not in THREAD_VARS:
+                os.environ.pop(k, None)
+        os.environ.update(env)
     os.environ[MODE_VAR] = mode
     return mode
 
 
-def effective_mode() -> str:
-    """``reproducible`` when this process runs under the mode's variables and ATen dispatches to
-    AVX2 (what the record states, whatever was requested), else ``native``."""
+def _held(mode: str) -> bool:
+    return mode in MODE_ENV and all(os.environ.get(k) == v for k, v in MODE_ENV[mode].items())
+
+
+def install_kernels() -> None:
+    """After ``import torch``, in a process started in the reproducible mode: one torch thread
+    and the vendor-neutral matrix products of ``rlvr.blas``. Nothing in the other modes."""
+    if os.environ.get(MODE_VAR) != "reproducible" or not _held("reproducible"):
+        return
     import torch
 
-    held = all(os.environ.get(k) == v for k, v in REPRODUCIBLE_ENV.items())
-    return (
-        "reproducible" if held and torch.backends.cpu.get_cpu_capability() == "AVX2" else "native"
-    )
+    from rlvr import blas
+
+    torch.set_num_threads(REPRODUCIBLE_THREADS)
+    blas.install()
+
+
+def set_threads(n: int) -> int:
+    """``torch.set_num_threads(n)`` (``n`` <= 0: leave torch's default), except in the reproducible
+    mode, which keeps its one thread. Returns the threads torch now uses."""
+    import torch
+
+    if os.environ.get(MODE_VAR) == "reproducible" and _held("reproducible"):
+        torch.set_num_threads(REPRODUCIBLE_THREADS)
+    elif n > 0:
+        torch.set_num_threads(n)
+    return torch.get_num_threads()
+
+
+def check_threads(n: int, what: str) -> None:
+    """``ValueError`` for a thread count above one in the reproducible mode (its results must not
+    depend on the machine's cores: parallelism comes from processes there)."""
+    if n > REPRODUCIBLE_THREADS and os.environ.get(MODE_VAR, "reproducible") == "reproducible":
+        raise ValueError(
+            f"{what}: {n} threads, but the reproducible kernel mode runs one thread per process "
+            "so that results do not depend on the core count (use rlvr reproduce --jobs, or "
+            "--kernels mkl-avx2 / native for threads)"
+        )
+
+
+def effective_mode() -> str:
+    """The mode this process really runs (what the record states, whatever was requested):
+    ``reproducible`` when its variables hold, ATen dispatches to AVX2, the OpenBLAS products are
+    installed on the Haswell kernels and torch runs one thread; ``mkl-avx2`` when its variables
+    hold and ATen dispatches to AVX2; else ``native``."""
+    import torch
+
+    if torch.backends.cpu.get_cpu_capability() != "AVX2":
+        return "native"
+    if _held("reproducible"):
+        from rlvr import blas
+
+        ok = (
+            blas.installed()
+            and blas.corename() == blas.CORETYPE
+            and torch.get_num_threads() == REPRODUCIBLE_THREADS
+        )
+        return "reproducible" if ok else "native"
+    return "mkl-avx2" if _held("mkl-avx2") else "native"
 
 
 def is_x86() -> bool:
@@ -149,17 +245,28 @@ def machine_info() -> dict[str, Any]:
         "flags": [f for f in FLAGS_OF_INTEREST if f in flags],
         "kernel_mode": effective_mode(),
         "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "env": {k: os.environ.get(k, "") for k in REPRODUCIBLE_ENV},
+        "gemm": gemm_backend(),
+        "env": {k: os.environ.get(k, "") for k in KERNEL_VARS},
         "torch_threads": torch.get_num_threads(),
     }
+
+
+def gemm_backend() -> str:
+    """What computes float32 CPU matrix products: ``openblas <version> <kernels>`` (the
+    reproducible mode) or ``mkl`` (torch's own)."""
+    if not _held("reproducible"):
+        return "mkl"  # rlvr.blas (and its OpenBLAS) is only ever loaded in the reproducible mode
+    from rlvr import blas
+
+    return f"openblas {blas.version()} {blas.corename()}" if blas.installed() else "mkl"
 
 
 def machine_line(info: dict[str, Any]) -> str:
     """One line for a report: ``AMD EPYC (x86_64, 2 cores; avx2 fma ...), kernels ...``."""
     return (
         f"{info['cpu']} ({info['arch']}, {info['cores']} cores; {' '.join(info['flags'])}), "
-        f"kernel mode {info['kernel_mode']} (ATen {info['aten_cpu_capability']}), "
-        f"{info['torch_threads']} torch thread(s)"
+        f"kernel mode {info['kernel_mode']} (ATen {info['aten_cpu_capability']}, GEMM "
+        f"{info.get('gemm', 'mkl')}), {info['torch_threads']} torch thread(s)"
     )
 
 
@@ -193,46 +300,23 @@ def weights_sha256(path: str | Path) -> str:
     raise FileNotFoundError(f"{path}: no *.safetensors weights to hash")
 
 
-def _worker_info() -> dict[str, Any]:
-    return machine_info()
-
-
-def add_machine_arguments(parser) -> None:
-    parser.add_argument(
-        "--worker",
-        action="store_true",
-        help="also report what a worker process (spawned as rlvr reproduce "
-        "--jobs spawns them) sees",
-    )
-
-
-def run_machine(args) -> int:
-    """``rlvr machine``: this machine as every result records it, as JSON."""
-    import json
-
-    info = machine_info()
-    if args.worker:
-        from concurrent.futures import ProcessPoolExecutor
-        from multiprocessing import get_context
-
-        with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-            info["worker"] = pool.submit(_worker_info).result()
-    print(json.dumps(info, indent=2))
-    return 0
-
-
 __all__ = [
     "FLAGS_OF_INTEREST",
+    "KERNEL_VARS",
     "MODES",
+    "MODE_ENV",
     "MODE_VAR",
     "REPRODUCIBLE_ENV",
-    "add_machine_arguments",
+    "REPRODUCIBLE_THREADS",
     "apply_kernel_mode",
+    "check_threads",
     "effective_mode",
+    "gemm_backend",
+    "install_kernels",
+    "set_threads",
     "is_x86",
     "machine_info",
     "machine_line",
-    "run_machine",
     "state_dict_sha256",
     "weights_sha256",
 ]

@@ -18,6 +18,7 @@ from rlvr.config import ConfigError, check_interval, deep_merge, layered, merge,
 from rlvr.device import check_device
 from rlvr.envs import ENVS, env_spec
 from rlvr.eval.runner import EvalConfig
+from rlvr.repro import check_threads
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
 
@@ -248,6 +249,11 @@ class TrainConfig:
         if not self.out:
             raise ConfigError("out: an output directory is required (out=DIR)")
         check_device(self.device)
+        if self.device in ("cpu", "auto"):
+            try:
+                check_threads(self.num_threads, "num_threads")
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         check_model(self.model)
         env_spec(self.env).check_kwargs(self.env_kwargs)
 

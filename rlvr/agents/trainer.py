@@ -61,6 +61,7 @@ from rlvr.device import resolve_device
 from rlvr.envs import env_spec, make_env
 from rlvr.eval.loop import plan, play, task_runs
 from rlvr.locks import LOCK_FILE, hold
+from rlvr.repro import set_threads
 
 #: Tasks in a row whose ``env.reset`` may fail before the run stops (``Trainer._reset_group``).
 MAX_RESET_SKIPS = 8
@@ -126,8 +127,7 @@ class Trainer:
         self.out = Path(cfg.out)
         self.device = resolve_device(cfg.device)
         self.algorithm = get_algorithm(cfg.algo)
-        if cfg.num_threads:
-            torch.set_num_threads(cfg.num_threads)
+        set_threads(cfg.num_threads)
         self._seed_everything(cfg.seed)
         if model is None:
             from rlvr.models import load_model

@@ -13,6 +13,9 @@ from pathlib import Path
 
 from rlvr.config import ConfigError
 from rlvr.models.micro import build_micro, byte_level_tokenizer
+from rlvr.repro import install_kernels
+
+install_kernels()  # before any model exists: the reproducible mode's threads and GEMMs
 
 
 def load_model(spec: str, *, seed: int = 0, dtype=None):

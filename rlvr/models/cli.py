@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
-import torch
+from rlvr.repro import check_threads, set_threads
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,7 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--home", default=None, help="models directory (default: $RLVR_HOME/models)")
     p.add_argument("--rebuild", action="store_true", help="build even when a cached copy exists")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads (0: torch's default; the reproducible kernel mode runs one)",
+    )
     p.add_argument("--eval", action="store_true", help="print greedy accuracy on held-out items")
     p.add_argument("--eval-n", type=int, default=100, help="held-out items per evaluated setting")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -39,8 +44,11 @@ def run(args) -> int:
     from rlvr.models.build import ensure_built, with_overrides
     from rlvr.models.presets import base_spec, preset_config
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    try:
+        check_threads(args.threads, "--threads")
+    except ValueError as e:
+        raise SystemExit(f"rlvr build-model: {e}") from None
+    set_threads(args.threads)
     if args.base_seed < 0:
         raise SystemExit(f"--base-seed must be >= 0, got {args.base_seed}")
     cfg = with_overrides(preset_config(base_spec(args.name, args.base_seed)), args.overrides)

@@ -27,6 +27,7 @@ from rlvr.device import resolve_device
 from rlvr.envs import env_spec
 from rlvr.models.build import ensure_built, models_dir
 from rlvr.models.presets import parse_spec, preset_config
+from rlvr.repro import set_threads
 from rlvr.reproduce.common import Context
 from rlvr.reproduce.plan import Plan
 from rlvr.reproduce.runs import (
@@ -68,10 +69,9 @@ def worker_gpus(jobs: int, gpus: list[str], uses_gpu: bool) -> tuple[int, list[s
 def _init_worker(threads: int, gpu_queue=None) -> None:
     if gpu_queue is not None:  # before torch initialises CUDA in this process
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu_queue.get(timeout=60)
-    import torch
     from transformers.utils import logging as hf_logging
 
-    torch.set_num_threads(threads)
+    set_threads(threads)
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
 

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Run a command as if on an AMD EPYC, to see which kernels give other bits there.
+
+    python scripts/emulate/run.py rlvr machine --fingerprint --against docs/fingerprints/X.json
+    python scripts/emulate/run.py python bench/bench_kernels.py --model tiny-arch
+
+The command runs with ``amd_cpuid.c`` preloaded (compiled here with ``cc`` on first use): the
+processor answers CPUID as an AMD EPYC 9004 (Zen 4) would, so libraries that choose their code by
+vendor, as oneMKL does, take their AMD paths, while the instructions run on this CPU. It needs
+Linux on an x86-64 CPU with CPUID faulting (``cpuid_fault`` in /proc/cpuinfo: Intel since Ivy
+Bridge, exposed by KVM) and a C compiler; it exits 2 with one line saying what is missing.
+What it shows is vendor dispatch only: an AMD processor's other differences (cache sizes, the
+instructions' own results) are not emulated. docs/reproduce.md says what it measured.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("amd_cpuid.c")
+
+
+def library() -> Path | None:
+    """The compiled preload library (cached by the source's hash), or None where it cannot be
+    built or CPUID faulting is missing."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists() or " cpuid_fault" not in cpuinfo.read_text():
+        return None
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    out = Path(tempfile.gettempdir()) / f"rlvr-amd-cpuid-{digest}.so"
+    if not out.exists():
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        done = subprocess.run(
+            [cc, "-shared", "-fPIC", "-O2", "-o", str(tmp), str(SOURCE)], capture_output=True
+        )
+        if done.returncode != 0:
+            return None
+        tmp.replace(out)
+    probe = subprocess.run(
+        [sys.executable, "-c", "print('ok')"], env={**os.environ, "LD_PRELOAD": str(out)},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    return out if probe.stdout.strip() == "ok" else None
+
+
+def env(base: dict[str, str] | None = None) -> dict[str, str] | None:
+    """``base`` (default ``os.environ``) with the library preloaded, or None where unavailable."""
+    lib = library()
+    if lib is None:
+        return None
+    base = dict(os.environ if base is None else base)
+    base["LD_PRELOAD"] = f"{lib}:{base['LD_PRELOAD']}" if base.get("LD_PRELOAD") else str(lib)
+    return base
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    e = env()
+    if e is None:
+        print(
+            "emulate/run.py: needs Linux x86-64 with CPUID faulting (cpuid_fault in "
+            "/proc/cpuinfo) and a C compiler (cc)",
+            file=sys.stderr,
+        )
+        return 2
+    return subprocess.run(argv, env=e).returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
