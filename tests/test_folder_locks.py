@@ -28,7 +28,7 @@ def _env(tmp_path: Path) -> dict:
     return {**os.environ, "RLVR_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO)}
 
 
-def _wait_for(predicate, timeout: float = 120.0, what: str = "") -> None:
+def _wait_for(predicate, timeout: float = 600.0, what: str = "") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
