@@ -36,6 +36,18 @@ def test_paper_runs_keep_their_recipe_values():
     assert seen == set(golden)
 
 
+def test_each_baseline_runs_with_its_own_recipe_values():
+    """AR's alpha and Lopti's eta from their own K&K scripts (zhyang2226/AR-Lopti@b92ba16
+    ``scripts/train_kklogic_AR_4x80GB.sh`` ``REWEIGHT_K=0.2``,
+    ``scripts/train_kklogic_Lopti_4x80GB.sh`` ``SEPERATE_PROB=0.4``), not the AR+Lopti script's
+    0.3 and 0.5, in every profile; AR's alpha 0.1 on math (docs/design.md §5)."""
+    for profile in ("micro", "tiny", "default", "paper"):
+        kk = load_train_config([f"profile={profile}", "env=kk", "out=x"]).weights
+        math = load_train_config([f"profile={profile}", "env=math", "out=x"]).weights
+        assert (kk.params("ar"), kk.params("lopti")) == ({"alpha": 0.2}, {"eta": 0.4}), profile
+        assert (math.params("ar"), math.params("lopti")) == ({"alpha": 0.1}, {"eta": 0.4}), profile
+
+
 def test_a_per_env_layer_named_as_profile_is_its_profile_with_that_layer():
     by_layer = load_train_config(["profile=paper_math", "out=x"])
     by_env = load_train_config(["profile=paper", "env=math", "out=x"])

@@ -300,7 +300,7 @@ def test_validation_follows_the_evaluation_protocol():
         ),
         ("grpo_sg", LOGIT, "vanilla", {}),
         ("reverse", None, "reverse", {"alpha": 6.4, "mu": 0.0, "upper": 2.0}),
-        ("ar", None, "ar", {"ar_alpha": 0.3}),
+        ("ar", None, "ar", {"ar_alpha": 0.2}),
         ("lopti", None, "vanilla", {}),
         ("entropy_top", None, "vanilla", {}),
     ],
@@ -323,9 +323,9 @@ def test_policy_loss_per_algorithm(algo, extra, loss_mode, plugin_keys):
         assert flat["rlvr.params"]["shaping_input"] == "logit"
         assert flat["rlvr.params"]["tau"] == 10.0
     if algo == "lopti":
-        assert flat["rlvr.params"] == {"eta": 0.5}
+        assert flat["rlvr.params"] == {"eta": 0.4}
     if algo == "ar":  # AR's alpha is the WeightConfig field ar_alpha
-        assert flat["rlvr.params"] == {"ar_alpha": 0.3}
+        assert flat["rlvr.params"] == {"ar_alpha": 0.2}
 
 
 def test_rlvr_params_are_the_weight_fields_an_algorithm_reads():

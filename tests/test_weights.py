@@ -203,7 +203,7 @@ def test_lopti_masks_partition():
     assert torch.equal(low + high, mask)
     assert (low * high).sum() == 0
     assert torch.equal(low.bool(), mask.bool() & (old.exp() < 0.5))
-    stages = lopti_stages(old, mask)
+    stages = lopti_stages(old, mask, eta=0.5)
     assert [name for name, _ in stages] == ["low", "high"]
     assert torch.equal(stages[0][1], low) and torch.equal(stages[1][1], high)
 
@@ -277,7 +277,7 @@ def test_weight_config_is_generated_from_the_registered_fields():
 
     names = [f.name for f in __import__("dataclasses").fields(WeightConfig)]
     assert names == [*FIELDS, "extra"]
-    assert WeightConfig().ar_alpha == 0.3 and WeightConfig().eta == 0.5
+    assert WeightConfig().ar_alpha == 0.2 and WeightConfig().eta == 0.4  # AR-Lopti's K&K
     with pytest.raises(ValueError, match=r"weights\.eta: must be in \(0, 1\)"):
         WeightConfig(eta=1.0).check()
 

@@ -7,13 +7,22 @@
     ref = reference log-probs (when KL is on or tracked)
     for stage in algorithm.stages(old) or [all tokens]:      # Lopti: low, then high
         for epoch in range(ppo_epochs):
-            for mini_batch in shuffled(batch):
+            for mini_batch in split(batch):                   # Lopti: in order; else shuffled
                 for micro_batch in mini_batch:                # gradient accumulation
                     loss(micro_batch).backward()
                 optimizer step                                # clip, skip if not finite
 
+A staged algorithm (Lopti) splits the batch in order, the same mini-batches in every stage, as
+AR-Lopti does (zhyang2226/AR-Lopti@cbeb333 ``verl/workers/actor/dp_actor.py`` ``update_policy``:
+``batch.split(ppo_mini_batch_size)`` in each of the two ``update_actor`` calls); the others draw
+a permutation per epoch.
+
 Every loss is normalised by its mini-batch's token / sequence counts, so the micro-batches of a
-mini-batch add up to the mini-batch loss whatever the micro-batch size (``losses.agg_loss``).
+mini-batch add up to the mini-batch loss whatever the micro-batch size (``losses.agg_loss``; verl
+0.9.1's global-batch ``agg_loss``). AR-Lopti's old verl instead took a token mean per
+micro-batch and divided it by the number of micro-batches; the two agree when a mini-batch is one
+forward (``docs/algorithms.md``, "Normalisers"). 80/20's surrogate divides by
+``ceil(fraction * tokens of the mini-batch)``, the count verl's actor loss uses too.
 
 Precision: parameters and AdamW state stay in float32 (master weights); ``dtype=bfloat16`` or
 ``float16`` runs every forward and backward under ``torch.autocast``, float16 with a gradient
@@ -116,7 +125,8 @@ class Normalisers:
 
     #: Response tokens (the KL's and, unless tokens are selected, the surrogate's normaliser).
     tokens: float
-    #: Tokens in the surrogate when the algorithm selects tokens per forward (80/20).
+    #: The surrogate's count when the algorithm selects tokens per forward (80/20):
+    #: ``ceil(fraction * tokens)``.
     selected: float
     #: Non-empty sequences.
     sequences: float
@@ -216,7 +226,7 @@ class Updater:
         for stage in stages:
             stage_tokens = None if self.algorithm.stages is None else stage.tokens
             for _ in range(cfg.ppo_epochs):
-                order = torch.randperm(n, generator=gen) if mini < n else torch.arange(n)
+                order = self._mini_batch_order(n, mini, gen)
                 for start in range(0, n, mini):
                     part, norm, skip, on_policy_stats = self._mini_batch(
                         bt, order[start : start + mini], micro, stage_tokens
@@ -236,17 +246,24 @@ class Updater:
         out["lr"] = float(self.optimizer.param_groups[0]["lr"])
         return out
 
-    def _normalisers(self, loss_mask: torch.Tensor, micro: int) -> Normalisers:
-        selected = float(loss_mask.sum())
-        if self.algorithm.select_tokens is not None:  # the tokens kept per forward
-            selected = float(
-                sum(
-                    self.algorithm.selected(self.params, int(loss_mask[s : s + micro].sum()))
-                    for s in range(0, len(loss_mask), micro)
-                )
-            )
+    def _mini_batch_order(self, n: int, mini: int, gen: torch.Generator) -> torch.Tensor:
+        """The rows of one epoch, mini-batch after mini-batch: in order for a staged algorithm
+        (AR-Lopti's split, the same in every stage; module docstring), else a fresh permutation."""
+        if mini >= n or self.algorithm.stages is not None:
+            return torch.arange(n)
+        return torch.randperm(n, generator=gen)
+
+    def _normalisers(self, loss_mask: torch.Tensor) -> Normalisers:
+        """The mini-batch's counts. With a token selection (80/20) the surrogate's count is
+        ``selected(params, tokens)``, ``ceil(fraction * tokens)``: what one forward over the whole
+        mini-batch keeps, and the only count verl's actor loss can know (it sees one micro-batch
+        and the global token count), so both engines divide by the same number."""
+        tokens = int(loss_mask.sum())
+        selected = float(tokens)
+        if self.algorithm.select_tokens is not None:
+            selected = float(self.algorithm.selected(self.params, tokens))
         return Normalisers(
-            tokens=float(loss_mask.sum()),
+            tokens=float(tokens),
             selected=selected,
             sequences=float((loss_mask.sum(-1) > 0).sum()),
         )
@@ -258,7 +275,7 @@ class Updater:
 
         Returns the micro-batches' metrics, the gradient norm, whether the step was skipped,
         and (on-policy) the token-probability metrics of the first forward."""
-        norm = self._normalisers(bt.loss_mask[rows], micro)
+        norm = self._normalisers(bt.loss_mask[rows])
         parts = []
         prob_stats: dict[str, float] = {}
         finite = True

@@ -324,6 +324,41 @@ def test_actor_loss_logit_hook_and_logit_shaped_grpo_sg():
     torch.testing.assert_close(ours, native)
 
 
+def test_actor_loss_entropy_top_divides_by_the_mini_batch_count():
+    """80/20 over a mini-batch of two forwards of 8 tokens each (verl's engine sets the global
+    ``batch_num_tokens`` = 16 on both): each forward keeps its own top ``ceil(0.3 * 8) = 3``
+    tokens, and the two losses add up to the kept tokens' surrogate sum over
+    ``ceil(0.3 * 16) = 5``, the native update's normaliser (``rlvr.agents.update``), not the 6
+    kept."""
+    config = actor_config("vanilla")
+    loss_fn = verl_actor.RlvrActorLoss(config, "entropy_top", fraction=0.3)
+    got, want = 0.0, 0.0
+    for seed in (3, 4):
+        td, logits, lp = engine_batch(seed=seed, b=2)
+        tu.assign_non_tensor(td, dp_size=1, batch_num_tokens=16, global_batch_size=None)
+        ent = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
+        out, _ = loss_fn({"log_probs": nested(lp, td), "entropy": nested(ent, td)}, td)
+        got = got + out
+        mask = td["response_mask"].to(bool)
+        assert int(mask.sum()) == 8
+        new = no_padding_2_padding(nested(lp, td), td)
+        e_pad = no_padding_2_padding(nested(ent, td), td)
+        kept = entropy_top_weights(logprobs=new, mask=mask, entropy=e_pad, fraction=0.3).bool()
+        assert int(kept.sum()) == 3
+        native, _ = policy_loss(
+            new,
+            td["old_log_probs"],
+            td["advantages"],
+            kept,
+            clip_low=0.2,
+            clip_high=0.28,
+            dual_clip=3.0,
+            batch_num_tokens=5,
+        )
+        want = want + native
+    torch.testing.assert_close(got, want)
+
+
 def test_actor_loss_entropy_top_and_lopti():
     td, logits, lp = engine_batch(seed=2)
     ent = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)

@@ -6,9 +6,17 @@ As the official code does it (Shenzhi-Wang/Beyond-the-80-20-Rule-RLVR@6f5dda6,
 ``core_algos.get_global_entropy_top_mask``):
 the entropy is the one of the current training forward, the selection is made over the response
 tokens of that forward (``ceil(fraction * n)`` tokens), and the surrogate is averaged over the
-selected tokens only. The reference averages per micro-batch and scales by 1/accumulation; here
-the denominator is the mini-batch's number of selected tokens (the global-batch aggregation of
-``rlvr.agents.losses.agg_loss``), which is the same when a mini-batch is one forward.
+selected tokens only.
+
+With several forwards per mini-batch the reference averages per forward: each forward's mean
+over its kept tokens, times ``1 / gradient_accumulation`` (``response_mask.shape[0] /
+ppo_mini_batch_size`` under dynamic batch sizes). Both engines here divide the kept tokens' sum
+by ``ceil(fraction * N)`` instead, ``N`` the mini-batch's response tokens: the global-batch
+normaliser every other method uses (``rlvr.agents.losses.agg_loss``, verl 0.9.1's
+``agg_loss``), and the one count verl's actor loss knows (one micro-batch and the global token
+count). It equals the reference when a mini-batch is one forward and differs from the kept count
+by less than the number of forwards (forwards of 31 and 29 tokens keep 7 + 6 = 13, divide by
+``ceil(0.2 * 60) = 12``). ``docs/algorithms.md``, "Normalisers", says why.
 """
 
 from __future__ import annotations

@@ -6,7 +6,15 @@ As AR-Lopti's code does it (zhyang2226/AR-Lopti@cbeb333, ``verl/trainer/ppo/ray_
 mini-batch of the low stage (``pi_old < eta``) and then every mini-batch of the high stage. Each
 stage zeroes the advantage outside its tokens and multiplies KL (and entropy) by its token mask,
 while the loss keeps the full response mask as its normaliser. The reverse order (high first)
-collapses training (the paper's ablation). Both stages always run, empty or not, as there.
+collapses training (the paper's ablation). Both stages always run, empty or not, as there, and
+each splits the batch into the same mini-batches, in order (``dp_actor.py``
+``batch.split(ppo_mini_batch_size)``; ``rlvr.agents.update``).
+
+eta 0.4: ``SEPERATE_PROB=0.4`` of ``scripts/train_kklogic_Lopti_4x80GB.sh`` (AR-Lopti@b92ba16,
+unchanged at cbeb333; the script also turns AR off, ``REWEIGHT_K=0.0``, ``REWEIGHT_TAU=1.0``).
+The AR+Lopti script ``scripts/train_kklogic_AR-Lopti_4x80GB.sh`` uses 0.5 with AR's alpha 0.3
+(this project's earlier defaults); that combination is not a baseline here. The
+repository ships K&K scripts only, so every task runs Lopti with its K&K eta.
 """
 
 from __future__ import annotations
@@ -15,8 +23,8 @@ import torch
 
 from rlvr.agents.algorithms.base import Algorithm, Param, Stage, register_algorithm
 
-#: The threshold eta (AR-Lopti's ``seperate_prob``).
-LOPTI_ETA = 0.5
+#: The threshold eta (AR-Lopti's ``seperate_prob``) of ``scripts/train_kklogic_Lopti_4x80GB.sh``.
+LOPTI_ETA = 0.4
 ETA = Param("eta", LOPTI_ETA, float, "(0, 1)")
 
 
@@ -76,6 +84,9 @@ LOPTI = register_algorithm(
         stages=stages,
         n_stages=2,
         needs_old_logprobs=True,
-        source="arXiv 2505.12929 (Lopti); zhyang2226/AR-Lopti@cbeb333 ray_trainer.py, dp_actor.py",
+        source=(
+            "arXiv 2505.12929 (Lopti); zhyang2226/AR-Lopti@cbeb333 ray_trainer.py, dp_actor.py; "
+            "eta 0.4: AR-Lopti@b92ba16 scripts/train_kklogic_Lopti_4x80GB.sh"
+        ),
     )
 )

@@ -13,9 +13,9 @@ entropy bonus and KL loss) with our token weights on the surrogate:
 - ``grpo_sg`` / ``reverse`` with ``shaping_input="logit"`` (GRPO-SG Eq. 20 proper) or ``"prob"``;
   ``ar``.
 - ``entropy_top`` (80/20): the surrogate on the top ``fraction`` of each forward's response tokens
-  by the current entropy, averaged over the kept tokens (the token-mean's global count scaled by
-  ``fraction``), KL on all tokens: as the native path and the official code
-  (``rlvr/agents/algorithms/entropy_top.py``).
+  by the current entropy, the kept tokens' sum divided by ``ceil(fraction * batch_num_tokens)``
+  (verl's global token count of the mini-batch), KL on all tokens: the number the native update
+  divides by (``rlvr/agents/algorithms/entropy_top.py``; ``docs/algorithms.md``, "Normalisers").
 - ``lopti`` (any algorithm with ``stages`` in the registry): one stage per update, ``low``
   (``p_old < eta``) or ``high``, named by the batch's non-tensor ``rlvr_lopti_stage`` (or the
   ``stage`` argument). Lopti's two optimizer steps per batch are two ``update_actor`` calls, low
