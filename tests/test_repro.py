@@ -236,7 +236,8 @@ def test_check_samples_compares_and_refuses_old_folders(tmp_path):
         "kk/grpo_sg/seed0",
     ]
     # a rerun is one new draw: judged against the prediction interval of one base x seed,
-    # mean +- t_{0.975, n-1} s sqrt(1 + 1/n) with one seed per base (Hahn, Meeker & Escobar §4.6)
+    # mean +- t_{0.975, n-1} s sqrt(1 + 1/n) with one seed per base (Hahn, Meeker & Escobar
+    # 2017, ch. 4)
     records["kk/grpo/base2/seed0"] = {"numbers": {"greedy": 0.31}}
     pi = check.stated_interval(records, "kk/grpo/seed0", "greedy")
     y = [0.25, 0.20, 0.31]

@@ -10,7 +10,7 @@ build) on item ``i`` is modelled as
 with variances ``s2_base``, ``s2_seed`` (seeds within a base), ``s2_item`` (what the item adds,
 common to every run since the items are crossed with the runs) and ``s2_resid``. The mean over
 ``B`` bases x ``S`` seeds on each x ``n`` items has the variance of a balanced random-effects mean
-(Searle, Casella & McCulloch 1992, *Variance Components*, §4.2 for the crossed and §3.6 for the
+(Searle, Casella & McCulloch 1992, *Variance Components*, ch. 4 for the crossed and ch. 3 for the
 nested factor):
 
     Var = s2_base / B + s2_seed / (B S) + s2_item / n + s2_resid / (B S n).
@@ -19,9 +19,10 @@ The components are estimated by the ANOVA method of moments on the (runs x items
 two-way table without replication gives ``s2_resid`` (residual mean square) and ``s2_item``
 ((item mean square - residual) / runs); the runs' means, grouped by base, give ``s2_seed``
 (within-base mean square less ``s2_resid / n``) and ``s2_base`` ((between - within) / n0, n0 the
-unbalanced group size of Searle et al. §3.6). Negative estimates are set to 0. With one seed per
-base the seed variance cannot be told from the base variance: both are counted as base (more
-seeds are then predicted not to help, the safe side for sizing).
+unbalanced group size of Searle et al. ch. 3). Negative estimates are set to 0, which biases a
+near-zero component upward (the safe side). With one seed per base the seed variance cannot be
+told from the base variance: both are counted as base (more seeds are then predicted not to
+help, the safe side for sizing).
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def estimate_components(values: Any, bases: Sequence[Any]) -> Components:
 def mde(se: float, confidence: float = 0.95, power: float = POWER) -> float:
     """Minimum detectable effect of a two-sided test at ``1 - confidence`` with ``power``:
     ``(z_{1 - alpha/2} + z_{power}) x SE`` (Bloom 1995, "Minimum detectable effects", *Evaluation
-    Review* 19(5):547-556, eq. 1; 2.80 x SE at 95% and 80% power)."""
+    Review* 19(5):547-556; 2.80 x SE at 95% and 80% power)."""
     return (z_quantile(1 - (1 - confidence) / 2) + z_quantile(power)) * se
 
 
@@ -199,11 +200,11 @@ def prediction_interval(
     draws ``values`` (one per run) on ``bases``; None with fewer than two draws.
 
     The prediction interval of one future observation (Hahn, Meeker & Escobar 2017, *Statistical
-    Intervals*, 2nd ed., §4.6: ``mean +- t_{1-alpha/2, n-1} s sqrt(1 + 1/n)``) with the nested
+    Intervals*, 2nd ed., ch. 4: ``mean +- t_{1-alpha/2, n-1} s sqrt(1 + 1/n)``) with the nested
     variance: the new draw's ``s2_base + s2_seed`` plus the committed mean's ``s2_base sum(k_b^2)
     / U^2 + s2_seed / U`` (``k_b`` runs on base ``b``, ``U`` runs), on ``bases - 1`` degrees of
     freedom (the base level's; ``U - 1`` with one base). With one seed per base this is exactly
-    the formula of §4.6.
+    the textbook formula.
     """
     y = np.asarray(values, dtype=float)
     if y.size < 2:
