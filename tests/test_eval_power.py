@@ -83,6 +83,12 @@ def test_components_with_one_seed_per_base_count_the_seed_in_the_base():
     assert c.base == pytest.approx(max(0.0, np.var(x.mean(1), ddof=1) - c.resid / 50))
     one = P.estimate_components(x[:1], bases[:1])
     assert math.isnan(one.base) and math.isnan(P.mde(one.se(1, 1, 50)))
+    # one base (a hub model): conditional on it, as the hierarchical bootstrap is
+    seeds = P.estimate_components([0.2, 0.3, 0.25], [0, 0, 0])
+    assert seeds.base == 0.0 and seeds.seed == pytest.approx(np.var([0.2, 0.3, 0.25], ddof=1))
+    pi = P.prediction_interval([0.2, 0.3, 0.25], [0, 0, 0])  # a new seed on that base
+    ref = stats.t.interval(0.95, 2, loc=0.25, scale=0.05 * math.sqrt(1 + 1 / 3))
+    assert (pi.low, pi.high) == pytest.approx(ref)
     per_run = P.estimate_components([1.0, 2.0, 4.0], [0, 1, 2])
     assert per_run.base == pytest.approx(np.var([1.0, 2.0, 4.0], ddof=1))
     with pytest.raises(ValueError, match="base labels"):

@@ -154,9 +154,9 @@ def estimate_components(values: Any, bases: Sequence[Any]) -> Components:
             between /= len(labels) - 1
             n0 = (n_runs - float((k**2).sum()) / n_runs) / (len(labels) - 1)
             base = max(0.0, (between - within) / n0)
-        else:
-            base = math.nan
-            notes.append("one base: the spread across bases is unmeasured")
+        else:  # as in hierarchical_bootstrap_ci: a level with one member adds no variance
+            base = 0.0
+            notes.append("one base: conditional on it (no base variance)")
     return Components(base, seed, item, resid, "; ".join(notes))
 
 
@@ -203,8 +203,8 @@ def prediction_interval(
     Intervals*, 2nd ed., ch. 4: ``mean +- t_{1-alpha/2, n-1} s sqrt(1 + 1/n)``) with the nested
     variance: the new draw's ``s2_base + s2_seed`` plus the committed mean's ``s2_base sum(k_b^2)
     / U^2 + s2_seed / U`` (``k_b`` runs on base ``b``, ``U`` runs), on ``bases - 1`` degrees of
-    freedom (the base level's; ``U - 1`` with one base). With one seed per base this is exactly
-    the textbook formula.
+    freedom (the base level's). With one seed per base this is exactly the textbook formula; with
+    one base it is the interval of a new seed on that base (``U - 1`` degrees of freedom).
     """
     y = np.asarray(values, dtype=float)
     if y.size < 2:
@@ -212,8 +212,7 @@ def prediction_interval(
     c = estimate_components(y, bases)
     labels = list(dict.fromkeys(bases))
     k = np.array([sum(b == g for b in bases) for g in labels], dtype=float)
-    s2_base = 0.0 if math.isnan(c.base) else c.base
-    var = s2_base * (1 + float((k**2).sum()) / y.size**2) + c.seed * (1 + 1 / y.size)
+    var = c.base * (1 + float((k**2).sum()) / y.size**2) + c.seed * (1 + 1 / y.size)
     df = len(labels) - 1 if len(labels) > 1 else y.size - 1
     half = t_quantile(1 - (1 - confidence) / 2, df) * math.sqrt(var)
     mean = float(y.mean())

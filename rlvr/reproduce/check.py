@@ -146,7 +146,7 @@ def summary_line(label: str, metric: str, committed: float, rerun: float, pi) ->
     where = (
         "no prediction interval (fewer than two recorded runs)"
         if pi is None
-        else f"{v} [{pi.low:.3f}, {pi.high:.3f}] of one new base x seed "
+        else f"{v} [{pi.low:.3f}, {pi.high:.3f}] of one new draw "
         f"(from {pi.n} recorded runs, mean {pi.mean:.3f})"
     )
     return f"[check] {label}: {metric} {rerun:.4f} (recorded {committed:.4f}): {where}"

@@ -166,8 +166,11 @@ def load_claims(folder: Path, order: list[str]) -> list[tuple[str, dict]]:
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
+    """``0.048``; small values with 3 significant digits (``8.33e-06``); ``n/a`` if unmeasured."""
     x = _num(x)
-    return "n/a" if not math.isfinite(x) else f"{x:.{digits}g}" if abs(x) < 1e-3 else f"{x:.3f}"
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{x:.{digits}g}" if 0 < abs(x) < 1e-3 else f"{x:.3f}"
 
 
 def claims_rows(claims: list[dict]) -> list[list[str]]:

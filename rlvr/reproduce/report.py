@@ -46,6 +46,8 @@ def plain(c: dict) -> str:
     if v.startswith("no effect beyond"):
         return f"{v} at this scale: the interval includes zero and lies inside ±{c['margin']:g}"
     text = PLAIN.get(v, v)
+    if v == "underpowered" and "no power" in c.get("evidence", ""):
+        return "was not decided at this scale: both methods score alike on every item (no power)"
     if v == "underpowered" and c.get("close"):
         text = f"was not decided at this scale: the interval crosses the margin ±{c['margin']:g}"
     elif v == "underpowered" and c.get("margin"):
