@@ -211,7 +211,7 @@ def sizing_rows(claims: list[dict], target: float = TARGET) -> tuple[list, list]
                 c["setting"],
                 _design(d),
                 f"±{_fmt(1.96 * _num(c['se']))}",
-                *(_fmt(getattr(comp, k)) for k in ("base", "seed", "item", "resid")),
+                *(f"{getattr(comp, k):.3g}" for k in ("base", "seed", "item", "resid")),
                 comp.note or "measured",
             ]
         )
@@ -267,7 +267,8 @@ def run_power(folder: Path, order: list[str], target: float = TARGET) -> int:
     print(
         "items: total over the claim's sizes / levels / QA sets at bases x seeds; bases: with "
         "one RL seed each at 1x, 2x, 4x the current items; 'never': the other factor's "
-        "variance alone is wider than the target\n"
+        "variance alone is wider than the target. A seed variance counted in the base's (one "
+        "seed per base) makes more seeds look useless: measure it with 2 seeds on some bases\n"
     )
     print(
         markdown_table(
