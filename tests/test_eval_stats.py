@@ -49,15 +49,27 @@ def test_paired_difference_sign_and_pairing():
     assert S.verdict_greater(d) == "held"
     assert S.verdict_greater(S.paired_difference(b, a)) == "reversed"
     noisy = S.paired_difference(rng.normal(0, 1, 30), rng.normal(0, 1, 30))
-    assert S.verdict_greater(noisy) == "inconclusive"
+    assert S.verdict_greater(noisy) == "underpowered"
     with pytest.raises(ValueError, match="pair"):
         S.paired_difference([1, 2], [1, 2, 3])
     assert S.paired_by_key({"x": 1.0, "y": 0.0, "z": 5.0}, {"x": 0.0, "y": 0.0}).mean == 0.5
 
 
+def test_the_four_verdicts():
+    # issue 28: held, reversed, no effect beyond the margin, underpowered
+    assert S.verdict_greater(S.Interval(0.05, 0.01, 0.09, 10), margin=0.03) == "held"
+    assert S.verdict_greater(S.Interval(-0.05, -0.09, -0.01, 10), margin=0.03) == "reversed"
+    inside = S.Interval(0.0, -0.02, 0.025, 10)
+    assert S.verdict_greater(inside, margin=0.03) == "no effect beyond ±0.03"
+    assert S.verdict_greater(inside) == "underpowered"  # no margin stated: nothing to bound
+    assert S.verdict_greater(S.Interval(0.0, -0.02, 0.04, 10), margin=0.03) == "underpowered"
+    with pytest.raises(ValueError, match="margin"):
+        S.verdict_greater(inside, margin=0)
+
+
 def test_verdict_close():
     assert S.verdict_close(S.Interval(0.01, -0.02, 0.03, 10), margin=0.05) == "held"
-    assert S.verdict_close(S.Interval(0.2, 0.1, 0.3, 10), margin=0.05) == "not held"
-    assert S.verdict_close(S.Interval(0.04, -0.01, 0.09, 10), margin=0.05) == "inconclusive"
+    assert S.verdict_close(S.Interval(0.2, 0.1, 0.3, 10), margin=0.05) == "reversed"
+    assert S.verdict_close(S.Interval(0.04, -0.01, 0.09, 10), margin=0.05) == "underpowered"
     with pytest.raises(ValueError, match="margin"):
         S.verdict_close(S.Interval(0, 0, 0, 1), margin=0)

@@ -218,6 +218,8 @@ def test_hierarchical_interval_reduces_to_the_plain_bootstrap_and_widens_with_ba
 
 
 def test_check_samples_compares_and_refuses_old_folders(tmp_path):
+    from scipy import stats
+
     from rlvr.reproduce import check
 
     records = {
@@ -233,11 +235,25 @@ def test_check_samples_compares_and_refuses_old_folders(tmp_path):
         "math/grpo/seed0",
         "kk/grpo_sg/seed0",
     ]
-    ci = check.stated_interval(records, "kk/grpo/seed0", "greedy")
-    assert ci.n == 2 and ci.low == pytest.approx(0.20) and ci.high == pytest.approx(0.25)
-    assert check.verdict(0.25, 0.25, ci) == "bit-identical"
-    assert check.verdict(0.25, 0.22, ci) == "within the stated interval"
-    assert check.verdict(0.25, 0.50, ci) == "outside"
+    # a rerun is one new draw: judged against the prediction interval of one base x seed,
+    # mean +- t_{0.975, n-1} s sqrt(1 + 1/n) with one seed per base (Hahn, Meeker & Escobar
+    # 2017, ch. 4)
+    records["kk/grpo/base2/seed0"] = {"numbers": {"greedy": 0.31}}
+    pi = check.stated_interval(records, "kk/grpo/seed0", "greedy")
+    y = [0.25, 0.20, 0.31]
+    ref = stats.t.interval(0.95, 2, loc=np.mean(y), scale=np.std(y, ddof=1) * np.sqrt(4 / 3))
+    assert pi.n == 3 and (pi.low, pi.high) == pytest.approx(ref)
+    mean_ci = hierarchical_bootstrap_ci(y, [0, 1, 2])  # the interval of the 3-base mean
+    assert pi.low < mean_ci.low and pi.high > mean_ci.high
+    newcomer = mean_ci.high + 0.05  # outside the mean's interval, inside the prediction's
+    assert check.verdict(0.25, 0.25, pi) == "bit-identical"
+    assert check.verdict(0.25, newcomer, pi) == "inside the prediction interval"
+    assert check.verdict(0.25, pi.high + 0.01, pi) == "outside the prediction interval"
+    line = check.summary_line("kk/grpo/seed0", "greedy", 0.25, newcomer, pi)
+    assert line.startswith("[check] kk/grpo/seed0: greedy ")
+    assert "inside the prediction interval" in line and "from 3 recorded runs" in line
+    assert "bit-identical" in check.summary_line("kk/grpo/seed0", "greedy", 0.25, 0.25, pi)
+    assert check.stated_interval(records, "math/grpo/seed0", "greedy") is None
     (tmp_path / "fig2.meta.json").write_text(json.dumps({"profile": "tiny", "train_runs": {}}))
     with pytest.raises(SystemExit, match="older rlvr"):
         check.load_records(tmp_path)

@@ -57,12 +57,46 @@ def test_claims_are_decided_by_the_paired_interval(tmp_path):
         out, "zeros", "K&K", [FakeEval([0] * 50)], [FakeEval([0] * 50)], close_margin=0.05
     )
     collect.compare(out, "close", "K&K", [FakeEval(base)], [FakeEval(base)], close_margin=0.05)
+    # 2000 items, 20% of them scored apart in both directions: no effect, bounded within ±0.02
+    same = np.tile([1] + [0] * 9, 200)
+    collect.compare(out, "same", "K&K", [FakeEval(same)], [FakeEval(np.roll(same, 1))])
     verdicts = [c["verdict"] for c in out.claims]
-    assert verdicts == ["held", "reversed", "inconclusive", "held"]
+    assert verdicts == ["held", "reversed", "underpowered", "held", "no effect beyond ±0.03"]
     assert "floor/ceiling" in out.claims[2]["evidence"]
     collect.paired_seed_claim(out, "smoother", "K&K", [2.0, 2.1, 2.2], [1.0, 1.05, 1.1], "std")
     collect.paired_seed_claim(out, "one seed", "K&K", [2.0], [1.0], "std")
-    assert [c["verdict"] for c in out.claims[-2:]] == ["held", "inconclusive"]
+    assert [c["verdict"] for c in out.claims[-2:]] == ["held", "underpowered"]
+
+
+def test_claims_record_their_half_width_mde_and_variance_components(tmp_path):
+    from scipy import stats
+
+    from rlvr.eval.power import estimate_components
+
+    out = Output(_ctx(tmp_path), "t")
+    rng = np.random.default_rng(3)
+    a, b = [], []
+    for base in range(3):  # 3 bases x 2 seeds, 150 items
+        for seed in range(2):
+            ea, eb = FakeEval(rng.random(150) < 0.4), FakeEval(rng.random(150) < 0.35)
+            ea.unit = eb.unit = (base, seed)
+            a.append(ea)
+            b.append(eb)
+    collect.compare(out, "A beats B", "K&K", a, b)
+    c = out.claims[-1]
+    assert c["design"] == {"bases": 3, "seeds": 2.0, "items": 150}
+    assert c["half_width"] == pytest.approx((c["diff_high"] - c["diff_low"]) / 2)
+    multiplier = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
+    assert c["mde"] == pytest.approx(multiplier * c["se"])
+    k = c["components"]
+    se = np.sqrt(k["base"] / 3 + k["seed"] / 6 + k["item"] / 150 + k["resid"] / 900)
+    assert c["se"] == pytest.approx(se) and c["se"] > 0
+    matrix = [
+        [float(x["correct"]) - float(y["correct"]) for x, y in zip(ea.records, eb.records)]
+        for ea, eb in zip(a, b)
+    ]
+    assert k == estimate_components(np.array(matrix, dtype=float), [0, 0, 1, 1, 2, 2]).as_dict()
+    assert len(c["draws"]) == 6 and c["margin"] == 0.03
 
 
 def test_run_key_ignores_output_fields_only():
@@ -106,8 +140,30 @@ def test_report_states_each_verdict_plainly(tmp_path):
     out.claim("GRPO-SG beats GRPO", "K&K", "reversed", "diff -0.1 [-0.2, -0.05]")
     out.claim("Reverse is close to GRPO", "K&K", "held", "diff 0.0 [-0.01, 0.01]")
     out.write_md("# K&K\n\n| a |\n|---|\n| 1 |")
+    out.claim(
+        "GRPO-SG beats GRPO",
+        "math",
+        "underpowered",
+        "paired per-item difference in greedy accuracy (GRPO-SG - GRPO): +0.010, 95% CI "
+        "[-0.010, +0.030] over 500 items x 3 run(s) on 3 base(s)",
+        diff_mean=0.01,
+        diff_low=-0.01,
+        diff_high=0.03,
+        n=500,
+        margin=0.03,
+        half_width=0.02,
+        se=0.0102,
+        mde=0.0286,
+        components={"base": 1e-4, "seed": 0.0, "item": 0.04, "resid": 0.0, "note": ""},
+        design={"bases": 3, "seeds": 1, "items": 500},
+    )
     out.finish()
     text = report.write_report(ctx).read_text()
+    assert (
+        "| GRPO-SG beats GRPO | math | **underpowered** | ±0.020 | 0.029 | paired per-item" in text
+    )
+    assert "only an effect of 0.029 or more would be seen at 80% power" in text
+    assert "| claim | setting | verdict | 95% half-width | MDE (80% power) | evidence |" in text
     assert "GRPO-SG beats GRPO (K&K): did NOT hold" in text
     assert "Reverse is close to GRPO (K&K): held at this scale" in text
     assert "0.42" in text and "python" in text and "git_commit" in text
@@ -187,8 +243,92 @@ def test_report_includes_changes_and_compare_reads_verdicts_back(tmp_path, capsy
     assert [c["verdict"] for c in claims] == ["held", "held"]
     assert claims[0]["evidence"] == "diff | 0.1 [0.05, 0.2]"
     rows = compare_claims(read_claims(tmp_path / "old"), claims)
-    assert [r[4] for r in rows] == ["**inconclusive -> held**", "same"]
+    # the old report's "inconclusive" (no interval recorded) reads as "underpowered" now
+    assert [r[4] for r in rows] == ["**underpowered -> held**", "same"]
     assert main(["reproduce", "--compare", str(tmp_path / "old"), str(new)]) == 0
     assert "1 of 2 verdicts changed" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no report"):
         read_claims(tmp_path / "missing")
+
+
+def test_compare_reads_reports_before_the_precision_columns(tmp_path):
+    from rlvr.reproduce.compare import read_claims
+    from rlvr.reproduce.report import CLAIMS_HEADING
+
+    (tmp_path / "REPORT.md").write_text(
+        f"{CLAIMS_HEADING}\n\n| claim | setting | verdict | evidence |\n|---|---|---|---|\n"
+        "| GRPO-SG beats GRPO | K&K | **inconclusive** | diff -0.003 [-0.05, 0.047] |\n"
+    )
+    (claim,) = read_claims(tmp_path)
+    assert claim["verdict"] == "inconclusive" and claim["evidence"] == "diff -0.003 [-0.05, 0.047]"
+
+
+def _legacy_meta():
+    """A table's meta.json as rlvr wrote it before claims recorded their precision."""
+    numbers = {"grpo": [0.16, 0.31, 0.27], "grpo_sg": [0.16, 0.29, 0.28]}
+    records = {
+        f"kk/{m}/" + (f"base{b}/" if b else "") + "seed0": {
+            "numbers": {"greedy": v[b], "n_items": 100.0}
+        }
+        for m, v in numbers.items()
+        for b in range(3)
+    }
+    claim = {
+        "claim": "GRPO-SG beats GRPO",
+        "setting": "K&K",
+        "verdict": "inconclusive",
+        "evidence": "paired per-item difference in greedy accuracy (GRPO-SG - GRPO): -0.003, "
+        "95% CI [-0.050, +0.047] over 100 items x 3 run(s) on 3 base(s)",
+        "diff_mean": -0.0033,
+        "diff_low": -0.05,
+        "diff_high": 0.047,
+        "n": 100,
+    }
+    seed_claim = {
+        "claim": "GRPO-SG reaches a higher training reward",
+        "setting": "Knights & Knaves",
+        "verdict": "reversed",
+        "evidence": "per-seed paired difference in mean reward: -0.02, 95% CI [-0.024, -0.016] "
+        "over 3 seeds",
+        "diff_mean": -0.02,
+        "diff_low": -0.024,
+        "diff_high": -0.016,
+        "n": 3,
+    }
+    return {
+        "name": "table_kk",
+        "profile": "tiny",
+        "seeds": [0],
+        "base_seeds": [0, 1, 2],
+        "run_records": records,
+        "claims": [claim, seed_claim],
+    }
+
+
+def test_old_claims_are_restated_from_their_per_run_numbers_and_interval(tmp_path, capsys):
+    from scipy import stats
+
+    from rlvr.cli import main
+    from rlvr.reproduce.precision import restate
+
+    meta = _legacy_meta()
+    c = restate(meta, meta["claims"][0])
+    assert c["verdict"] == "underpowered" and c["margin"] == 0.03
+    diffs = [0.0, -0.02, 0.01]
+    assert [d for _, d in c["draws"]] == pytest.approx(diffs)
+    z = stats.norm.ppf(0.975)
+    s2 = np.var(diffs, ddof=1)
+    assert c["components"]["base"] == pytest.approx(s2)
+    assert c["components"]["item"] == pytest.approx(100 * ((0.097 / 2 / z) ** 2 - s2 / 3))
+    assert c["se"] == pytest.approx(0.097 / 2 / z)  # the item part is what the interval holds
+    assert c["mde"] == pytest.approx((z + stats.norm.ppf(0.8)) * c["se"])
+    r = restate(meta, meta["claims"][1])
+    assert r["verdict"] == "reversed" and r["margin"] is None
+    assert r["se"] == pytest.approx(0.004 / z) and r["design"]["items"] == 1
+    (tmp_path / "table_kk.meta.json").write_text(json.dumps(meta))
+    assert main(["reproduce", "--power", str(tmp_path), "--target", "0.03"]) == 0
+    text = capsys.readouterr().out
+    assert "| GRPO-SG beats GRPO | K&K | **underpowered** | ±0.049 | 0.069 |" in text
+    # items for +-0.03 at 3 bases x 1 seed: (0.053) / ((0.03 / z)^2 - s2 / 3), rounded up
+    need = int(np.ceil(c["components"]["item"] / ((0.03 / z) ** 2 - s2 / 3)))
+    assert f"| GRPO-SG beats GRPO | K&K | {need} |" in text

@@ -170,37 +170,57 @@ def hierarchical_bootstrap_ci(
     return Interval(mean, float(min(low, mean)), float(max(high, mean)), n, confidence)
 
 
-def verdict_greater(diff: Interval) -> str:
-    """``"held"`` when the interval of ``a - b`` lies above 0, ``"reversed"`` when below, else
-    ``"inconclusive"``."""
+#: The four verdicts of a claim (issue 28): the interval on the claimed side of zero, on the other
+#: side, inside a stated margin around zero, or none of these.
+HELD, REVERSED, UNDERPOWERED = "held", "reversed", "underpowered"
+
+
+def no_effect(margin: float) -> str:
+    """The verdict of an interval that lies inside ``[-margin, margin]`` around zero."""
+    return f"no effect beyond ±{margin:g}"
+
+
+def verdict_greater(diff: Interval, margin: float | None = None) -> str:
+    """``"held"`` when the interval of ``a - b`` lies above 0, ``"reversed"`` when below,
+    ``"no effect beyond ±margin"`` when it includes 0 and lies inside ``[-margin, margin]`` (the
+    two one-sided tests read off one interval, Schuirmann 1987), else ``"underpowered"``."""
     if diff.low > 0:
-        return "held"
+        return HELD
     if diff.high < 0:
-        return "reversed"
-    return "inconclusive"
+        return REVERSED
+    if margin is not None:
+        if margin <= 0:
+            raise ValueError(f"verdict_greater: margin={margin} must be > 0")
+        if -margin <= diff.low and diff.high <= margin:
+            return no_effect(margin)
+    return UNDERPOWERED
 
 
 def verdict_close(diff: Interval, margin: float) -> str:
-    """Equivalence within ``±margin`` (the two one-sided tests read off one interval,
-    Schuirmann 1987).
+    """Equivalence within ``±margin`` (Schuirmann 1987's two one-sided tests read off one
+    interval).
 
-    ``"held"`` when the whole interval lies inside ``[-margin, margin]``, ``"not held"`` when it
-    lies wholly outside (the methods differ by more than the margin), else ``"inconclusive"``.
+    ``"held"`` when the whole interval lies inside ``[-margin, margin]``, ``"reversed"`` when it
+    lies wholly outside (the methods differ by more than the margin), else ``"underpowered"``.
     """
     if margin <= 0:
         raise ValueError(f"verdict_close: margin={margin} must be > 0")
     if -margin <= diff.low and diff.high <= margin:
-        return "held"
+        return HELD
     if diff.low > margin or diff.high < -margin:
-        return "not held"
-    return "inconclusive"
+        return REVERSED
+    return UNDERPOWERED
 
 
 __all__ = [
+    "HELD",
     "Interval",
     "N_RESAMPLES",
+    "REVERSED",
+    "UNDERPOWERED",
     "bootstrap_ci",
     "hierarchical_bootstrap_ci",
+    "no_effect",
     "paired_by_key",
     "paired_difference",
     "verdict_close",

@@ -8,10 +8,16 @@ trains it (or takes it from the run cache, which the check shares with ``rlvr re
 evaluates it, and says per number:
 
 - ``bit-identical``: the same value (for weights: the same SHA-256);
-- ``within the stated interval``: inside the 95% interval the reproduction states for that
-  method (the hierarchical interval over its runs, ``rlvr.reproduce.collect.seed_ci``);
-- ``outside``: neither. One run may fall outside the interval of a mean by chance, more often the
-  fewer runs the interval rests on; a different base hash explains most differences.
+- ``inside the prediction interval``: inside the 95% prediction interval of one new draw (a new
+  base build, one RL seed on it) computed from the reproduction's runs of that method
+  (``rlvr.eval.power.prediction_interval``: mean +- t_{0.975, bases-1} x sqrt(s2_new draw +
+  s2_of the mean)). A rerun that is not bit-identical is such a draw, and the interval of the
+  three-base *mean* is the wrong yardstick for it: one draw varies as much as a base does;
+- ``outside the prediction interval``: neither; 1 run in 20 by chance, more when the base or the
+  code differs (a different base hash explains most differences).
+
+After the table, one line per rerun run says where its headline number (greedy accuracy or EM)
+lies against that prediction interval.
 
 Runs are sampled in a fixed order: base seed, RL seed, then GRPO before the other methods and
 K&K before math and search QA (the first is the README's main job's run).
@@ -25,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.data_paths import rlvr_home
-from rlvr.eval.stats import hierarchical_bootstrap_ci
+from rlvr.eval.power import prediction_interval
+from rlvr.eval.stats import Interval
 from rlvr.repro import machine_info, machine_line
 from rlvr.reproduce.common import markdown_table
 from rlvr.reproduce.grid import get_grid
@@ -100,8 +107,9 @@ def sample_labels(records: dict[str, dict], n: int) -> list[str]:
     return sorted(ok, key=order)[: max(0, n)]
 
 
-def stated_interval(records: dict[str, dict], label: str, metric: str):
-    """The 95% interval over every recorded run of ``label``'s setting and method."""
+def stated_interval(records: dict[str, dict], label: str, metric: str) -> Interval | None:
+    """The 95% prediction interval of one new draw of ``label``'s setting and method, from every
+    recorded run of it (None with fewer than two)."""
     p = parse_label(label)
     values, bases = [], []
     for other, rec in records.items():
@@ -113,15 +121,35 @@ def stated_interval(records: dict[str, dict], label: str, metric: str):
         ):
             values.append(float(rec["numbers"][metric]))
             bases.append(q["base"])
-    return hierarchical_bootstrap_ci(values, bases) if values else None
+    return prediction_interval(values, bases)
 
 
-def verdict(committed: float, rerun: float, interval) -> str:
+INSIDE, OUTSIDE = "inside the prediction interval", "outside the prediction interval"
+#: The number a run's one-line summary reports, the first its evaluation has.
+HEADLINE = ("greedy_em", "greedy")
+
+
+def verdict(committed: float, rerun: float, interval: Interval | None) -> str:
     if rerun == committed:
         return "bit-identical"
     if interval is not None and interval.low <= rerun <= interval.high:
-        return "within the stated interval"
-    return "outside"
+        return INSIDE
+    return OUTSIDE
+
+
+def summary_line(label: str, metric: str, committed: float, rerun: float, pi) -> str:
+    """One line for a rerun run: bit-identical, or where it lies against the prediction
+    interval."""
+    v = verdict(committed, rerun, pi)
+    if v == "bit-identical":
+        return f"[check] {label}: {metric} {rerun:.4f}, bit-identical to the recorded run"
+    where = (
+        "no prediction interval (fewer than two recorded runs)"
+        if pi is None
+        else f"{v} [{pi.low:.3f}, {pi.high:.3f}] of one new draw "
+        f"(from {pi.n} recorded runs, mean {pi.mean:.3f})"
+    )
+    return f"[check] {label}: {metric} {rerun:.4f} (recorded {committed:.4f}): {where}"
 
 
 def run_check(
@@ -135,6 +163,7 @@ def run_check(
     grid = get_grid(meta.get("grid", meta.get("profile")), smoke=bool(meta.get("smoke")))
     cache = cache or rlvr_home()
     rows: list[list[str]] = []
+    summaries: list[str] = []
     outside = 0
     recorded_on = machine_line(meta["machine"]) if "machine" in meta else "an unrecorded machine"
     print(f"[check] {folder}: recorded on {recorded_on}")
@@ -154,6 +183,7 @@ def run_check(
                     "not comparable: this checkout's config differs",
                 ]
             )
+            summaries.append(f"[check] {label}: not comparable: this checkout's config differs")
             outside += 1
             continue
         cached = (Path(cache) / "runs" / rec["key"] / DONE).exists()
@@ -185,17 +215,31 @@ def run_check(
         ev = ensure_eval(
             eval_config(setting, cfg, str(run.final), seed=cfg.seed), cache, progress=progress
         )
+        headline = None
         for metric, value in sorted(rec.get("numbers", {}).items()):
             new = ev.summary.get("all", {}).get(metric)
             if new is None:
                 continue
-            ci = stated_interval(records, label, metric)
-            v = verdict(float(value), float(new), ci)
-            outside += v == "outside"
-            stated = "" if ci is None else f" (stated {ci.low:.3f}-{ci.high:.3f})"
+            pi = stated_interval(records, label, metric)
+            v = verdict(float(value), float(new), pi)
+            outside += v == OUTSIDE
+            stated = "" if pi is None else f" (predicted {pi.low:.3f}-{pi.high:.3f})"
             rows.append([label, metric, f"{float(value):.4f}{stated}", f"{float(new):.4f}", v])
+            if metric in HEADLINE and (headline is None or metric == HEADLINE[0]):
+                headline = summary_line(label, metric, float(value), float(new), pi)
+        summaries.append(headline or f"[check] {label}: no greedy number recorded")
     print(markdown_table(["run", "number", "recorded", "rerun", "verdict"], rows))
+    print("\n".join(summaries))
     return 1 if outside else 0
 
 
-__all__ = ["load_records", "run_check", "sample_labels", "stated_interval", "verdict"]
+__all__ = [
+    "INSIDE",
+    "OUTSIDE",
+    "load_records",
+    "run_check",
+    "sample_labels",
+    "stated_interval",
+    "summary_line",
+    "verdict",
+]

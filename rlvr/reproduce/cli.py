@@ -13,7 +13,9 @@ Outputs are named after the script (``fig2.png``, ``fig2.csv``, ``table_kk.md``.
 (default ``rlvr-results/<grid>/`` in the working directory; ``rlvr-results/<grid>-smoke/``
 with ``--smoke``): the committed ``results/`` are written only when ``--out`` names them.
 ``--check DIR`` reruns a sample of the runs recorded in DIR and compares (``rlvr.reproduce.check``);
-``--compare OLD NEW`` sets two reports' claim verdicts side by side (``rlvr.reproduce.compare``).
+``--compare OLD NEW`` sets two reports' claim verdicts side by side (``rlvr.reproduce.compare``);
+``--power DIR`` prints DIR's claims with their precision and the draws and items that would
+decide them (``rlvr.reproduce.precision``).
 ``--from-verl DIR`` takes the training runs from a folder verl trained
 (``rlvr.integrations.verl.results``) and writes to ``DIR/results`` by default.
 Training runs and
@@ -43,7 +45,8 @@ from rlvr.reproduce.compare import run_compare
 from rlvr.reproduce.figures import FIGURES, NAMES, plan_for
 from rlvr.reproduce.grid import PLAN_NOTE, check_engines, get_grid, grid_names, plan_rows, validate
 from rlvr.reproduce.pool import prefetch
-from rlvr.reproduce.report import write_report
+from rlvr.reproduce.precision import TARGET, run_power
+from rlvr.reproduce.report import ORDER, write_report
 
 
 def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +61,8 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         default=None,
         help="rerun a sample of the runs recorded in DIR (e.g. results/tiny) and "
-        "say per number: bit-identical, within the stated interval, outside",
+        "say per number: bit-identical, inside or outside the 95%% prediction interval of "
+        "one new base x seed",
     )
     parser.add_argument(
         "--sample",
@@ -73,6 +77,19 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="print the paper's claims of two reproductions (folders or REPORT.md files) side "
         "by side, verdict changes marked",
+    )
+    parser.add_argument(
+        "--power",
+        metavar="DIR",
+        default=None,
+        help="print the claims of DIR with their 95%% half-width and minimum detectable effect, "
+        "their variance components, and the bases, seeds and items for a half-width <= --target",
+    )
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=TARGET,
+        help=f"with --power: the 95%% half-width to reach (default {TARGET})",
     )
     parser.add_argument(
         "--grid",
@@ -217,6 +234,8 @@ def run_reproduce(args: argparse.Namespace) -> int:
     grid_name(args)
     if args.compare:
         return run_compare(Path(args.compare[0]), Path(args.compare[1]))
+    if args.power:
+        return run_power(Path(args.power), list(ORDER), args.target)
     if args.check:
         return run_check(
             Path(args.check),
@@ -226,8 +245,8 @@ def run_reproduce(args: argparse.Namespace) -> int:
         )
     if not args.name:
         raise SystemExit(
-            "rlvr reproduce: name a figure or table (fig2, all...), or pass --check DIR or "
-            "--compare OLD NEW"
+            "rlvr reproduce: name a figure or table (fig2, all...), or pass --check DIR, "
+            "--power DIR or --compare OLD NEW"
         )
     if getattr(args, "engine", "native") == "verl":
         return write_verl(args)

@@ -16,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from rlvr.eval.stats import Interval, hierarchical_bootstrap_ci, verdict_close, verdict_greater
+from rlvr.eval.power import estimate_components, mde
+from rlvr.eval.stats import (
+    UNDERPOWERED,
+    Interval,
+    hierarchical_bootstrap_ci,
+    verdict_close,
+    verdict_greater,
+)
 from rlvr.repro import weights_sha256
 from rlvr.reproduce.common import Context, Output
 from rlvr.reproduce.runs import (
@@ -176,15 +183,15 @@ def per_item(ev: Evaluation, mode: str = "greedy", key: str = "correct") -> dict
     return {item: float(np.mean(v)) for item, v in acc.items()}
 
 
-def paired_items(
+def paired_matrix(
     a: Sequence[Evaluation], b: Sequence[Evaluation], mode: str = "greedy", key: str = "correct"
-) -> Interval:
-    """Mean per-item difference ``a - b`` with a hierarchical interval.
+) -> tuple[np.ndarray, list[int]]:
+    """The per-item difference ``a - b`` as a (paired draws x shared items) matrix, with the base
+    seed of each row.
 
-    Draws are paired by ``(base seed, RL seed)`` (the same base, the same prompt order); the
-    difference matrix (paired draws x shared items) is resampled over bases, draws and items.
-    Draws present in only one of ``a``, ``b`` are dropped; several evaluations of one draw
-    (one per evaluation set, their items named apart) are merged.
+    Draws are paired by ``(base seed, RL seed)`` (the same base, the same prompt order); draws
+    present in only one of ``a``, ``b`` are dropped; several evaluations of one draw (one per
+    evaluation set, their items named apart) are merged.
     """
 
     def by_unit(evs):
@@ -201,7 +208,40 @@ def paired_items(
     if not items:
         raise ValueError("paired_items: the two methods share no items")
     diff = np.array([[sa_all[u][k] - sb_all[u][k] for k in items] for u in units])
-    return hierarchical_bootstrap_ci(diff, [u[0] for u in units])
+    return diff, [u[0] for u in units]
+
+
+def paired_items(
+    a: Sequence[Evaluation], b: Sequence[Evaluation], mode: str = "greedy", key: str = "correct"
+) -> Interval:
+    """Mean per-item difference ``a - b`` with a hierarchical interval: the matrix of
+    ``paired_matrix`` resampled over bases, draws and items."""
+    diff, bases = paired_matrix(a, b, mode, key)
+    return hierarchical_bootstrap_ci(diff, bases)
+
+
+def precision(
+    diff: Interval, values: np.ndarray, bases: Sequence[int], confidence: float = 0.95
+) -> dict[str, Any]:
+    """What a claim records about its precision: the interval's half-width, the variance
+    components of ``values`` (draws x items, or one value per draw), the design, the standard
+    error of the mean under that design and the MDE at 80% power (``rlvr.eval.power``)."""
+    arr = np.asarray(values, dtype=float)
+    comp = estimate_components(arr, bases)
+    n_bases = len(set(bases))
+    design = {
+        "bases": n_bases,
+        "seeds": arr.shape[0] / n_bases,
+        "items": arr.shape[1] if arr.ndim == 2 else 1,
+    }
+    se = comp.se(design["bases"], design["seeds"], design["items"])
+    return {
+        "half_width": (diff.high - diff.low) / 2,
+        "se": se,
+        "mde": mde(se, confidence),
+        "components": comp.as_dict(),
+        "design": design,
+    }
 
 
 def item_scores(
@@ -235,28 +275,36 @@ def compare(
     mode: str = "greedy",
     key: str = "correct",
     close_margin: float | None = None,
+    margin: float | None = None,
     label: str = "",
 ) -> Interval:
-    """Decide ``claim`` from the paired per-item difference ``a - b`` and record it on ``out``."""
+    """Decide ``claim`` from the paired per-item difference ``a - b`` and record it on ``out``
+    with its precision (``precision``).
+
+    ``close_margin``: the claim is that ``a`` is close to ``b`` (``verdict_close``). Otherwise the
+    claim is that ``a`` beats ``b`` and ``margin`` (default: the grid's ``no_effect_margin``)
+    is the band inside which an interval around zero says "no effect beyond ±margin"."""
     sa, sb = item_scores(a, mode, key), item_scores(b, mode, key)
-    diff = paired_items(a, b, mode, key)
-    verdict = verdict_close(diff, close_margin) if close_margin else verdict_greater(diff)
+    matrix, bases = paired_matrix(a, b, mode, key)
+    diff = hierarchical_bootstrap_ci(matrix, bases)
+    if margin is None:
+        margin = out.ctx.grid.no_effect_margin
+    verdict = verdict_close(diff, close_margin) if close_margin else verdict_greater(diff, margin)
     what = "accuracy" if key == "correct" else key
-    units = {ev.unit for ev in a} & {ev.unit for ev in b}
-    n_bases = len({u[0] for u in units})
+    n_bases = len(set(bases))
     evidence = (
         f"paired per-item difference in {mode} {what} ({label or 'a - b'}): "
         f"{diff.mean:+.3f}, 95% CI [{diff.low:+.3f}, {diff.high:+.3f}] over {diff.n} items"
-        f" x {len(units)} run(s) on {n_bases} base(s)"
+        f" x {len(bases)} run(s) on {n_bases} base(s)"
         + (f"; 'close' means the CI lies within ±{close_margin}" if close_margin else "")
     )
     shared = [k for k in sa if k in sb]
     values = {sa[k] for k in shared} | {sb[k] for k in shared}
     if diff.n < 2:
-        verdict, evidence = "inconclusive", evidence + "; fewer than 2 items"
+        verdict, evidence = UNDERPOWERED, evidence + "; fewer than 2 items"
     elif len(values) == 1:
         # Both methods score every item identically at 0 (or 1): no evidence either way.
-        verdict = "inconclusive"
+        verdict = UNDERPOWERED
         evidence += (
             f"; both methods score {values.pop():g} on every item (floor/ceiling), "
             "so the comparison has no power"
@@ -270,6 +318,10 @@ def compare(
         diff_low=diff.low,
         diff_high=diff.high,
         n=diff.n,
+        margin=close_margin or margin,
+        close=bool(close_margin),
+        draws=[[b, float(v)] for b, v in zip(bases, matrix.mean(axis=1))],
+        **precision(diff, matrix, bases),
     )
     return diff
 
@@ -284,17 +336,20 @@ def paired_seed_claim(
     bases: Sequence[int] | None = None,
 ) -> Interval:
     """Decide ``claim`` from the per-draw paired difference ``a - b`` (runs of the same base
-    and seed); ``bases[i]`` is the base seed of draw ``i`` (default: one base)."""
+    and seed); ``bases[i]`` is the base seed of draw ``i`` (default: one base). These claims
+    state no margin (their units are the measure's own): held, reversed or underpowered."""
     bases = list(bases) if bases is not None else [0] * len(a)
     pairs = [(x, y, g) for x, y, g in zip(a, b, bases) if np.isfinite(x) and np.isfinite(y)]
     if not pairs:
-        out.claim(claim, setting, "inconclusive", f"no finite per-seed values of {what}")
+        out.claim(claim, setting, UNDERPOWERED, f"no finite per-seed values of {what}")
         return Interval(float("nan"), float("nan"), float("nan"), 0)
-    diff = hierarchical_bootstrap_ci([x - y for x, y, _ in pairs], [g for _, _, g in pairs])
+    d = np.array([x - y for x, y, _ in pairs])
+    groups = [g for _, _, g in pairs]
+    diff = hierarchical_bootstrap_ci(d, groups)
     verdict = verdict_greater(diff)
     note = "; one seed gives no interval, so the verdict cannot be 'held'" if diff.n < 2 else ""
-    if diff.n < 2 and verdict != "inconclusive":
-        verdict = "inconclusive"
+    if diff.n < 2:
+        verdict = UNDERPOWERED
     out.claim(
         claim,
         setting,
@@ -305,5 +360,7 @@ def paired_seed_claim(
         diff_low=diff.low,
         diff_high=diff.high,
         n=diff.n,
+        draws=[[g, float(v)] for g, v in zip(groups, d)],
+        **precision(diff, d, groups),
     )
     return diff

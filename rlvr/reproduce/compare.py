@@ -1,7 +1,8 @@
 """``rlvr reproduce --compare OLD NEW``: the paper's claims of two reproductions side by side.
 
 Each side is a results folder or its ``REPORT.md``; the claims are read back from the report's
-claims table (``rlvr.reproduce.report`` writes it: claim | setting | **verdict** | evidence), so
+claims table (``rlvr.reproduce.report`` writes it: claim | setting | **verdict** | half-width |
+MDE | evidence; reports before issue 28 have no half-width and MDE columns), so
 any committed report can be compared, e.g. an earlier commit's with
 ``git show REV:results/tiny/REPORT.md > /tmp/old.md``. Claims are matched by (claim, setting);
 one present on one side only is listed as such.
@@ -27,18 +28,21 @@ def read_claims(path: Path) -> list[dict[str, str]]:
     except ValueError:
         raise SystemExit(f"rlvr reproduce --compare: {report} has no claims section") from None
     claims = []
+    evidence = 3  # claim | setting | **verdict** | evidence (reports before the precision columns)
     for line in lines[start + 1 :]:
         if line.startswith("## "):
             break
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if not line.startswith("|") or len(cells) < 4 or cells[0] in ("claim", "---"):
+        if cells[0] == "claim" and "evidence" in cells:
+            evidence = cells.index("evidence")
+        if not line.startswith("|") or len(cells) <= evidence or cells[0] in ("claim", "---"):
             continue
         claims.append(
             {
                 "claim": cells[0],
                 "setting": cells[1],
                 "verdict": cells[2].strip("*"),
-                "evidence": " | ".join(cells[3:]),
+                "evidence": " | ".join(cells[evidence:]),
             }
         )
     return claims

@@ -92,6 +92,10 @@ class Grid:
     needs_gpu: bool = False
     #: Margin (absolute accuracy) within which "Reverse is close to GRPO" counts as held.
     close_margin: float = 0.05
+    #: Margin (absolute accuracy) inside which an interval around zero is reported as "no effect
+    #: beyond ±margin" rather than underpowered: issue 28's precision target, just above the
+    #: smallest gain the paper reports (+2.7 points on math).
+    no_effect_margin: float = 0.03
     #: Continued-SFT references at the RL run's compute, in forward-backward tokens.
     sft_reference: bool = True
     #: Base builds per setting (``tiny-kk``, ``tiny-kk@1``...): each method is trained on each

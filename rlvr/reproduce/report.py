@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rlvr.reproduce import paper_numbers
 from rlvr.reproduce.common import Context, markdown_table, versions
+from rlvr.reproduce.precision import CLAIMS_HEADER, claims_rows, restate
 
 #: The heading of the claims table; ``rlvr.reproduce.compare`` reads the table back under it.
 CLAIMS_HEADING = "## The paper's claims at this scale"
@@ -35,9 +36,26 @@ CAPTIONS = {
 PLAIN = {
     "held": "held at this scale",
     "reversed": "did NOT hold: the opposite was observed at this scale",
-    "not held": "did NOT hold at this scale",
-    "inconclusive": "was not shown at this scale (the interval includes no effect)",
+    "underpowered": "was not decided at this scale: the interval includes no effect",
 }
+
+
+def plain(c: dict) -> str:
+    """The verdict of claim ``c`` in words, with its MDE when underpowered."""
+    v = c["verdict"]
+    if v.startswith("no effect beyond"):
+        return f"{v} at this scale: the interval includes zero and lies inside ±{c['margin']:g}"
+    text = PLAIN.get(v, v)
+    if v == "underpowered" and "no power" in c.get("evidence", ""):
+        return "was not decided at this scale: both methods score alike on every item (no power)"
+    if v == "underpowered" and c.get("close"):
+        text = f"was not decided at this scale: the interval crosses the margin ±{c['margin']:g}"
+    elif v == "underpowered" and c.get("margin"):
+        text += f" and reaches beyond ±{c['margin']:g}"
+    if v == "underpowered":
+        if c.get("mde") is not None and c["mde"] == c["mde"]:  # nan: unmeasured
+            text += f"; only an effect of {c['mde']:.3f} or more would be seen at 80% power"
+    return text
 
 
 def _strip_header(text: str) -> str:
@@ -100,21 +118,26 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
             "code path end to end. Its numbers say nothing about the methods.",
             "",
         ]
-    claims = [c for m in metas.values() for c in m.get("claims", [])]
+    claims = [restate(m, c) for m in metas.values() for c in m.get("claims", [])]
     lines += [CLAIMS_HEADING, ""]
     if claims:
-        rows = [[c["claim"], c["setting"], f"**{c['verdict']}**", c["evidence"]] for c in claims]
-        lines += [markdown_table(["claim", "setting", "verdict", "evidence"], rows), ""]
-        lines += [
-            f"- {c['claim']} ({c['setting']}): {PLAIN.get(c['verdict'], c['verdict'])}."
-            for c in claims
-        ]
+        lines += [markdown_table(CLAIMS_HEADER, claims_rows(claims)), ""]
+        lines += [f"- {c['claim']} ({c['setting']}): {plain(c)}." for c in claims]
         lines += [
             "",
             "Verdicts come from 95% bootstrap intervals of paired differences (per item for "
             "accuracies, per run for training curves), resampled over base builds, runs on "
-            "each base and items: *held* when the interval lies on the "
-            "claimed side of zero (or, for 'close', inside the margin), *inconclusive* otherwise.",
+            "each base and items: *held* when the interval lies on the claimed side of zero "
+            "(or, for 'close', inside the margin), *reversed* when on the other side (for "
+            "'close': wholly outside the margin), *no effect beyond ±X* when it includes zero "
+            "and lies inside the stated margin X, *underpowered* otherwise. The half-width is "
+            "the interval's; the MDE is the smallest effect a two-sided 5% test would detect "
+            "with 80% power, (z_0.975 + z_0.8) x SE = 2.80 x SE (Bloom 1995), with SE^2 = "
+            "s2_base/B + s2_seed/(B S) + s2_item/n + s2_resid/(B S n) from the claim's "
+            "variance components over B bases x S RL seeds x n items (Searle, Casella & "
+            "McCulloch 1992; `rlvr.eval.power`). `rlvr reproduce --power <this folder>` "
+            "prints the components and the bases, seeds and items that would give a "
+            "half-width of 0.03.",
             "",
         ]
     else:
