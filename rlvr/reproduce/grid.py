@@ -393,9 +393,19 @@ def _rollout_memory(setting: Setting, cfg, gpus: int, trainer: int, gmu: float |
         need = weights + overhead + sequences * tokens * per_token // tp
         gmu = math.ceil(100 * need / total) / 100
     return RolloutMemory(
-        setting.gpu, engines, sequences, tokens, per_token, tp, weights, overhead, trainer,
-        total, gmu, **kw,
-    )  # fmt: skip
+        gpu=setting.gpu,
+        engines=engines,
+        sequences=sequences,
+        tokens=tokens,
+        kv_per_token=per_token,
+        tensor_parallel=tp,
+        weights=weights,
+        overhead=overhead,
+        trainer=trainer,
+        total=total,
+        gpu_memory_utilization=gmu,
+        **kw,
+    )
 
 
 def verl_rollout_memory(setting: Setting, cfg, gpus: int) -> RolloutMemory:

@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -358,7 +359,12 @@ def model_view(source: str, out: Path, drop: list[str]) -> Path:
         if entry.name not in drop:
             (tmp / entry.name).symlink_to(entry.resolve())
     (tmp / record.name).write_text(json.dumps({**meta, "snapshot": str(snapshot)}, indent=2))
-    tmp.rename(out)
+    try:
+        tmp.rename(out)
+    except OSError:  # another run wrote it meanwhile: keep that one
+        shutil.rmtree(tmp)
+        if not record.exists():
+            raise
     return out
 
 
