@@ -286,9 +286,11 @@ def test_the_actor_loads_without_flash_attn(composed, tmp_path):
 def test_sdpa_keeps_packed_sequences_apart():
     """verl packs a micro-batch into one row without an attention mask (``use_remove_padding``,
     ``engine/fsdp/transformer_impl.py`` ~1182-1190: ``input_ids.values()`` and restarting
-    ``position_ids``); with SDPA, this transformers masks each sequence off the others from the
-    position ids (``masking_utils.find_packed_sequence_indices``): the packed logits equal those
-    of each sequence alone."""
+    ``position_ids``) and calls the model with ``use_cache=False`` (~1566); with SDPA, this
+    transformers then masks each sequence off the others from the position ids
+    (``masking_utils._preprocess_mask_arguments``: only without a cache and a 2D mask;
+    ``find_packed_sequence_indices``): the packed logits equal those of each sequence alone.
+    (With a cache, as in generation, it does not: the last assertion.)"""
     import torch
 
     from rlvr.models import load_model
@@ -298,8 +300,10 @@ def test_sdpa_keeps_packed_sequences_apart():
     model.eval()
     a, b = torch.arange(3, 14).unsqueeze(0), torch.arange(20, 27).unsqueeze(0)
     with torch.no_grad():
-        alone = [model(input_ids=x).logits[0] for x in (a, b)]
+        alone = torch.cat([model(input_ids=x, use_cache=False).logits[0] for x in (a, b)])
         packed_ids = torch.cat([a, b], dim=1)
         pos = torch.cat([torch.arange(a.shape[1]), torch.arange(b.shape[1])]).unsqueeze(0)
-        packed = model(input_ids=packed_ids, position_ids=pos).logits[0]
-    torch.testing.assert_close(packed, torch.cat(alone), rtol=1e-5, atol=1e-5)
+        packed = model(input_ids=packed_ids, position_ids=pos, use_cache=False).logits[0]
+        cached = model(input_ids=packed_ids, position_ids=pos, use_cache=True).logits[0]
+    torch.testing.assert_close(packed, alone, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(cached[a.shape[1] :], alone[a.shape[1] :], atol=1e-3)
