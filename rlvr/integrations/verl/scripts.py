@@ -327,7 +327,8 @@ fi
 
 MODEL_VIEW = """# {model}: hf_overrides remove {keys} for vLLM, which must then not find {files}
 # in the model folder (rlvr.agents.rollout.vllm.UNSUPPORTED_FILES): the actor and vLLM read a view
-# of the hub snapshot without them (links to every other file).
+# of the hub snapshot without them (links into this node's Hugging Face cache: on several nodes,
+# keep HF_HOME on the shared filesystem).
 MODEL_VIEW="${{RLVR_MODEL_VIEWS:-$ROOT/models}}/{slug}"
 "$PYTHON" -m rlvr.integrations.verl.scripts model-view {model} --out "$MODEL_VIEW" {drop}
 OVERRIDES+=("actor_rollout_ref.model.path=$MODEL_VIEW")
