@@ -10,13 +10,21 @@
 3. Training: ``Trainer`` with ``device=cuda dtype=bfloat16 gradient_checkpointing=true``,
    ``algo=grpo_sg`` for 30 steps, and a CPU fp32 run of the same seed for 2 steps. Checked:
    step 1 of both agrees within sampling noise (reward, mean token log-prob), every loss and
-   gradient norm is finite, the parameters stay fp32 (master weights of mixed precision), and
-   training moved them; a 3-step run at lr 1e-5 must still move them (a bf16 copy would round
-   those updates away); one step with checkpointing peaks lower than one without.
-4. Prints step time, tokens/s and peak memory; exits 1 when a check fails.
+   gradient norm is finite, the parameters stay fp32 (master weights of mixed precision); one
+   step with checkpointing peaks lower than one without.
+4. Updates: the trainer's own update (``Trainer.updater``: autocast, checkpointing, AdamW on the
+   fp32 master weights) on a fixed batch of SFT traces with fixed advantages (+1 / -1 by
+   sequence), so that the gradient never depends on the sampled rewards: one update at the
+   run's lr must move the parameters, and three at lr 1e-5 must too (a bf16 copy of the weights
+   would round those updates away).
+5. Prints step time, tokens/s and peak memory; exits 1 when a check fails.
+
+Every check means the same whatever rewards the base's samples get (a base whose groups all
+have equal rewards gives GRPO no gradient, so no check reads the rollouts' gradient).
 
 Without CUDA (or with ``GPU_CHECK_DEVICE=cpu``) a reduced variant runs everything on the CPU in
-fp32 (short SFT and runs, no memory comparison), so that this file is known to run.
+fp32 (2 SFT steps, short runs, no memory comparison) in about a minute; the test suite runs it
+(``tests/test_gpu_check.py``), so that this file cannot rot.
 """
 
 from __future__ import annotations
@@ -68,7 +76,8 @@ def reward_spread(model, tok, n: int = 64) -> float:
 
 
 def build_base(out: Path, steps: int, device: torch.device, rounds: int) -> Path:
-    """Micro + SFT in rounds of ``steps`` until sampled rewards differ (at most ``rounds``)."""
+    """Micro + SFT in rounds of ``steps`` until sampled rewards differ (at most ``rounds``; with
+    one round, no sampling: the checks do not need the spread, only a realistic GPU run does)."""
     from rlvr.models import load_model, traces
     from rlvr.models.sft import SFTConfig, sft
 
@@ -82,17 +91,22 @@ def build_base(out: Path, steps: int, device: torch.device, rounds: int) -> Path
             tok,
             stream,
             SFTConfig(
-                steps=steps, batch_size=32, lr=3e-3, warmup_steps=10, seed=r, max_length=1024
+                steps=steps,
+                batch_size=32 if steps > 10 else 4,
+                lr=3e-3,
+                warmup_steps=min(10, steps // 2),
+                seed=r,
+                max_length=1024,
             ),
             progress=False,
         )
-        spread = reward_spread(model, tok)
+        spread = reward_spread(model, tok) if rounds > 1 else float("nan")
         log(
             f"base: micro + {(r + 1) * steps} SFT steps on {device.type} "
             f"({time.perf_counter() - t0:.1f} s, loss {stats['loss_ema']}); sampled reward std "
             f"{spread:.3f}"
         )
-        if spread > 0:
+        if not spread == 0:  # above zero, or not measured
             break
     model.to("cpu").save_pretrained(out)
     tok.save_pretrained(out)
@@ -178,6 +192,7 @@ def train(
     ckpt: bool,
     prompts: int,
     group: int,
+    response: int = 96,
     **extra,
 ):
     from rlvr.agents.train_config import load_train_config
@@ -201,7 +216,7 @@ def train(
             "progress": False,
             "save_every": 0,
             "env_kwargs": dict(KK),
-            "rollout": {"max_prompt_tokens": 384, "max_response_tokens": 96},
+            "rollout": {"max_prompt_tokens": 384, "max_response_tokens": response},
             **extra,
         }
     )
@@ -217,6 +232,61 @@ def train(
     total = sum(v.numel() for v in start.values())
     dtypes = {str(p.dtype) for p in trainer.model.parameters()}
     return records, moved / total, dtypes, wall
+
+
+def fixed_update(base: Path, out: Path, *, device: str, dtype: str, updates: int, **extra):
+    """``updates`` calls of the trainer's own update (``Trainer.updater``) on the fixed batch of
+    SFT traces with fixed advantages (+1 / -1 by sequence); returns the share of parameters that
+    changed, the last update's metrics and the parameter dtypes."""
+    from transformers import AutoTokenizer
+
+    from rlvr.agents.rollout.base import collate
+    from rlvr.agents.train_config import load_train_config
+    from rlvr.agents.trainer import Trainer
+
+    tok = AutoTokenizer.from_pretrained(base)
+    batch = fixed_batch(tok)
+    prompts, responses = [p for p, _ in batch], [r for _, r in batch]
+    rollout = collate(
+        prompts,
+        responses,
+        [[1] * len(r) for r in responses],
+        [[0.0] * len(r) for r in responses],
+        ["eos"] * len(batch),
+        tok.pad_token_id if tok.pad_token_id is not None else 0,
+    )
+    advantages = torch.tensor([1.0 if i % 2 == 0 else -1.0 for i in range(len(batch))])
+    cfg = load_train_config(
+        {
+            "profile": "micro",
+            "env": "kk",
+            "algo": "grpo_sg",
+            "model": str(base),
+            "seed": 0,
+            "out": str(out),
+            "device": device,
+            "dtype": dtype,
+            "gradient_checkpointing": True,
+            "prompts_per_step": len(batch),
+            "group_size": 1,
+            "num_threads": 0,
+            "progress": False,
+            "save_every": 0,
+            "env_kwargs": dict(KK),
+            "rollout": {"max_prompt_tokens": 1024, "max_response_tokens": rollout.n_response},
+            **extra,
+        }
+    )
+    trainer = Trainer(cfg)
+    start = {n: p.detach().float().cpu().clone() for n, p in trainer.model.named_parameters()}
+    for step in range(1, updates + 1):
+        metrics = trainer.updater.update(rollout, advantages, step)
+    moved = sum(
+        int((p.detach().float().cpu() != start[n]).sum())
+        for n, p in trainer.model.named_parameters()
+    )
+    dtypes = {str(p.dtype) for p in trainer.model.parameters()}
+    return moved / sum(v.numel() for v in start.values()), metrics, dtypes
 
 
 def summary(records) -> str:
@@ -241,10 +311,10 @@ def main() -> int:
     )
     work = Path(args.work or tempfile.mkdtemp(prefix="rlvr-gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
-    base = build_base(work / "base", 300 if full else 20, device, rounds=4 if full else 1)
+    base = build_base(work / "base", 300 if full else 2, device, rounds=4 if full else 1)
     numerics(base, device)
 
-    steps, prompts, group = (30, 16, 8) if full else (3, 4, 4)
+    steps, prompts, group, response = (30, 16, 8, 96) if full else (2, 2, 2, 24)
     dtype = "bfloat16" if cuda else "float32"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -257,6 +327,7 @@ def main() -> int:
         ckpt=True,
         prompts=prompts,
         group=group,
+        response=response,
     )
     peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else float("nan")
     step_s = [r["time/step_s"] for r in recs]
@@ -265,29 +336,25 @@ def main() -> int:
         f"median {sorted(step_s)[len(step_s) // 2]:.3f} s; tokens/s "
         f"{sum(r['tokens/s'] for r in recs) / len(recs):.0f}; peak memory {peak:.0f} MiB"
     )
-    log(f"step 1 on {device.type}: {summary(recs)}; last step reward {recs[-1]['reward/mean']:.3f}")
+    log(
+        f"step 1 on {device.type}: {summary(recs)}; last step reward {recs[-1]['reward/mean']:.3f}"
+        f"; {moved:.1%} of parameters changed over the run (share of groups with equal rewards "
+        f"at step 1: {recs[0]['groups/zero_std']:.2f})"
+    )
     finite = all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in recs)
     check(finite, "every loss and gradient norm is finite")
     check(dtypes == {"torch.float32"}, f"parameters stay fp32 under dtype={dtype} ({dtypes})")
-    if any(r["grad_norm"] > 0 for r in recs) or full:
-        zero = recs[0]["groups/zero_std"]
-        check(
-            moved > 0.5,
-            f"training moved the weights ({moved:.1%} of parameters changed; "
-            f"share of groups with equal rewards at step 1: {zero:.2f})",
-        )
-    else:
-        log("SKIP weights-moved check: the short CPU base gives equal rewards in every group")
 
     cpu_recs, _, _, _ = train(
         base,
         work / "cpu",
         device="cpu",
         dtype="float32",
-        steps=2,
+        steps=1,
         ckpt=False,
         prompts=prompts,
         group=group,
+        response=response,
     )
     log(f"step 1 on cpu fp32: {summary(cpu_recs)}")
     a, b = recs[0], cpu_recs[0]
@@ -300,28 +367,23 @@ def main() -> int:
         "step-1 mean token log-prob agrees with the CPU fp32 run",
     )
 
-    small, small_moved, _, _ = train(
-        base,
-        work / "small-lr",
-        device=device.type,
-        dtype=dtype,
-        steps=3,
-        ckpt=True,
-        prompts=prompts,
-        group=group,
-        optim={"lr": 1e-5},
+    # The updates, on fixed advantages: meaningful whatever the base's rewards.
+    share, last, dtypes = fixed_update(
+        base, work / "fixed", device=device.type, dtype=dtype, updates=1
     )
-    stepped = sum(r["update/optimizer_steps"] for r in small) and any(
-        r["grad_norm"] > 0 for r in small
+    check(
+        math.isfinite(last["loss"]) and last["grad_norm"] > 0 and share > 0.5,
+        f"an update on fixed advantages moves the weights ({share:.1%} of parameters changed; "
+        f"grad norm {last['grad_norm']:.3g}, parameters {sorted(dtypes)})",
     )
-    if stepped:
-        check(
-            small_moved > 0.5,
-            f"lr 1e-5 updates are kept ({small_moved:.1%} of parameters "
-            "changed; bf16 weights would round them away)",
-        )
-    else:
-        log("SKIP lr 1e-5 check: no gradient in its 3 steps (equal rewards in every group)")
+    share, last, _ = fixed_update(
+        base, work / "small-lr", device=device.type, dtype=dtype, updates=3, optim={"lr": 1e-5}
+    )
+    check(
+        last["update/optimizer_steps"] >= 1 and share > 0.5,
+        f"lr 1e-5 updates are kept ({share:.1%} of parameters changed after 3 updates on fixed "
+        "advantages; bf16 weights would round them away)",
+    )
 
     if cuda:
         peaks = {}

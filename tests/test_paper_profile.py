@@ -191,3 +191,32 @@ def test_fetch_data_targets_and_round_trip(tmp_path, monkeypatch):
     from rlvr.envs.math.data import load_dataset as load_math
 
     assert load_math("agentica-org/DeepScaleR-Preview-Dataset", "train")[0]["ground_truth"] == "2"
+
+
+def test_rollout_memory_plan():
+    """The KV cache facts behind the plan (issue 25): Qwen2.5-7B keeps 56 KiB of bf16 K and V per
+    token (28 layers x 4 KV heads x 128 x 2 x 2 B), so one sequence at its 1,010,000-token
+    max_position_embeddings needs ~54 GiB; at the paper's 400 + 4096 tokens and 512 rollouts
+    over 8 engines, each engine holds 64 sequences. The sized ``gpu_memory_utilization`` holds
+    them all; the profile's constant 0.3 on one H200 holds fewer for the 3B native run, and the
+    plan says how many."""
+    s7 = PAPER.settings["kk-7b"]
+    assert grid.kv_bytes_per_token(s7.arch) == 57344
+    assert 1_010_000 * 57344 / 2**30 == pytest.approx(53.9, abs=0.05)
+    cfg = train_config(s7, "grpo", 0)
+    mem = grid.verl_rollout_memory(s7, cfg, grid.verl_gpus(s7, cfg))
+    assert (mem.engines, mem.sequences, mem.tokens) == (8, 64, 4496)
+    assert mem.fits and mem.kv_sequences >= 64 and not mem.optimizer_offload
+    assert mem.gpu_memory_utilization == pytest.approx(0.43)
+    # Three GPUs: AdamW leaves for CPU memory so that the KV cache fits; two: nothing fits.
+    three = grid.verl_rollout_memory(s7, cfg, 3)
+    assert three.fits and three.optimizer_offload and three.kv_sequences >= three.sequences
+    assert not grid.verl_rollout_memory(s7, cfg, 2).fits
+    native = grid.native_rollout_memory(
+        PAPER.settings["kk"], train_config(PAPER.settings["kk"], "grpo", 0)
+    )
+    assert native.gpu_memory_utilization == 0.3 and 0 < native.kv_sequences < native.sequences
+    rows = {r["setting"]: r for r in grid.plan_rows(PAPER)}
+    assert rows["kk-7b"]["vllm_gmu"] == 0.43 and rows["kk-7b"]["kv_holds"] == "64/64"
+    assert rows["kk"]["kv_holds"] == f"{native.kv_sequences}/512"
+    assert "kv_GiB_per_gpu" in grid.PLAN_NOTE

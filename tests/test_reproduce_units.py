@@ -128,6 +128,7 @@ def test_cli_paper_without_gpu_prints_the_plan(tmp_path, capsys):
     assert main(["reproduce", "fig2", "--grid", "paper", "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert "not started: no GPU" in text and "Qwen/Qwen2.5-7B-Instruct-1M" in text
+    assert "| vllm_gmu | kv_GiB_per_gpu | kv_holds |" in text and "64/64" in text
     assert (tmp_path / "plan.md").read_text().startswith("# Plan")
     # --profile, the old name of --grid, still works and says so
     assert main(["reproduce", "fig2", "--profile", "paper", "--out", str(tmp_path)]) == 0

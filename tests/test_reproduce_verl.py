@@ -226,7 +226,7 @@ CASES = [
     ({"rollout.max_response_tokens": 1024}, {"data.max_response_length": 1024}),
     ({"rollout.vllm_gpu_memory_utilization": 0.6}, {R + "gpu_memory_utilization": 0.6}),
     ({"rollout.vllm_enforce_eager": True}, {R + "enforce_eager": True}),
-    ({"rollout.vllm_max_model_len": 0}, {R + "max_model_len": None}),
+    ({"rollout.vllm_max_model_len": 0}, {R + "max_model_len": 400 + 4096}),
     ({"rollout.vllm_max_model_len": 8192}, {R + "max_model_len": 8192}),
     ({"rollout.vllm_sleep_mode": False}, {R + "free_cache_engine": False}),
     ({"rollout.tensor_parallel_size": 2}, {R + "tensor_model_parallel_size": 2}),
@@ -555,3 +555,136 @@ def test_wall_time_bound_counts_generation_updates_and_validation():
     assert estimate_hours(setting, cfg, 2, flat, 100) == pytest.approx(
         (flops + extra) / (2 * 989e12 * 0.15) / 3600
     )
+
+
+# -- what reaches vLLM and the actor (issue 25) ----------------------------------------------------
+#: Qwen2.5-7B-Instruct-1M's config.json, with the fields of its model card (no download).
+CARD_1M = json.loads(
+    (Path(__file__).parent / "data" / "qwen2.5-7b-instruct-1m.config.json").read_text()
+)
+
+
+def test_every_config_has_a_numeric_max_model_len(launch):
+    """verl takes the model's max_position_embeddings when ``rollout.max_model_len`` is null
+    (1,010,000 for Qwen2.5-7B-Instruct-1M, ``vllm_async_server.py`` ~1104): every generated
+    config sets the run's prompt + response budget instead."""
+    out, rows = launch
+    assert len(rows) == 84
+    for row in rows:
+        config, record = load(out, row["run_key"])
+        rollout = config["actor_rollout_ref"]["rollout"]
+        budget = config["data"]["max_prompt_length"] + config["data"]["max_response_length"]
+        assert type(rollout["max_model_len"]) is int and rollout["max_model_len"] == budget
+        assert record["memory"]["max_model_len"] == budget
+
+
+def test_dual_chunk_attention_is_removed_for_the_models_that_have_it(launch):
+    """The grid's facts of Qwen2.5-7B-Instruct-1M agree with its config.json (the fixture), and
+    every run of it, and no other, removes ``dual_chunk_attention_config`` through
+    ``engine_kwargs.vllm.hf_overrides``, recorded in rlvr_run.json."""
+    from rlvr.agents.rollout.vllm import hf_overrides
+
+    arch = get_grid("paper").settings["kk-7b"].arch
+    shape = {"hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads"}
+    shape |= {
+        "kv_heads": "num_key_value_heads",
+        "inter": "intermediate_size",
+        "vocab": "vocab_size",
+    }
+    assert {k: CARD_1M[v] for k, v in shape.items()} == {k: arch[k] for k in shape}
+    assert hf_overrides(arch) == hf_overrides(CARD_1M) == {"dual_chunk_attention_config": None}
+    out, rows = launch
+    models = set()
+    for row in rows:
+        config, record = load(out, row["run_key"])
+        vllm_args = config["actor_rollout_ref"]["rollout"].get("engine_kwargs", {}).get("vllm", {})
+        if record["model"] == "Qwen/Qwen2.5-7B-Instruct-1M":
+            models.add(record["setting"])
+            assert vllm_args == {"hf_overrides": {"dual_chunk_attention_config": None}}
+            assert record["hf_overrides"] == vllm_args["hf_overrides"]
+            assert set(record["removed_config_keys"]) == {"dual_chunk_attention_config"}
+        else:
+            assert vllm_args == {} and record["hf_overrides"] == {}
+    assert models == {"kk-7b"}
+
+
+def test_the_actor_uses_sdpa_and_the_readme_says_why(launch):
+    out, rows = launch
+    for row in rows:
+        config, record = load(out, row["run_key"])
+        model = config["actor_rollout_ref"]["model"]
+        assert model["override_config"] == {"attn_implementation": "sdpa"}
+        assert record["attn_implementation"] == "sdpa"
+    readme = (out / "README.md").read_text()
+    assert "verl[vllm]==0.9.1" in readme and "`sdpa`" in readme and "flash-attn" in readme
+
+
+def test_gpu_memory_utilization_comes_from_the_plan(launch):
+    """Each run's ``gpu_memory_utilization`` is its memory plan's: the KV cache it leaves holds
+    every rollout of the engine at full length, beside the FSDP shards, within the GPU; the
+    README prints the plan per run."""
+    from rlvr.reproduce.grid import GPUS
+
+    out, rows = launch
+    readme = (out / "README.md").read_text()
+    for row in rows:
+        config, record = load(out, row["run_key"])
+        mem = record["memory"]
+        rollout = config["actor_rollout_ref"]["rollout"]
+        assert rollout["gpu_memory_utilization"] == mem["gpu_memory_utilization"] < 1
+        assert mem["kv_sequences"] >= mem["sequences_per_engine"]
+        per_token = mem["kv_bytes_per_token"] * mem["max_model_len"]
+        assert mem["kv_cache_GiB"] * 2**30 >= 0.99 * mem["sequences_per_engine"] * per_token
+        used = mem["trainer_resident_GiB"] + mem["gpu_memory_utilization"] * GPUS[record["gpu"]]
+        assert used <= GPUS[record["gpu"]] - 1.0
+        assert (
+            f"{mem['gpu_memory_utilization']:.2f}, KV {mem['kv_cache_GiB']:.1f} GiB/GPU" in readme
+        )
+    assert len({load(out, r["run_key"])[1]["memory"]["gpu_memory_utilization"] for r in rows}) > 1
+
+
+def test_a_1m_run_reads_a_model_view_without_the_sparse_attention_file(launch, tmp_path):
+    """vLLM's verify step writes a model folder's sparse_attention_config.json into
+    ``dual_chunk_attention_config``, which the override made None: a kk-7b run.sh points the actor
+    and vLLM at a view of the snapshot without that file (and only kk-7b runs do)."""
+    from rlvr.integrations.verl.scripts import model_view
+
+    out, rows = launch
+    for row in rows:
+        text = (out / "runs" / row["run_key"] / "run.sh").read_text()
+        assert ("model-view" in text) == (row["setting"] == "kk-7b"), row["run_key"]
+    run = out / "runs" / "kk-7b__grpo__seed0"
+    proc = run_script(run / "run.sh", tmp_path, RLVR_MODEL_VIEWS=str(tmp_path / "views"))
+    assert proc.returncode == 0, proc.stderr
+    log = (tmp_path / "log").read_text().splitlines()
+    view = tmp_path / "views" / "Qwen--Qwen2.5-7B-Instruct-1M"
+    assert any(
+        line.startswith("rlvr.integrations.verl.scripts model-view Qwen/Qwen2.5-7B-Instruct-1M ")
+        and f"--out {view} --drop sparse_attention_config.json" in line
+        for line in log
+    ), log
+    main_call = [line for line in log if line.startswith("rlvr.integrations.verl.main")]
+    assert f"actor_rollout_ref.model.path={view}" in main_call[0]
+    (run / "DONE").unlink()
+
+    # The view itself, from a local snapshot with the model card's files.
+    snap = tmp_path / "snapshot"
+    snap.mkdir()
+    (snap / "config.json").write_text(json.dumps(CARD_1M))
+    (snap / "sparse_attention_config.json").write_text("{}")
+    (snap / "model-00001-of-00004.safetensors").write_bytes(b"\0" * 16)
+    (snap / "tokenizer.json").write_text("{}")
+    got = model_view(str(snap), tmp_path / "v", ["sparse_attention_config.json"])
+    names = sorted(p.name for p in got.iterdir())
+    assert names == [
+        "config.json",
+        "model-00001-of-00004.safetensors",
+        "rlvr_model_view.json",
+        "tokenizer.json",
+    ]
+    assert json.loads((got / "config.json").read_text()) == CARD_1M
+    assert (got / "tokenizer.json").resolve() == (snap / "tokenizer.json").resolve()
+    assert model_view(str(snap), tmp_path / "v", ["sparse_attention_config.json"]) == got
+    with pytest.raises(SystemExit, match="already"):
+        model_view(str(snap), tmp_path / "v", [])
+    assert main(["model-view", str(snap), "--out", str(tmp_path / "w"), "--drop", "x"]) == 0

@@ -308,6 +308,8 @@ def test_trainer_step_sleeps_the_engine_around_the_update(fake_vllm, tmp_path):
     assert llm.kwargs["max_model_len"] == 96 + 16
     assert llm.kwargs["logprobs_mode"] == "processed_logprobs"
     trainer.train()
+    engine = json.loads((tmp_path / "vllm_engine.json").read_text())
+    assert engine["max_model_len"] == 96 + 16 and engine["hf_overrides"] == {}
     names = [c[0] for c in llm.calls]
     assert names.index("sleep") > names.index("generate")
     assert llm.calls[names.index("sleep") + 1 :] == [
@@ -317,3 +319,54 @@ def test_trainer_step_sleeps_the_engine_around_the_update(fake_vllm, tmp_path):
     ]
     for name, p in trainer.model.state_dict().items():
         assert torch.equal(llm.hf.state_dict()[name].to(p.dtype), p)
+
+
+#: The fields of Qwen2.5-7B-Instruct-1M's config.json (its model card on the Hugging Face hub),
+#: written here without a download.
+CARD_1M = json.loads(
+    (Path(__file__).parent / "data" / "qwen2.5-7b-instruct-1m.config.json").read_text()
+)
+
+
+def _as_vllm_loads(path: str, overrides: dict):
+    """The model config as vLLM loads it with ``hf_overrides``: non-dict values are set on the
+    loaded Hugging Face config (vLLM 0.32 ``config/model.py`` ~605-619 and
+    ``transformers_utils/config.py`` ~926-928, ``config.update(hf_overrides_kw)``)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path)
+    config.update({k: v for k, v in overrides.items() if not isinstance(v, dict)})
+    return config
+
+
+def test_dual_chunk_attention_is_removed_through_hf_overrides(fake_vllm):
+    """A model whose config carries ``dual_chunk_attention_config`` (Qwen2.5-7B-Instruct-1M)
+    starts vLLM with ``hf_overrides`` that remove it: vLLM's Qwen2 reads it with
+    ``getattr(config, "dual_chunk_attention_config", None)`` and hands the attention backend
+    ``layer_idx`` only when it is set (``model_executor/models/qwen2.py`` ~191, ~249)."""
+    from rlvr.agents.rollout.vllm import hf_overrides
+
+    assert hf_overrides(CARD_1M) == {"dual_chunk_attention_config": None}
+    model, tok = load_model("micro", seed=1)
+    plain = _backend(model, tok)
+    assert "hf_overrides" not in FakeLLM.last.kwargs
+    assert plain.engine_record["hf_overrides"] == {}
+
+    model.config.dual_chunk_attention_config = CARD_1M["dual_chunk_attention_config"]
+    b = _backend(model, tok)
+    kw = FakeLLM.last.kwargs
+    assert kw["hf_overrides"] == {"dual_chunk_attention_config": None}
+    path = Path(kw["model"])
+    saved = json.loads((path / "config.json").read_text())
+    assert saved["dual_chunk_attention_config"] == CARD_1M["dual_chunk_attention_config"]
+    loaded = _as_vllm_loads(str(path), kw["hf_overrides"])
+    assert getattr(loaded, "dual_chunk_attention_config", None) is None
+    # vLLM's verify_dual_chunk_attention_config writes a sparse_attention_config.json of the
+    # model folder into that key; the folder from_model saves has none.
+    assert not (path / "sparse_attention_config.json").exists()
+    removed = b.engine_record["removed_config_keys"]
+    assert (
+        list(removed) == ["dual_chunk_attention_config"]
+        and "33470" in removed["dual_chunk_attention_config"]
+    )
+    assert b.engine_record["max_model_len"] == 24 + 8

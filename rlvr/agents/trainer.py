@@ -20,6 +20,7 @@ scheduler, RNG states, data position), so a resumed run repeats an uninterrupted
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import random
 import sys
@@ -485,6 +486,9 @@ class Trainer:
                 file=sys.stderr,
             )
         dump_yaml(cfg, self.out / "config.yaml")
+        engine = getattr(self.backend, "engine_record", None)
+        if engine:  # the vLLM engine's settings, hf_overrides included (rollout/vllm.py)
+            (self.out / "vllm_engine.json").write_text(json.dumps(engine, indent=2) + "\n")
         records = []
         from tqdm.auto import tqdm
 

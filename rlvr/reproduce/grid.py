@@ -309,9 +309,140 @@ def verl_gpus(setting: Setting, cfg) -> int:
     return 2 ** math.ceil(math.log2(need))
 
 
+#: vLLM's memory beyond its weights and KV cache: the activation peak of its profiling run, CUDA
+#: graphs, sampler and NCCL buffers. An allowance: vLLM measures them at start-up and sizes the KV
+#: cache from what ``gpu_memory_utilization`` leaves after weights and these (vLLM
+#: ``v1/worker/gpu_worker.py``, ``determine_available_memory``).
+VLLM_OVERHEAD_GIB = 4.0
+
+
+def kv_bytes_per_token(arch: dict[str, int]) -> int:
+    """KV cache of one token in bf16: K and V x layers x kv_heads x head_dim x 2 bytes."""
+    head_dim = arch["hidden"] // arch["heads"]
+    return 2 * arch["layers"] * arch["kv_heads"] * head_dim * 2
+
+
+@dataclass(frozen=True)
+class RolloutMemory:
+    """One GPU while vLLM generates a step's rollouts (bytes): vLLM's share
+    (``gpu_memory_utilization`` of the GPU: bf16 weights, the KV cache, its overhead) beside what
+    the trainer keeps there meanwhile."""
+
+    gpu: str
+    #: vLLM engines (GPUs / tensor-parallel size) and the rollouts each holds at once.
+    engines: int
+    sequences: int
+    #: prompt + response budget (``max_model_len``).
+    tokens: int
+    kv_per_token: int
+    tensor_parallel: int
+    weights: int
+    overhead: int
+    #: Kept on the GPU by the trainer during rollouts (sharded master weights, AdamW unless
+    #: offloaded, the reference).
+    trainer: int
+    total: int
+    gpu_memory_utilization: float
+    optimizer_offload: bool = False
+
+    @property
+    def kv_budget(self) -> int:
+        """KV cache bytes on one GPU at this ``gpu_memory_utilization``."""
+        return int(self.gpu_memory_utilization * self.total) - self.weights - self.overhead
+
+    @property
+    def kv_sequences(self) -> int:
+        """Full-length sequences (``tokens`` each) one engine's KV cache holds."""
+        per_seq = self.tokens * self.kv_per_token // self.tensor_parallel
+        return max(0, self.kv_budget) // per_seq
+
+    @property
+    def fits(self) -> bool:
+        """vLLM's share plus the trainer's within the GPU (``GPU_RESERVE_GIB`` kept free), and a
+        KV cache of at least one full-length sequence (vLLM refuses to start otherwise)."""
+        used = self.trainer + self.gpu_memory_utilization * self.total
+        return used <= self.total - GPU_RESERVE_GIB * 2**30 and self.kv_sequences >= 1
+
+    def record(self) -> dict[str, Any]:
+        gib = 2**30
+        return {
+            "gpu": self.gpu,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "vllm_weights_GiB": round(self.weights / gib, 2),
+            "kv_cache_GiB": round(self.kv_budget / gib, 2),
+            "kv_bytes_per_token": self.kv_per_token,
+            "kv_sequences": self.kv_sequences,
+            "sequences_per_engine": self.sequences,
+            "max_model_len": self.tokens,
+            "vllm_overhead_GiB": VLLM_OVERHEAD_GIB,
+            "trainer_resident_GiB": round(self.trainer / gib, 2),
+            "optimizer_offload": self.optimizer_offload,
+        }
+
+
+def _rollout_memory(setting: Setting, cfg, gpus: int, trainer: int, gmu: float | None, **kw):
+    n = param_count(setting.arch)
+    tp = cfg.rollout.tensor_parallel_size
+    engines = max(1, gpus // tp)
+    batch = cfg.prompts_per_step * cfg.group_size
+    tokens = cfg.rollout.vllm_max_model_len or (
+        cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens
+    )
+    per_token = kv_bytes_per_token(setting.arch)
+    sequences = -(-batch // engines)
+    weights = 2 * n // tp
+    overhead = int(VLLM_OVERHEAD_GIB * 2**30)
+    total = int(GPUS[setting.gpu] * 2**30)
+    if gmu is None:  # the share that holds every rollout of the engine at full length
+        need = weights + overhead + sequences * tokens * per_token // tp
+        gmu = math.ceil(100 * need / total) / 100
+    return RolloutMemory(
+        gpu=setting.gpu,
+        engines=engines,
+        sequences=sequences,
+        tokens=tokens,
+        kv_per_token=per_token,
+        tensor_parallel=tp,
+        weights=weights,
+        overhead=overhead,
+        trainer=trainer,
+        total=total,
+        gpu_memory_utilization=gmu,
+        **kw,
+    )
+
+
+def verl_rollout_memory(setting: Setting, cfg, gpus: int) -> RolloutMemory:
+    """The memory plan of a verl run's rollouts on ``gpus`` GPUs: ``gpu_memory_utilization``
+    sized so that each vLLM engine's KV cache holds its share of the step's rollouts at the full
+    prompt + response length (no preemption), beside the FSDP shards that stay on the GPU
+    (fp32 master weights 4 B/param, AdamW 8 B/param, the bf16 reference 2 B/param when the KL
+    term is on, over ``gpus``; gradients are freed after each step). AdamW moves to CPU memory
+    (``optimizer_offload``) only when both do not fit otherwise."""
+    n = param_count(setting.arch)
+    ref = 2 * n if cfg.loss.kl_coef > 0 else 0
+    for offload in (False, True):
+        trainer = (4 * n + (0 if offload else 8 * n) + ref) // gpus
+        plan = _rollout_memory(setting, cfg, gpus, trainer, None, optimizer_offload=offload)
+        if plan.fits:
+            return plan
+    return plan
+
+
+def native_rollout_memory(setting: Setting, cfg) -> RolloutMemory:
+    """The native run's rollouts on one GPU at the profile's ``gpu_memory_utilization`` (the
+    trainer keeps its fp32 weights, gradients and AdamW, 16 B/param, and the reference;
+    ``rlvr.agents.memory``): the KV cache that share leaves."""
+    n = param_count(setting.arch)
+    ref = 2 * n if cfg.loss.kl_coef > 0 else 0
+    return _rollout_memory(setting, cfg, 1, 16 * n + ref, cfg.rollout.vllm_gpu_memory_utilization)
+
+
 def plan_rows(grid: Grid) -> list[dict[str, Any]]:
     """One row per setting: the engine (native on one GPU when the trainer's own memory check
-    passes on the GPU the setting names, else verl), GPUs, peak memory, steps, rollouts."""
+    passes on the GPU the setting names, else verl), GPUs, peak memory, steps, rollouts, and
+    the rollout engine's memory (``gpu_memory_utilization``, the KV cache it leaves per GPU and
+    how many full-length rollouts that holds out of each engine's share)."""
     rows = []
     for key, s in grid.settings.items():
         if not s.arch:
@@ -319,19 +450,24 @@ def plan_rows(grid: Grid) -> list[dict[str, Any]]:
         cfg = load_train_config(nest(setting_overrides(s, "grpo", 0, {"out": "plan"})))
         est = native_estimate(s, cfg)
         native = est.total <= est.available
+        gpus = 1 if native else verl_gpus(s, cfg)
+        mem = native_rollout_memory(s, cfg) if native else verl_rollout_memory(s, cfg, gpus)
         rows.append(
             {
                 "setting": key,
                 "model": s.model,
                 "params_B": round(param_count(s.arch) / 1e9, 2),
                 "engine": "native" if native else "verl",
-                "gpus": f"{1 if native else verl_gpus(s, cfg)}x {s.gpu}",
+                "gpus": f"{gpus}x {s.gpu}",
                 "native_peak_GiB": round(est.total / 2**30, 1),
                 "micro_batch": cfg.micro_batch_size,
                 "steps": cfg.steps,
                 "rollouts_per_step": cfg.prompts_per_step * cfg.group_size,
                 "max_tokens_per_rollout": cfg.rollout.max_prompt_tokens
                 + cfg.rollout.max_response_tokens,
+                "vllm_gmu": mem.gpu_memory_utilization,
+                "kv_GiB_per_gpu": round(mem.kv_budget / 2**30, 1),
+                "kv_holds": f"{min(mem.kv_sequences, mem.sequences)}/{mem.sequences}",
                 "seeds": grid.seeds,
             }
         )
@@ -344,7 +480,11 @@ PLAN_NOTE = (
     "reference, bf16 activations of one micro-batch with gradient checkpointing, and the vLLM "
     "engine, asleep during the update); `verl` runs do not (native_peak_GiB is above the GPU) "
     "and are sized for FSDP sharding (rlvr.reproduce.grid.verl_gpus); the native trainer "
-    "refuses them."
+    "refuses them. vllm_gmu: vLLM's gpu_memory_utilization (verl: sized so that each engine's "
+    "KV cache holds its share of a step's rollouts at full length beside the FSDP shards, "
+    "rlvr.reproduce.grid.verl_rollout_memory; native: the profile's); kv_GiB_per_gpu: the KV "
+    "cache it leaves after the bf16 weights and vLLM's overhead; kv_holds: full-length rollouts "
+    "that cache holds of each engine's share (fewer: vLLM queues the rest)."
 )
 
 

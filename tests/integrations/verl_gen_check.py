@@ -13,7 +13,12 @@ Run in verl's own venv by ``scripts/test_integrations.sh verl``. For each genera
   (the ``rlvr`` section, the policy-loss keys it implies, verl's validation);
 - every key the file sets exists in verl's own composed config (Hydra would silently add a
   misspelled key to a section that verl never turns into a dataclass), except the ``rlvr``
-  section and the fields of rlvr's policy-loss config.
+  section, the fields of rlvr's policy-loss config and the free-form mappings verl hands on
+  (``FREE_FORM``);
+- what reaches the engines: a numeric ``max_model_len`` (the prompt + response budget) in verl's
+  typed rollout config, the ``hf_overrides`` verl serialises for ``vllm serve``, and the actor's
+  attention in verl's typed model config, with which the actor loads on a machine without
+  flash-attn (and with which verl's packed micro-batches stay separate sequences).
 """
 
 from __future__ import annotations
@@ -41,6 +46,12 @@ from rlvr.integrations.verl.scripts import write
 from rlvr.reproduce.grid import get_grid
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
+#: Mappings verl passes on as they are: ``vllm serve`` arguments (``vllm_async_server.py``
+#: ~287-346) and Hugging Face config overrides (``workers/config/model.py`` ~185).
+FREE_FORM = (
+    "actor_rollout_ref.rollout.engine_kwargs.vllm",
+    "actor_rollout_ref.model.override_config",
+)
 
 RECORDER = """#!/usr/bin/env bash
 # Stands in for python in run.sh: fakes rlvr's data steps, records verl_main's arguments.
@@ -119,6 +130,8 @@ def check_keys_exist(doc: dict, base: DictConfig) -> None:
     loss = ours["actor_rollout_ref"]["actor"]["policy_loss"]
     for path, is_mapping in set_keys(ours):
         parent, _, leaf = path.rpartition(".")
+        if any(parent == f or parent.startswith(f + ".") for f in FREE_FORM):
+            continue
         if parent == "actor_rollout_ref.actor.policy_loss" and (
             loss.get("_target_") == PLUGIN_LOSS_CONFIG
         ):
@@ -211,3 +224,86 @@ def test_a_misspelled_key_fails(launch, base, tmp_path):
         cfg = compose(config_name="config")
     with pytest.raises(Exception, match="clip_ratio_hgh"):
         validate_config(cfg, need_reference_policy(cfg), need_critic(cfg))
+
+
+def test_what_reaches_vllm(composed):
+    """verl's typed rollout config of every run: ``max_model_len`` is the run's prompt +
+    response budget (null would become the model's max_position_embeddings,
+    ``vllm_async_server.py`` ~1104), and ``engine_kwargs.vllm.hf_overrides`` is a plain dict that
+    verl's ``build_cli_args_from_config`` JSON-encodes for ``vllm serve --hf_overrides``
+    (``vllm_rollout/utils.py`` ~515-518: a dict becomes ``json.dumps(v)``), where a non-dict
+    value (``null``) is set on the model's config, which removes dual-chunk attention."""
+    seen = set()
+    for _, composed_cfg, record in composed:
+        cfg = copy.deepcopy(composed_cfg)
+        OmegaConf.resolve(cfg)
+        rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+        budget = cfg.data.max_prompt_length + cfg.data.max_response_length
+        assert isinstance(rollout.max_model_len, int) and rollout.max_model_len == budget
+        assert rollout.max_model_len == record["memory"]["max_model_len"]
+        assert rollout.gpu_memory_utilization == record["memory"]["gpu_memory_utilization"]
+        vllm_args = rollout.engine_kwargs.get("vllm") or {}
+        overrides = vllm_args.get("hf_overrides")
+        if record["model"] == "Qwen/Qwen2.5-7B-Instruct-1M":
+            assert type(overrides) is dict  # json.dumps, not str(), in build_cli_args_from_config
+            assert json.dumps(overrides) == '{"dual_chunk_attention_config": null}'
+            seen.add(record["setting"])
+        else:
+            assert overrides is None and record["hf_overrides"] == {}
+    assert seen == {"kk-7b"}
+
+
+def test_the_actor_loads_without_flash_attn(composed, tmp_path):
+    """verl's typed model config (``HFModelConfig``, as the workers build it) of a generated run,
+    pointed at a local micro model, and the actor loaded from it the way verl's FSDP engine does
+    (``AutoModelForCausalLM.from_pretrained(local_path, config=hf_config)``,
+    ``engine/fsdp/transformer_impl.py`` ~276): with the generated ``sdpa`` this works here,
+    where flash-attn is not installed (verl's default ``flash_attention_2`` would raise)."""
+    import importlib.util
+
+    from transformers import AutoModelForCausalLM
+    from verl.workers.config import HFModelConfig
+
+    from rlvr.models import load_model
+
+    assert importlib.util.find_spec("flash_attn") is None
+    model, tok = load_model("micro", seed=0)
+    model.save_pretrained(tmp_path / "micro")
+    tok.save_pretrained(tmp_path / "micro")
+    _, composed_cfg, _ = composed[0]
+    section = OmegaConf.to_container(composed_cfg.actor_rollout_ref.model, resolve=True)
+    section["path"] = str(tmp_path / "micro")
+    mc = omega_conf_to_dataclass(OmegaConf.create(section), dataclass_type=HFModelConfig)
+    assert mc.hf_config._attn_implementation == "sdpa"
+    actor = AutoModelForCausalLM.from_pretrained(mc.local_path, config=mc.hf_config)
+    assert actor.config._attn_implementation == "sdpa"
+    default = {**section, "override_config": {}}
+    mc = omega_conf_to_dataclass(OmegaConf.create(default), dataclass_type=HFModelConfig)
+    with pytest.raises(ImportError):
+        AutoModelForCausalLM.from_pretrained(mc.local_path, config=mc.hf_config)
+
+
+def test_sdpa_keeps_packed_sequences_apart():
+    """verl packs a micro-batch into one row without an attention mask (``use_remove_padding``,
+    ``engine/fsdp/transformer_impl.py`` ~1182-1190: ``input_ids.values()`` and restarting
+    ``position_ids``) and calls the model with ``use_cache=False`` (~1566); with SDPA, this
+    transformers then masks each sequence off the others from the position ids
+    (``masking_utils._preprocess_mask_arguments``: only without a cache and a 2D mask;
+    ``find_packed_sequence_indices``): the packed logits equal those of each sequence alone.
+    (With a cache, as in generation, it does not: the last assertion.)"""
+    import torch
+
+    from rlvr.models import load_model
+
+    model, _ = load_model("micro", seed=0)
+    model.config._attn_implementation = "sdpa"
+    model.eval()
+    a, b = torch.arange(3, 14).unsqueeze(0), torch.arange(20, 27).unsqueeze(0)
+    with torch.no_grad():
+        alone = torch.cat([model(input_ids=x, use_cache=False).logits[0] for x in (a, b)])
+        packed_ids = torch.cat([a, b], dim=1)
+        pos = torch.cat([torch.arange(a.shape[1]), torch.arange(b.shape[1])]).unsqueeze(0)
+        packed = model(input_ids=packed_ids, position_ids=pos, use_cache=False).logits[0]
+        cached = model(input_ids=packed_ids, position_ids=pos, use_cache=True).logits[0]
+    torch.testing.assert_close(packed, alone, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(cached[a.shape[1] :], alone[a.shape[1] :], atol=1e-3)

@@ -10,6 +10,12 @@ GPU (TRL's "colocate" mode). Read against vLLM 0.33.0 (``vllm/entrypoints/llm.py
   scores tokens under ``softmax(logits / T)``, so the engine is always built in processed mode;
 - ``max_model_len`` is the run's prompt + response budget: a model's own context length (1M
   tokens for Qwen2.5-7B-Instruct-1M) would not fit the KV cache and vLLM refuses to start;
+- ``hf_overrides`` removes the config keys vLLM cannot serve (``UNSUPPORTED_CONFIG_KEYS``):
+  vLLM's ``ModelConfig`` passes a non-dict override value to ``get_config``, which sets it on the
+  loaded Hugging Face config (``config.update``; vLLM 0.32 ``config/model.py`` ~605-619,
+  ``transformers_utils/config.py`` ~926-928), and Qwen2 reads the key with
+  ``getattr(config, "dual_chunk_attention_config", None)`` and takes the dual-chunk path only
+  when it is truthy (``model_executor/models/qwen2.py`` ~191 and ~249), so ``None`` removes it;
 - sleep mode (``enable_sleep_mode=True``): ``offload()`` calls ``llm.sleep(level=1)`` after a
   batch of rollouts (weights to CPU memory, KV cache dropped) so the update gets the GPU;
   ``sync_weights`` wakes the weights, loads the new ones, then wakes the KV cache
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 from rlvr.agents.rollout.base import Generation, RolloutBackend, SamplingParams, truncate_at_stop
@@ -36,6 +43,25 @@ GPU_EXTRA_HINT = (
 
 #: vLLM's ``ModelConfig.logprobs_mode`` that applies temperature/top-k/top-p before log-softmax.
 LOGPROBS_MODE = "processed_logprobs"
+
+#: Keys of a model's ``config.json`` that vLLM's GPU attention backends cannot serve, and why.
+#: Qwen2.5-*-Instruct-1M carry ``dual_chunk_attention_config``: vLLM's Qwen2 then hands
+#: ``layer_idx`` and that config to the attention backend, which rejects them
+#: (``FlashAttentionImpl.__init__() got an unexpected keyword argument 'layer_idx'``; vLLM 0.24
+#: ``model_executor/models/qwen2.py`` ~200-206, ``v1/attention/backends/flash_attn.py`` ~629-642;
+#: vllm-project/vllm#33470, open). Dual-chunk attention only changes attention past its
+#: ``chunk_size`` (262,144 tokens), far beyond these runs' prompt + response budgets.
+UNSUPPORTED_CONFIG_KEYS = {
+    "dual_chunk_attention_config": "vLLM's attention backends reject dual-chunk attention "
+    "(vllm-project/vllm#33470)",
+}
+#: Files of a model folder that vLLM reads into a removed key: its
+#: ``ModelConfig.verify_dual_chunk_attention_config`` tests ``hasattr`` (true for the ``None``
+#: override too) and writes ``sparse_attention_config.json`` into the key's value, which fails on
+#: ``None`` (vLLM 0.32 ``config/model.py`` ~1509-1530). A folder the engine reads must not hold
+#: them: ``VLLMBackend.from_model`` saves one without; a verl run reads a view of the hub snapshot
+#: without them (``rlvr.integrations.verl.scripts.model_view``).
+UNSUPPORTED_FILES = {"dual_chunk_attention_config": ("sparse_attention_config.json",)}
 
 
 def _import_vllm():
@@ -85,15 +111,17 @@ def engine_kwargs(
     max_model_len: int,
     tensor_parallel_size: int,
     sleep_mode: bool,
+    overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.LLM`` (all are ``LLM.__init__`` or ``EngineArgs`` fields)."""
+    """Keyword arguments of ``vllm.LLM`` (all are ``LLM.__init__`` or ``EngineArgs`` fields);
+    ``overrides``: its ``hf_overrides`` (``hf_overrides(config)``), left out when empty."""
     if max_model_len < 1:
         raise ValueError(
             f"max_model_len: must be >= 1 (the prompt + response budget), got {max_model_len}"
         )
     if tensor_parallel_size < 1:
         raise ValueError(f"rollout.tensor_parallel_size: must be >= 1, got {tensor_parallel_size}")
-    return dict(
+    out = dict(
         dtype=dtype,
         seed=seed,
         gpu_memory_utilization=gpu_memory_utilization,
@@ -104,6 +132,20 @@ def engine_kwargs(
         enable_sleep_mode=sleep_mode,
         logprobs_mode=LOGPROBS_MODE,
     )
+    if overrides:
+        out["hf_overrides"] = dict(overrides)
+    return out
+
+
+def hf_overrides(hf_config: Mapping[str, Any]) -> dict[str, None]:
+    """vLLM's ``hf_overrides`` for a model whose ``config.json`` is ``hf_config``: ``None`` for
+    every key of ``UNSUPPORTED_CONFIG_KEYS`` it sets (empty when there is none)."""
+    return {k: None for k in UNSUPPORTED_CONFIG_KEYS if hf_config.get(k) is not None}
+
+
+def unsupported_files(overrides: Mapping[str, Any]) -> list[str]:
+    """The model-folder files vLLM must not find once ``overrides`` removed their keys."""
+    return [f for k in overrides for f in UNSUPPORTED_FILES.get(k, ())]
 
 
 def _empty_cuda_cache() -> None:
@@ -130,6 +172,7 @@ class VLLMBackend(RolloutBackend):
         max_model_len: int = 0,
         tensor_parallel_size: int = 1,
         sleep_mode: bool = True,
+        overrides: Mapping[str, Any] | None = None,
     ):
         vllm = _import_vllm()
         kwargs = engine_kwargs(
@@ -140,7 +183,15 @@ class VLLMBackend(RolloutBackend):
             max_model_len=max_model_len,
             tensor_parallel_size=tensor_parallel_size,
             sleep_mode=sleep_mode,
+            overrides=overrides,
         )
+        #: What the run records of its engine (the trainer writes it to ``vllm_engine.json``).
+        self.engine_record = {
+            "hf_overrides": dict(overrides or {}),
+            "removed_config_keys": {k: UNSUPPORTED_CONFIG_KEYS[k] for k in overrides or {}},
+            "max_model_len": max_model_len,
+            "gpu_memory_utilization": gpu_memory_utilization,
+        }
         if tensor_parallel_size == 1:
             # In-process engine core, so that the trainer reaches the model runner directly.
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -179,6 +230,7 @@ class VLLMBackend(RolloutBackend):
                 "VLLMBackend.from_model: pass rollout=RolloutConfig (or "
                 "max_model_len=prompt + response tokens)"
             )
+        kwargs.setdefault("overrides", hf_overrides(model.config.to_dict()))
         tmp = tempfile.mkdtemp(prefix="rlvr-vllm-")
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)

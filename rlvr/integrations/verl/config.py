@@ -19,6 +19,12 @@ raises ``VerlTranslationError`` naming the key. What maps to what:
   ``low_var_kl``, which is the k3 estimator (Schulman 2020) that the native loss uses;
 - optimizer: AdamW lr, betas, eps (``override_optimizer_config``), weight decay (verl's default
   is 0.01, the native one 0.0), gradient clip, warm-up, constant/cosine schedule;
+- rollout (vLLM): ``max_model_len`` = the prompt + response budget, always a number;
+  ``gpu_memory_utilization`` from the run's memory plan (``rlvr.reproduce.grid.
+  verl_rollout_memory``: each engine's KV cache holds its share of the step's rollouts), and
+  ``engine_kwargs.vllm.hf_overrides`` removing the model config keys vLLM cannot serve
+  (``dual_chunk_attention_config`` of Qwen2.5-7B-Instruct-1M); the actor's attention is
+  ``sdpa`` (``ATTN_IMPLEMENTATION``);
 - validation: the evaluation protocol of the setting (``rlvr.reproduce.runs.eval_config``):
   ``k`` samples at the evaluation temperature and top-p (verl's defaults are greedy, so
   ``val_kwargs.n=16`` alone would give 16 greedy copies), greedy when ``k`` is 1;
@@ -31,9 +37,11 @@ raises ``VerlTranslationError`` naming the key. What maps to what:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rlvr.agents.algorithms import get_algorithm, resolved_fields
+from rlvr.agents.rollout.vllm import hf_overrides
 from rlvr.config import ConfigError, nest
 from rlvr.envs import env_spec
 from rlvr.integrations.verl.data import agent_loop_overrides, agent_loop_section
@@ -48,6 +56,9 @@ VERL_ADV_EPS = 1e-6
 PLUGIN_LOSS_CONFIG = "rlvr.integrations.verl.plugin.RlvrPolicyLossConfig"
 #: verl's checkpoint contents plus Hugging Face weights (``actor/huggingface/``).
 SAVE_CONTENTS = ["model", "optimizer", "extra", "hf_model"]
+#: The actor's (and reference's) attention in verl's FSDP engine: torch's SDPA, so that verl's
+#: vLLM extra is enough (``flash_attention_2``, verl's default, needs the flash-attn package).
+ATTN_IMPLEMENTATION = "sdpa"
 #: Reward function for every task (``rlvr.integrations.verl.reward``).
 REWARD_PATH = "pkg://rlvr.integrations.verl.reward"
 
@@ -173,7 +184,7 @@ def _policy_loss(cfg, params: dict[str, Any]) -> dict[str, Any]:
     return {p + k: resolved.get(k, v) for k, v in section.items()}
 
 
-def _rollout(cfg) -> dict[str, Any]:
+def _rollout(cfg, memory: Mapping[str, Any] | None, hf_config: Mapping[str, Any]) -> dict[str, Any]:
     r = cfg.rollout
     if r.backend != "vllm":
         _refuse("rollout.backend", r.backend, "verl's rollouts here run on vLLM")
@@ -184,19 +195,30 @@ def _rollout(cfg) -> dict[str, Any]:
     if cfg.old_logprobs != "recompute":
         _refuse("old_logprobs", cfg.old_logprobs, "verl recomputes old log-probs")
     x = "actor_rollout_ref.rollout."
-    return {
+    out: dict[str, Any] = {
         x + "name": "vllm",
         x + "temperature": r.temperature,
         x + "top_p": r.top_p,
         x + "top_k": r.top_k if r.top_k > 0 else -1,
         "data.max_prompt_length": r.max_prompt_tokens,
         "data.max_response_length": r.max_response_tokens,
-        x + "gpu_memory_utilization": r.vllm_gpu_memory_utilization,
+        x + "gpu_memory_utilization": (
+            memory["gpu_memory_utilization"] if memory else r.vllm_gpu_memory_utilization
+        ),
         x + "enforce_eager": r.vllm_enforce_eager,
-        x + "max_model_len": r.vllm_max_model_len or None,
+        # Never null: verl would take the model's max_position_embeddings (1,010,000 for
+        # Qwen2.5-7B-Instruct-1M; vllm_async_server.py ~1104), whose one sequence outgrows the KV
+        # cache, and vLLM refuses to start. The native backend uses the same budget.
+        x + "max_model_len": r.vllm_max_model_len or r.max_prompt_tokens + r.max_response_tokens,
         x + "free_cache_engine": r.vllm_sleep_mode,
         x + "tensor_model_parallel_size": r.tensor_parallel_size,
     }
+    if memory and memory.get("optimizer_offload"):
+        out["actor_rollout_ref.actor.fsdp_config.optimizer_offload"] = True
+    overrides = hf_overrides(hf_config)
+    if overrides:  # verl passes engine_kwargs.vllm to `vllm serve` (vllm_async_server.py ~287-346)
+        out[x + "engine_kwargs.vllm.hf_overrides"] = overrides
+    return out
 
 
 def _validation(cfg, ecfg) -> dict[str, Any]:
@@ -233,6 +255,12 @@ def _precision(cfg) -> dict[str, Any]:
         _refuse("plugins", cfg.plugins, "verl.main knows rlvr's built-in algorithms only")
     return {
         "actor_rollout_ref.model.path": cfg.model,
+        # verl's model config defaults to flash_attention_2 (workers/config/model.py ~185), whose
+        # flash-attn package only verl's fsdp extra brings (a CUDA build); torch's SDPA needs
+        # nothing more and, on verl's packed (remove-padding) micro-batches, transformers masks
+        # each sequence off the others from position_ids
+        # (masking_utils.find_packed_sequence_indices).
+        "actor_rollout_ref.model.override_config.attn_implementation": ATTN_IMPLEMENTATION,
         "actor_rollout_ref.model.enable_gradient_checkpointing": cfg.gradient_checkpointing,
         "actor_rollout_ref.actor.fsdp_config.dtype": "bfloat16",
         "actor_rollout_ref.rollout.dtype": "bfloat16",
@@ -259,12 +287,24 @@ def _rlvr_section(cfg, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def translate(
-    cfg, ecfg, *, gpus: int, run_name: str, train_files: list[str], val_files: list[str]
+    cfg,
+    ecfg,
+    *,
+    gpus: int,
+    run_name: str,
+    train_files: list[str],
+    val_files: list[str],
+    memory: Mapping[str, Any] | None = None,
+    hf_config: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Flat ``dotted.key -> value`` overrides of verl's ``ppo_trainer`` for one native run.
 
     ``cfg``: the run's ``TrainConfig``; ``ecfg``: the setting's ``EvalConfig`` (validation
-    protocol); ``gpus``: the run's GPUs (``profiles.verl_gpus``); paths as the run sees them.
+    protocol); ``gpus``: the run's GPUs (``grid.verl_gpus``); paths as the run sees them;
+    ``memory``: the rollout memory plan (``grid.verl_rollout_memory(...).record()``:
+    ``gpu_memory_utilization``, ``optimizer_offload``; None: the profile's value);
+    ``hf_config``: what is known of the model's ``config.json`` (keys vLLM cannot serve get
+    ``hf_overrides``, ``rlvr.agents.rollout.vllm.hf_overrides``).
     """
     n_gpus_per_node, nnodes = gpu_layout(gpus)
     params = cfg.weights.params(cfg.algo)
@@ -274,7 +314,7 @@ def translate(
     flat.update(_optimizer(cfg))
     flat.update(_loss(cfg))
     flat.update(_policy_loss(cfg, params))
-    flat.update(_rollout(cfg))
+    flat.update(_rollout(cfg, memory, hf_config or {}))
     flat.update(_validation(cfg, ecfg))
     flat.update(
         {
@@ -313,6 +353,7 @@ def config_document(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 __all__ = [
+    "ATTN_IMPLEMENTATION",
     "GPUS_PER_NODE",
     "VERL_VERSION",
     "VerlTranslationError",

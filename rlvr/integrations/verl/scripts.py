@@ -16,14 +16,17 @@ Layout (the verl contract, §4)::
 ``python -m rlvr.integrations.verl.scripts count ENV --split S --cap N [--env-arg k=v...]`` prints
 ``min(N, tasks in the split)``: run.sh exports that many tasks (a dataset smaller than the run's
 ``steps x prompts_per_step`` is exported whole and verl cycles over it in epochs, as the native
-trainer does).
+trainer does). ``... model-view MODEL --out DIR --drop FILE`` writes the model folder a run reads
+when vLLM must not find some of its files (``model_view``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,13 +35,20 @@ import gymnasium as gym
 import yaml
 
 from rlvr.agents.algorithms import get_algorithm
+from rlvr.agents.rollout.vllm import UNSUPPORTED_CONFIG_KEYS, unsupported_files
 from rlvr.envs import env_spec
-from rlvr.integrations.verl.config import VERL_VERSION, config_document, translate
+from rlvr.integrations.verl.config import (
+    ATTN_IMPLEMENTATION,
+    VERL_VERSION,
+    VerlTranslationError,
+    config_document,
+    translate,
+)
 from rlvr.integrations.verl.data import parse_env_args
 from rlvr.integrations.verl.results import folder_name
 from rlvr.reproduce import figures
 from rlvr.reproduce.common import Context, markdown_table
-from rlvr.reproduce.grid import param_count, verl_gpus
+from rlvr.reproduce.grid import param_count, verl_gpus, verl_rollout_memory
 from rlvr.reproduce.plan import Need, PlannedRun, build_plan
 from rlvr.reproduce.runs import eval_config
 
@@ -172,6 +182,12 @@ def run_files(g, launch: Launch, layout: DataLayout) -> dict[str, Any]:
     folder = layout.folder(run.setting, (train, *vals))
     rel = f"../../data/{folder}"
     gpus = verl_gpus(setting, cfg)
+    plan = verl_rollout_memory(setting, cfg, gpus)
+    if not plan.fits:
+        raise VerlTranslationError(
+            f"{launch.run_key}: vLLM's KV cache for {plan.sequences} rollouts per engine and the "
+            f"FSDP shards do not fit {gpus}x {setting.gpu} ({plan.record()})"
+        )
     flat = translate(
         cfg,
         eval_protocol(setting, cfg),
@@ -179,7 +195,10 @@ def run_files(g, launch: Launch, layout: DataLayout) -> dict[str, Any]:
         run_name=launch.run_key,
         train_files=[f"{rel}/{train.label}.parquet"],
         val_files=[f"{rel}/{v.label}.parquet" for v in vals],
+        memory=plan.record(),
+        hf_config=setting.arch,
     )
+    x = "actor_rollout_ref.rollout."
     record = {
         "task": setting.env,
         "setting": run.setting,
@@ -198,6 +217,14 @@ def run_files(g, launch: Launch, layout: DataLayout) -> dict[str, Any]:
         "steps": cfg.steps,
         "gpus": gpus,
         "gpu": setting.gpu,
+        # The rollout engine's memory plan and the model config keys removed for vLLM.
+        "memory": plan.record(),
+        "hf_overrides": flat.get(x + "engine_kwargs.vllm.hf_overrides", {}),
+        "removed_config_keys": {
+            k: UNSUPPORTED_CONFIG_KEYS[k]
+            for k in flat.get(x + "engine_kwargs.vllm.hf_overrides", {})
+        },
+        "attn_implementation": ATTN_IMPLEMENTATION,
     }
     return {
         "cfg": cfg,
@@ -257,7 +284,7 @@ prepare() {{  # OUT ENV SPLIT CAP [KEY=VALUE...]: rlvr prepare-verl, min(CAP, ta
 
 {prepare}
 OVERRIDES=()
-{retrieval}
+{retrieval}{model_view}
 # verl's file logger truncates its file: keep an earlier attempt's lines (--from-verl reads
 # metrics.NNN.jsonl first, in name order; a resumed run re-logs the steps since its checkpoint).
 if [[ -s "$HERE/metrics.jsonl" ]]; then
@@ -298,6 +325,50 @@ fi
 """
 
 
+MODEL_VIEW = """# {model}: hf_overrides remove {keys} for vLLM, which must then not find {files}
+# in the model folder (rlvr.agents.rollout.vllm.UNSUPPORTED_FILES): the actor and vLLM read a view
+# of the hub snapshot without them (links into this node's Hugging Face cache: on several nodes,
+# keep HF_HOME on the shared filesystem).
+MODEL_VIEW="${{RLVR_MODEL_VIEWS:-$ROOT/models}}/{slug}"
+"$PYTHON" -m rlvr.integrations.verl.scripts model-view {model} --out "$MODEL_VIEW" {drop}
+OVERRIDES+=("actor_rollout_ref.model.path=$MODEL_VIEW")
+"""
+
+
+def model_view(source: str, out: Path, drop: list[str]) -> Path:
+    """``out``: a folder of links to every top-level entry of the model ``source`` (a local
+    folder, or a hub id, downloaded with ``huggingface_hub.snapshot_download``) except ``drop``,
+    with ``rlvr_model_view.json`` saying what it is. Reused when it exists for the same source
+    and drops; written through a temporary folder and a rename, so a killed run leaves none."""
+    out = Path(out)
+    meta = {"source": source, "dropped": sorted(drop)}
+    record = out / "rlvr_model_view.json"
+    if record.exists():
+        found = json.loads(record.read_text())
+        if {k: found.get(k) for k in meta} != meta:
+            raise SystemExit(f"{out}: a model view of {found.get('source')} already; remove it")
+        return out
+    if Path(source).is_dir():
+        snapshot = Path(source).resolve()
+    else:
+        from huggingface_hub import snapshot_download
+
+        snapshot = Path(snapshot_download(source)).resolve()
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.mkdir(parents=True)
+    for entry in sorted(snapshot.iterdir()):
+        if entry.name not in drop:
+            (tmp / entry.name).symlink_to(entry.resolve())
+    (tmp / record.name).write_text(json.dumps({**meta, "snapshot": str(snapshot)}, indent=2))
+    try:
+        tmp.rename(out)
+    except OSError:  # another run wrote it meanwhile: keep that one
+        shutil.rmtree(tmp)
+        if not record.exists():
+            raise
+    return out
+
+
 def _prepare_lines(folder: str, files) -> str:
     lines = []
     for f in files:
@@ -323,8 +394,19 @@ def run_sh(files: dict[str, Any], command: str) -> str:
             topk=sq["topk"],
             health=f"{url.scheme}://{url.hostname}:{url.port or 80}/health",
         )
+    view = ""
+    drop = unsupported_files(rec["hf_overrides"])
+    if drop:
+        view = MODEL_VIEW.format(
+            model=shlex.quote(rec["model"]),
+            keys=", ".join(rec["hf_overrides"]),
+            files=", ".join(drop),
+            slug=rec["model"].replace("/", "--"),
+            drop=" ".join(f"--drop {shlex.quote(f)}" for f in drop),
+        )
     return RUN_SH.format(
         run_key=rec["run_key"],
+        model_view=view,
         title=f"{rec['setting']} {rec['tag']} seed {rec['seed']} on {rec['model']}, "
         f"{rec['gpus']} GPU(s)",
         command=command,
@@ -350,13 +432,24 @@ done
 """
 
 
+def memory_cell(m: dict[str, Any]) -> str:
+    """``0.43, KV 16.0 GiB/GPU (64/64)``: a run's vLLM memory plan in one cell."""
+    offload = ", AdamW offloaded" if m["optimizer_offload"] else ""
+    held = min(m["kv_sequences"], m["sequences_per_engine"])
+    return (
+        f"{m['gpu_memory_utilization']:.2f}, KV {m['kv_cache_GiB']:.1f} GiB/GPU "
+        f"({held}/{m['sequences_per_engine']}){offload}"
+    )
+
+
 def readme(rows: list[dict[str, Any]], command: str) -> str:
-    header = ["run", "model", "GPUs", "steps", "bound (h)", "used by", "native grid"]
+    header = ["run", "model", "GPUs", "vLLM memory", "steps", "bound (h)", "used by", "native grid"]
     body = [
         [
             f"`{r['run_key']}`",
             r["model"],
             f"{r['gpus']}x {r['gpu']}",
+            memory_cell(r["memory"]),
             r["steps"],
             f"{r['hours']:.0f}",
             ", ".join(r["fig_or_table"]),
@@ -378,10 +471,13 @@ def readme(rows: list[dict[str, Any]], command: str) -> str:
             "",
             "## What to run, in order",
             "",
-            "1. A GPU node with verl 0.9.1 (its vLLM extra) and rlvr installed in one "
-            "environment (docs/integrations_verl.md, Install); `PYTHON` names its "
-            "interpreter (default `python3`). Models and datasets download from the "
-            "Hugging Face hub on first use.",
+            "1. A GPU node with verl 0.9.1 (its vLLM extra, `pip install 'verl[vllm]==0.9.1'`) "
+            "and rlvr installed in one environment (docs/integrations_verl.md, Install); "
+            "`PYTHON` names its interpreter (default `python3`). Models and datasets "
+            "download from the Hugging Face hub on first use. The actor trains with torch's "
+            f"`{ATTN_IMPLEMENTATION}` attention "
+            "(`actor_rollout_ref.model.override_config.attn_implementation`), so flash-attn "
+            "(verl's default, only in its `fsdp` extra, a CUDA build) is not needed.",
             "2. Search QA only: an index built with `rlvr index` (e5 over wiki-18), named by "
             "`RLVR_INDEX`; run.sh serves it on 127.0.0.1 for the run and stops it on exit. "
             "On several nodes, start `rlvr retrieval-serve` where every node reaches it and "
@@ -408,6 +504,17 @@ def readme(rows: list[dict[str, Any]], command: str) -> str:
             "it); `--from-verl` reads them in order.",
             "",
             f"## Runs ({len(rows)}; bound: {gpu_h:,.0f} GPU-hours in all)",
+            "",
+            "`vLLM memory`: `gpu_memory_utilization` and the KV cache it leaves per GPU, and "
+            "how many full-length rollouts that cache holds of each engine's share "
+            "(`rlvr.reproduce.grid.verl_rollout_memory`; `rlvr_run.json`, `memory`). "
+            "`max_model_len` is each run's prompt + response budget. Model config keys vLLM "
+            "cannot serve are removed through `engine_kwargs.vllm.hf_overrides` "
+            "(`rlvr_run.json`, `removed_config_keys`; Qwen2.5-7B-Instruct-1M's "
+            "`dual_chunk_attention_config`); such a run.sh first writes a view of the hub "
+            "snapshot without `sparse_attention_config.json` under `models/` "
+            "(`RLVR_MODEL_VIEWS`) and trains from it (docs/integrations_verl.md, vLLM "
+            "settings).",
             "",
             "`bound (h)`: an upper bound on wall time, every response at the full budget "
             f"at {ASSUMED_MFU:.0%} of the GPUs' bf16 peak "
@@ -472,7 +579,14 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--split", required=True)
     c.add_argument("--cap", type=int, required=True)
     c.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    v = sub.add_parser("model-view", help="a model folder of links without --drop files")
+    v.add_argument("source", help="a hub id or a local model folder")
+    v.add_argument("--out", required=True, type=Path)
+    v.add_argument("--drop", action="append", default=[], metavar="FILE")
     args = p.parse_args(argv)
+    if args.cmd == "model-view":
+        print(model_view(args.source, args.out, args.drop))
+        return 0
     if args.cap < 1:
         p.error(f"--cap must be >= 1, got {args.cap}")
     n = task_count(args.env, args.split, parse_env_args(args.env_arg))
