@@ -532,6 +532,21 @@ def test_a_loopback_retrieval_url_on_two_nodes_is_refused(base_config, monkeypat
         trainer.init_workers()
 
 
+def test_run_sh_cluster_check_refuses_loopback_on_two_nodes(monkeypatch, capsys):
+    """``python -m rlvr.integrations.verl.cluster`` (run.sh's check) on a simulated two-node
+    ``ray.nodes()``: the one-line refusal, exit 2; on one node or none, exit 0."""
+    from rlvr.integrations.verl import cluster
+
+    node = {"NodeID": "a" * 56, "Alive": True, "Resources": {"CPU": 8.0, "GPU": 8.0}}
+    monkeypatch.setattr(cluster, "cluster_nodes", lambda: [node, {**node, "NodeID": "b" * 56}])
+    assert cluster.main(["--url", "http://127.0.0.1:8000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a loopback address" in err[0] and "all 2 nodes" in err[0]
+    assert cluster.main(["--url", "http://10.0.0.1:8000"]) == 0
+    monkeypatch.setattr(cluster, "cluster_nodes", lambda: [node])
+    assert cluster.main(["--url", "http://127.0.0.1:8000"]) == 0
+
+
 def test_verl_main_reports_a_failure_from_the_task_runner_in_one_line(monkeypatch, tmp_path):
     """Raised in verl's ``TaskRunner`` Ray actor, the failure reaches the driver as Ray's
     ``RayTaskError`` (which subclasses it): the run ends with its one line, no traceback."""
