@@ -286,7 +286,9 @@ def run_load(url: str, clients: int, duration: float) -> dict:
                 latencies.append(time.perf_counter() - t0)
                 outcome["ok"] += 1
             except RetrievalError as e:
-                outcome["timeout" if "timed out" in str(e) else "error"] += 1
+                text = str(e)
+                busy = "busy" if "HTTP 503" in text else "error"
+                outcome["timeout" if "timed out" in text else busy] += 1
             n += 1
 
     t0 = time.perf_counter()
@@ -308,6 +310,7 @@ def run_load(url: str, clients: int, duration: float) -> dict:
         "p99": q(0.99),
         "ok": outcome["ok"],
         "timeouts": outcome["timeout"],
+        "busy": outcome["busy"],
         "errors": outcome["error"],
     }
 
@@ -336,12 +339,12 @@ def load(args) -> int:
     proc.stdin.close()
     calls = [line.strip() for line in proc.stdout]
     proc.wait(timeout=600)
-    head = ("q/s", "p50 s", "p99 s", "answered", "timeouts", "errors")
+    head = ("q/s", "p50 s", "p99 s", "answered", "timeouts", "503", "errors")
     print(f"{'service':<52} " + " ".join(f"{h:>9}" for h in head))
     for (name, r), c in zip(rows, calls):
         print(
             f"{name:<52} {r['qps']:9.1f} {r['p50']:9.2f} {r['p99']:9.2f} {r['ok']:9d} "
-            f"{r['timeouts']:9d} {r['errors']:9d}   ({c})"
+            f"{r['timeouts']:9d} {r['busy']:9d} {r['errors']:9d}   ({c})"
         )
     burst = PAPER_SEARCHES_PER_STEP / CLIENT_TIMEOUT_S
     keep = PAPER_IN_FLIGHT / CLIENT_TIMEOUT_S
@@ -351,6 +354,10 @@ def load(args) -> int:
         f"generation, <= {PAPER_IN_FLIGHT} in flight (8 agent-loop workers x 32 threads): "
         f">= {keep:.1f} q/s keeps every in-flight search under the {CLIENT_TIMEOUT_S:g} s "
         f"timeout, >= {burst:.1f} q/s serves a step's burst within it"
+    )
+    print(
+        "503: the connection cap (256) full of connections being served, answered at once, "
+        "and the client asks again (the env would show the policy 'Search failed')"
     )
     print(
         f"scale: a flat scan reads every vector once per FAISS call, so a call costs ~ passages x "
