@@ -15,7 +15,7 @@ gathers concurrent requests into one call): FAISS's flat search computes inner p
 BLAS for 20 queries or more and one at a time below, and BLAS rounding depends on the batch's
 shape (on a 768-d random index only 36% of scores were bit-equal between a query searched alone
 and in a batch of 256, FAISS 1.15.1), so a flat search takes ``RESCORE_MARGIN`` more candidates
-and scores them again one query at a time (``rescore``). HNSW and IVF-PQ already score each
+and scores each pair again on its own (``rescore``). HNSW and IVF-PQ already score each
 query on its own; ``tests/test_searchqa_index.py`` holds all three.
 
 ``to_gpu`` moves an index to the GPUs as Search-R1's ``retrieval_server.py`` does (fp16, sharded
@@ -39,7 +39,7 @@ from rlvr.envs.searchqa.encoders import Encoder, HashedTfidfEncoder, encoder_fro
 from rlvr.locks import LOCK_FILE, hold
 
 INDEX_KINDS = ("flat", "hnsw", "ivfpq")
-#: Extra candidates a flat search takes before scoring them again one query at a time: the
+#: Extra candidates a flat search takes before scoring each pair again on its own: the
 #: BLAS and one-at-a-time scores differ by a few float32 ulps (6e-8 measured), so the true top-k
 #: is always among the top k + 16 of either.
 RESCORE_MARGIN = 16
@@ -259,19 +259,19 @@ def rescore(
     index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """The best ``k`` of each row's candidate ``ids`` by inner product with the stored vectors,
-    computed in float64 one row at a time (the same arithmetic whatever the batch), ties broken
-    by the lower id; ``-1`` ids (no candidate) are left out and padded back at the end."""
-    scores_out = np.full((len(ids), k), -np.inf, dtype=np.float64)
-    ids_out = np.full((len(ids), k), -1, dtype=np.int64)
-    for row, (query, cands) in enumerate(zip(vectors, ids)):
-        cands = cands[cands >= 0]
-        if not len(cands):
-            continue
-        stored = index.reconstruct_batch(cands).astype(np.float64)
-        scores = stored @ query.astype(np.float64)
-        order = np.lexsort((cands, -scores))[:k]
-        scores_out[row, : len(order)], ids_out[row, : len(order)] = scores[order], cands[order]
-    return scores_out, ids_out
+    each pair scored on its own (FAISS's ``compute_distance_subset``: one SIMD dot product per
+    pair, the same arithmetic whatever the batch), ties broken by the lower id; ``-1`` ids (no
+    candidate) score -inf."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    valid = ids >= 0
+    ids = np.ascontiguousarray(np.where(valid, ids, 0), dtype=np.int64)
+    scores = np.empty(ids.shape, dtype=np.float32)
+    index.compute_distance_subset(
+        len(ids), faiss.swig_ptr(vectors), ids.shape[1], faiss.swig_ptr(scores), faiss.swig_ptr(ids)
+    )
+    scores[~valid], ids[~valid] = -np.inf, -1
+    order = np.lexsort((ids, -scores), axis=-1)[:, :k]
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
 
 
 def to_gpu(index: faiss.Index, kind: str) -> faiss.Index:
