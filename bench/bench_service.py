@@ -13,6 +13,19 @@ response (~3 MB on this index) and never read it, and ``--slow-long`` clients do
 ~28 MB responses on a second index of 1,000 long passages (server RSS before, at its peak while
 they hold their connections, and after they leave).
 Needs nothing beyond the core install; takes about 2 minutes.
+
+    nice -n 10 python bench/bench_service.py --load [--passages 1000000] [--clients 256]
+
+The paper-scale load instead: a flat index of ``--passages`` random unit vectors of 768 floats
+(e5's size; random vectors cost a flat scan what e5's do, and the service benchmark measures
+the scan, not retrieval quality: recall of HNSW and IVF-PQ against flat is
+``bench/bench_retrieval.py``'s), served twice by one process, with today's batching (queries
+that arrive together in one FAISS call) and with ``--batch-queries 1`` (one call per request:
+the service before batching). ``--clients`` clients each send one query per request, as the
+search-QA agent loop does, waiting 30 s (``RemoteRetriever``'s timeout) for each, for
+``--duration`` seconds; then throughput (answered queries/s), latency p50/p99 of the answered,
+timeouts and other errors, side by side. The request rate the paper's batch implies is printed
+with them. About 4 minutes at 1M passages on 2 shared cores.
 """
 
 from __future__ import annotations
@@ -38,7 +51,17 @@ def main() -> int:
     ap.add_argument("--bodies", type=int, default=12, help="clients announcing 30 MB bodies")
     ap.add_argument("--slow", type=int, default=120, help="never-reading clients, ~3 MB each")
     ap.add_argument("--slow-long", type=int, default=20, help="never-reading clients, ~28 MB each")
+    ap.add_argument("--load", action="store_true", help="the paper-scale load comparison only")
+    ap.add_argument("--passages", type=int, default=1_000_000, help="--load: index size")
+    ap.add_argument("--dim", type=int, default=768, help="--load: vector size (e5: 768)")
+    ap.add_argument("--clients", type=int, default=256, help="--load: concurrent clients")
+    ap.add_argument("--duration", type=float, default=60.0, help="--load: seconds of load")
+    ap.add_argument("--serve-random", nargs=2, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.serve_random:
+        return serve_random(*args.serve_random)
+    if args.load:
+        return load(args)
 
     from rlvr.envs.searchqa import Passage, build_index, synthetic_task
     from rlvr.envs.searchqa.synthetic import synthetic_passages
@@ -174,6 +197,175 @@ def main() -> int:
         finally:
             proc.terminate()
             proc.wait()
+    return 0
+
+
+# -- the paper-scale load (--load) ---------------------------------------------------------------
+#: Search QA's paper setting (rlvr/profiles/paper_searchqa.yaml): 64 questions x 16 rollouts a
+#: step, at most 2 turns, so at most one search per episode (a second-turn search truncates the
+#: episode unrun); verl 0.9.1 runs 8 agent-loop workers whose env steps share a thread pool of
+#: min(32, cpus + 4) threads each: at most 8 x 32 = 256 searches in flight.
+PAPER_SEARCHES_PER_STEP, PAPER_IN_FLIGHT, CLIENT_TIMEOUT_S = 64 * 16 * 1, 8 * 32, 30.0
+
+
+class RandomCorpus:
+    """Passage ``i`` made on demand (a million Python objects would cost ~0.5 GB)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        from rlvr.envs.searchqa import Passage
+
+        return Passage(str(i), f"Passage {i}", f"random vector {i}; " * 8)
+
+
+class HashEncoder:
+    """A query's vector: unit normal noise seeded by the query's text (repeatable)."""
+
+    def __init__(self, dim: int):
+        self.dim = dim
+
+    def encode_queries(self, queries):
+        import hashlib
+
+        import numpy as np
+
+        rows = []
+        for q in queries:
+            seed = int.from_bytes(hashlib.sha256(q.encode()).digest()[:8], "little")
+            v = np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
+            rows.append(v / np.linalg.norm(v))
+        return np.stack(rows)
+
+
+def serve_random(n: int, dim: int) -> int:
+    """The --load server process: one random flat index, served with batching and without."""
+    from rlvr.repro import apply_kernel_mode
+
+    # the kernel environment `rlvr retrieval-serve` runs in by default (before faiss loads)
+    apply_kernel_mode(os.environ.get("RLVR_KERNELS") or "reproducible")
+    import faiss
+    import numpy as np
+
+    from rlvr.envs.searchqa.index import SearchIndex
+    from rlvr.envs.searchqa.server import ServerLimits, serve_in_thread
+
+    t0 = time.perf_counter()
+    index, rng = faiss.IndexFlatIP(dim), np.random.default_rng(0)
+    for start in range(0, n, 100_000):
+        x = rng.standard_normal((min(100_000, n - start), dim), dtype=np.float32)
+        index.add(x / np.linalg.norm(x, axis=1, keepdims=True))
+    search = SearchIndex(index, HashEncoder(dim), RandomCorpus(n), "flat", {})
+    batched, url_a = serve_in_thread(search)
+    alone, url_b = serve_in_thread(search, limits=ServerLimits(batch_queries=1))
+    print(f"{url_a} {url_b} {time.perf_counter() - t0:.1f}", flush=True)
+    sys.stdin.read()  # until the benchmark closes our stdin
+    for server in (batched, alone):
+        print(f"calls {server.batcher.calls} queries {server.batcher.searched}", flush=True)
+    return 0
+
+
+def run_load(url: str, clients: int, duration: float) -> dict:
+    """``clients`` threads, each sending one query per request for ``duration`` seconds."""
+    from rlvr.envs.searchqa.client import RemoteRetriever, RetrievalError
+
+    latencies: list[float] = []
+    outcome = collections.Counter()
+    stop = time.perf_counter() + duration
+
+    def client(c: int) -> None:
+        retriever, n = RemoteRetriever(url, timeout=CLIENT_TIMEOUT_S), 0
+        while time.perf_counter() < stop:
+            t0 = time.perf_counter()
+            try:
+                retriever.search([f"client {c} question {n}"], 3)
+                latencies.append(time.perf_counter() - t0)
+                outcome["ok"] += 1
+            except RetrievalError as e:
+                text = str(e)
+                busy = "busy" if "HTTP 503" in text else "error"
+                outcome["timeout" if "timed out" in text else busy] += 1
+            n += 1
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    latencies.sort()
+
+    def q(p: float) -> float:
+        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] if latencies else 0.0
+
+    return {
+        "wall": wall,
+        "qps": outcome["ok"] / wall,
+        "p50": q(0.50),
+        "p99": q(0.99),
+        "ok": outcome["ok"],
+        "timeouts": outcome["timeout"],
+        "busy": outcome["busy"],
+        "errors": outcome["error"],
+    }
+
+
+def load(args) -> int:
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve-random", str(args.passages), str(args.dim)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    url_a, url_b, built = proc.stdout.readline().split()
+    gb = args.passages * args.dim * 4 / 1e9
+    print(
+        f"flat index of {args.passages:,} random unit vectors x {args.dim} floats ({gb:.1f} GB), "
+        f"built in {built} s; {args.clients} clients x {args.duration:g} s each case, one query "
+        f"per request, {CLIENT_TIMEOUT_S:g} s client timeout; kernel mode "
+        f"{os.environ.get('RLVR_KERNELS') or 'reproducible'} (as rlvr retrieval-serve); "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+    )
+    cases = [
+        ("batched (default: window 2 ms, <= 256 queries a call)", url_a),
+        ("one call per request (--batch-queries 1, before)", url_b),
+    ]
+    rows = [(name, run_load(url, args.clients, args.duration)) for name, url in cases]
+    proc.stdin.close()
+    calls = [line.strip() for line in proc.stdout]
+    proc.wait(timeout=600)
+    head = ("q/s", "p50 s", "p99 s", "answered", "timeouts", "503", "errors")
+    print(f"{'service':<52} " + " ".join(f"{h:>9}" for h in head))
+    for (name, r), c in zip(rows, calls):
+        print(
+            f"{name:<52} {r['qps']:9.1f} {r['p50']:9.2f} {r['p99']:9.2f} {r['ok']:9d} "
+            f"{r['timeouts']:9d} {r['busy']:9d} {r['errors']:9d}   ({c})"
+        )
+    burst = PAPER_SEARCHES_PER_STEP / CLIENT_TIMEOUT_S
+    keep = PAPER_IN_FLIGHT / CLIENT_TIMEOUT_S
+    print(
+        f"paper's rate: 64 questions x 16 rollouts x <= 1 search (max_turns 2) = "
+        f"{PAPER_SEARCHES_PER_STEP} searches a step, arriving together after the first turn's "
+        f"generation, <= {PAPER_IN_FLIGHT} in flight (8 agent-loop workers x 32 threads): "
+        f">= {keep:.1f} q/s keeps every in-flight search under the {CLIENT_TIMEOUT_S:g} s "
+        f"timeout, >= {burst:.1f} q/s serves a step's burst within it"
+    )
+    print(
+        "503: the connection cap (256) full of connections being served, answered at once, "
+        "and the client asks again (the env would show the policy 'Search failed')"
+    )
+    print(
+        f"scale: a flat scan reads every vector once per FAISS call, so a call costs ~ passages x "
+        f"dim; wiki-18 (21M x 768, 64 GB) costs ~{21e6 / args.passages:.0f}x a call here: "
+        "batching divides the number of scans by the queries a call holds; beyond that, an "
+        "HNSW or IVF index (rlvr index --kind, recall in bench/bench_retrieval.py) or FAISS on "
+        "GPU (rlvr retrieval-serve --faiss-gpu)"
+    )
     return 0
 
 

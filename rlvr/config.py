@@ -229,9 +229,11 @@ def check_interval(key: str, value: Any, interval: str) -> None:
         raise ConfigError(f"{key}: must be in {interval}, got {value!r}")
 
 
-def config_hash(cfg, length: int = 12) -> str:
-    """A stable short hash of a config's content (cache keys, run identities)."""
-    blob = json.dumps(to_dict(cfg), sort_keys=True, default=str).encode()
+def config_hash(cfg, length: int = 12, leave_out: tuple[str, ...] = ()) -> str:
+    """A stable short hash of a config's content (cache keys, run identities), without the
+    top-level keys ``leave_out``."""
+    data = {k: v for k, v in to_dict(cfg).items() if k not in leave_out}
+    blob = json.dumps(data, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:length]
 
 

@@ -21,7 +21,7 @@ import yaml
 from rlvr.agents.algorithms import WeightConfig, resolved_fields
 from rlvr.cli import main as rlvr_main
 from rlvr.integrations.verl.config import VerlTranslationError, gpu_layout, translate
-from rlvr.integrations.verl.data import agent_loop_overrides
+from rlvr.integrations.verl.data import agent_loop_overrides, check_retrieval_reachable
 from rlvr.integrations.verl.scripts import grid, main, write
 from rlvr.reproduce.common import Context
 from rlvr.reproduce.grid import get_grid, verl_gpus
@@ -353,6 +353,7 @@ def test_searchqa_section_and_agent_loop_overrides():
         "max_turns": 2,
         "topk": 3,
     }
+    assert flat["rlvr.max_tool_failure_rate"] == 0.05  # stop past 5% failed searches
     overrides = agent_loop_overrides("searchqa")  # written without verl installed
     assert overrides["actor_rollout_ref.rollout.agent.default_agent_loop"] == "rlvr_searchqa"
     assert agent_loop_overrides("kk") == {}
@@ -414,8 +415,25 @@ case "$module" in
       exec "$REAL_PYTHON" -m http.server "$port" --bind 127.0.0.1 --directory "$SERVE_DIR"
     fi ;;
   rlvr.integrations.verl.main) ;;
+  rlvr.integrations.verl.cluster)  # the real check, on SIMULATED_NODES for ray.nodes()
+    exec "$REAL_PYTHON" -c 'import json, os, sys
+from rlvr.integrations.verl.data import check_retrieval_reachable
+try:
+    check_retrieval_reachable(sys.argv[2], json.loads(os.environ.get("SIMULATED_NODES", "[]")))
+except ValueError as e:
+    sys.exit(f"error: {e}")' "$@" ;;
 esac
 """
+#: ``ray.nodes()`` of a cluster of two nodes with CPUs and GPUs (the fields verl reads).
+TWO_NODES = [
+    {
+        "NodeID": c * 56,
+        "Alive": True,
+        "NodeManagerAddress": f"10.0.0.{i}",
+        "Resources": {"CPU": 64.0, "GPU": 8.0},
+    }
+    for i, c in ((1, "a"), (2, "b"))
+]
 
 
 def run_script(path: Path, tmp: Path, **env) -> subprocess.CompletedProcess:
@@ -495,6 +513,46 @@ def test_searchqa_run_sh_serves_retrieval_and_stops_it(tmp_path):
     remote = run_script(script, tmp_path, RLVR_RETRIEVAL_URL="http://10.1.2.3:9000")
     assert remote.returncode == 0
     assert "rlvr.searchqa.retrieval_url=http://10.1.2.3:9000" in (tmp_path / "log").read_text()
+
+
+def test_searchqa_run_sh_on_two_nodes_needs_a_reachable_url(tmp_path):
+    """verl places agent-loop workers on every node: served on loopback, the other node's
+    searches would all fail, so run.sh refuses in one line before it starts the service."""
+    g = get_grid("paper")
+    out = tmp_path / "launch"
+    write(g, ["table_qa"], [0], out, "test")
+    script = out / "runs" / "searchqa__grpo__seed0" / "run.sh"
+    two = json.dumps(TWO_NODES)
+    proc = run_script(script, tmp_path, RLVR_INDEX=str(tmp_path), SIMULATED_NODES=two)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: rlvr.searchqa.retrieval_url=http://127.0.0.1:8000 is a loopback address, but "
+        "verl places its agent-loop workers on all 2 nodes"
+    ), proc.stderr
+    log = (tmp_path / "log").read_text()
+    assert "retrieval-serve" not in log and "rlvr.integrations.verl.main" not in log
+    for url in ("http://localhost:8000", "http://[::1]:8000"):
+        proc = run_script(script, tmp_path, RLVR_RETRIEVAL_URL=url, SIMULATED_NODES=two)
+        assert proc.returncode == 2 and "loopback" in proc.stderr
+    (tmp_path / "log").unlink()
+    reachable = run_script(
+        script, tmp_path, RLVR_RETRIEVAL_URL="http://10.0.0.1:8000", SIMULATED_NODES=two
+    )
+    assert reachable.returncode == 0, reachable.stderr
+    assert "rlvr.searchqa.retrieval_url=http://10.0.0.1:8000" in (tmp_path / "log").read_text()
+
+
+def test_a_loopback_url_is_refused_only_where_workers_spread_over_nodes():
+    one_alive = [TWO_NODES[0], {**TWO_NODES[1], "Alive": False}]
+    gpu_only = [TWO_NODES[0], {**TWO_NODES[1], "Resources": {"GPU": 8.0}}]
+    for nodes in ([], TWO_NODES[:1], one_alive, gpu_only):
+        check_retrieval_reachable("http://127.0.0.1:8000", nodes)
+    check_retrieval_reachable("http://10.0.0.1:8000", TWO_NODES)
+    for url in ("http://127.0.0.1:8000", "http://127.0.1.1:8000", "http://localhost:1"):
+        with pytest.raises(ValueError, match="loopback address.*all 2 nodes") as e:
+            check_retrieval_reachable(url, TWO_NODES)
+        assert "\n" not in str(e.value)
 
 
 # -- helpers and the command line ----------------------------------------------------------------

@@ -303,6 +303,8 @@ def test_serve_on_a_damaged_index_is_one_line(tmp_path, capsys, index, how, need
         (["--request-timeout-s", "nan"], "--request-timeout-s"),
         (["--max-connections", "0"], "--max-connections"),
         (["--max-response-bytes", "99999999999"], "--max-inflight-response-bytes"),
+        (["--batch-window-s", "-1"], "--batch-window-s must be a finite number >= 0"),
+        (["--batch-queries", "0"], "--batch-queries must be a whole number > 0"),
     ],
 )
 def test_serve_bad_port_or_limit_is_one_line(tmp_path, capsys, index, extra, needle):
@@ -326,3 +328,20 @@ def test_serve_help_states_every_limit(capsys):
     for f in fields(ServerLimits):
         assert f"--{f.name.replace('_', '-')}" in out
     assert "(default 100663296 = 96 MiB)" in out
+
+
+def test_serve_on_gpu_without_a_gpu_build_is_one_line(tmp_path, capsys, index):
+    """faiss-cpu has no GPU index: ``--faiss-gpu`` says so in one line (exit 2), and a GPU
+    build without a visible GPU is refused the same way."""
+    import faiss
+
+    from rlvr.cli import main
+
+    if hasattr(faiss, "GpuMultipleClonerOptions") and faiss.get_num_gpus() > 0:
+        pytest.skip("a GPU and a FAISS GPU build: the service would start")
+    index.save(tmp_path / "idx")
+    capsys.readouterr()
+    assert main(["retrieval-serve", "--index", str(tmp_path / "idx"), "--faiss-gpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("rlvr retrieval-serve: --faiss-gpu: ")
+    assert ("no GPU support" in err) or ("sees no GPU" in err), err

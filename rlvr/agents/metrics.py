@@ -19,6 +19,8 @@ import numpy as np
 import torch
 
 from rlvr.agents.losses import masked_mean
+from rlvr.config import check_interval
+from rlvr.envs.base import TOOL_CALLS, TOOL_FAILURES
 
 if TYPE_CHECKING:
     from rlvr.agents.rollout.multiturn import Episode
@@ -86,6 +88,61 @@ def rollout_metrics(episodes: list[Episode], group_size: int) -> dict[str, float
     groups = rewards.reshape(-1, group_size)
     out["groups/zero_std"] = float(np.mean(groups.std(axis=1) == 0))
     return out
+
+
+#: Default of ``max_tool_failure_rate`` (native ``TrainConfig``, verl ``rlvr`` section): a step
+#: whose tool calls fail more often than this stops the run. A service that is down fails every
+#: call and one a worker cannot reach fails that worker's share; 5% stops those at once and lets
+#: an odd timeout pass (each failed search is an episode trained on a useless observation).
+MAX_TOOL_FAILURE_RATE = 0.05
+
+
+class ToolFailureError(RuntimeError):
+    """Too many tool calls of a step failed: the run stops (one line, exit 2)."""
+
+
+def check_failure_rate(value: Any, key: str = "max_tool_failure_rate") -> float:
+    """The one check of ``max_tool_failure_rate`` (native and verl): a fraction in [0, 1]
+    (0: stop at the first failure; 1: never stop)."""
+    check_interval(key, value, "[0, 1]")
+    return float(value)
+
+
+def tool_metrics(infos) -> dict[str, float]:
+    """``<tool>/calls`` and ``<tool>/failed`` summed over episodes' final ``info``
+    (``envs.base.TOOL_CALLS`` / ``TOOL_FAILURES``); ``{}`` for envs without tools."""
+    calls: dict[str, int] = {}
+    failed: dict[str, int] = {}
+    for info in infos:
+        info = info if isinstance(info, dict) else {}
+        for name, n in (info.get(TOOL_CALLS) or {}).items():
+            calls[name] = calls.get(name, 0) + int(n)
+        for name, errors in (info.get(TOOL_FAILURES) or {}).items():
+            failed[name] = failed.get(name, 0) + len(errors)
+    out: dict[str, float] = {}
+    for name in sorted(calls):
+        out[f"{name}/calls"] = float(calls[name])
+        out[f"{name}/failed"] = float(failed.get(name, 0))
+    return out
+
+
+def check_tool_failures(infos, max_rate: float, where: str) -> None:
+    """``ToolFailureError`` (one line: counts, rate, the first failure) when the share of
+    failed calls of any tool over ``infos`` exceeds ``max_rate``."""
+    infos = [i if isinstance(i, dict) else {} for i in infos]
+    counts = tool_metrics(infos)
+    for key, calls in counts.items():
+        if not key.endswith("/calls") or not calls:
+            continue
+        name = key[: -len("/calls")]
+        failed = counts[f"{name}/failed"]
+        if failed / calls > max_rate:
+            first = next(e for i in infos for e in (i.get(TOOL_FAILURES) or {}).get(name, []))
+            raise ToolFailureError(
+                f"{where}: {failed:.0f} of {calls:.0f} {name} calls failed "
+                f"({failed / calls:.0%} > max_tool_failure_rate={max_rate:g}), a fault of the "
+                f"service, not of the policy; first: {first[:200]}; fix it and resume"
+            )
 
 
 def token_prob_summary(

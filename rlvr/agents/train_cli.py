@@ -86,13 +86,14 @@ def run_train(args: argparse.Namespace) -> int:
 
 def _train(cfg, allow_config_change: bool) -> int:
     from rlvr.agents.checkpoint import CheckpointError, write_failure
+    from rlvr.agents.metrics import ToolFailureError
     from rlvr.agents.trainer import Trainer
 
     trainer = Trainer(cfg)
     trainer.allow_config_change = allow_config_change
     try:
         records = trainer.train()
-    except (MemoryError, FileExistsError, ConfigError, CheckpointError) as e:
+    except (MemoryError, FileExistsError, ConfigError, CheckpointError, ToolFailureError) as e:
         return _fail(e)
     except OSError as e:  # the metrics or the configuration could not be written: a full disk
         return _fail(write_failure(cfg.out, e))

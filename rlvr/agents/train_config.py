@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 from rlvr.agents.algorithms import WeightConfig, algorithm_names, get_algorithm, load_plugins
+from rlvr.agents.metrics import MAX_TOOL_FAILURE_RATE, check_failure_rate
 from rlvr.config import ConfigError, check_interval, deep_merge, layered, merge, parse_overrides
 from rlvr.device import check_device
 from rlvr.envs import ENVS, env_spec
@@ -163,6 +164,9 @@ class TrainConfig:
     memory_check: bool = True
     #: CPU threads for torch (0: leave torch's default).
     num_threads: int = 0
+    #: Stop the run when more than this share of a step's (or an evaluation's) tool calls fail:
+    #: a retrieval service down or out of reach (``agents.metrics.check_tool_failures``).
+    max_tool_failure_rate: float = MAX_TOOL_FAILURE_RATE
 
     def validate(self) -> None:
         """One ``ConfigError`` naming the first bad key and its accepted range."""
@@ -216,6 +220,7 @@ class TrainConfig:
             raise ConfigError(f"env: {self.env!r} is not one of {sorted(ENVS)}")
         for key, value, interval in ranges:
             check_interval(key, value, interval)
+        check_failure_rate(self.max_tool_failure_rate)
         self.weights.check()  # every weights.* field in the interval its method declares
         batch = self.prompts_per_step * self.group_size
         if self.mini_batch_size and batch % self.mini_batch_size:

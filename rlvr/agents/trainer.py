@@ -47,10 +47,12 @@ from rlvr.agents.checkpoint import (
 from rlvr.agents.memory import check_fits, estimate_for_config
 from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: public API here too)
     MetricsLog,
+    check_tool_failures,
     is_time_key,
     read_metrics,
     rollout_metrics,
     strip_time,
+    tool_metrics,
 )
 from rlvr.agents.policy import Policy
 from rlvr.agents.rollout.base import RolloutBatch, SamplingParams, collate
@@ -340,6 +342,11 @@ class Trainer:
                 error_reward=self.error_reward,
                 max_prompt_tokens=self.cfg.rollout.max_prompt_tokens,
             )
+        check_tool_failures(
+            [e.info for _, e in played],
+            self.cfg.max_tool_failure_rate,
+            f"evaluation after step {step}",
+        )
         out: dict[str, float] = {}
         for mode, name in (("greedy", "greedy"), ("sample", "sampled")):
             eps = [e for job, e in played if job.mode == mode]
@@ -421,6 +428,8 @@ class Trainer:
         t0 = time.perf_counter()
         episodes = self.rollout(step)
         t1 = time.perf_counter()
+        # before the update: a batch whose searches failed is not trained on
+        check_tool_failures([e.info for e in episodes], cfg.max_tool_failure_rate, f"step {step}")
         rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
         adv = compute_advantages(cfg.loss.advantage, rewards, cfg.group_size, eps=cfg.loss.adv_eps)
         batch = episodes_to_batch(episodes, self.pad_id)
@@ -431,6 +440,7 @@ class Trainer:
         self.data_position += cfg.prompts_per_step
         record: dict[str, Any] = {"step": step}
         record.update(rollout_metrics(episodes, cfg.group_size))
+        record.update(tool_metrics([e.info for e in episodes]))
         record.update(upd)
         record["episodes/reset_errors"] = float(self.reset_errors)
         record["advantage/mean"] = float(adv.mean())

@@ -72,6 +72,14 @@ class Tool:
         return self.template.format(coerce_text(value).strip())
 
 
+#: ``info`` keys of a multi-turn env whose tools call a service: ``{tool name: calls sent to it
+#: so far this episode}`` and ``{tool name: [one line per call that failed, in order]}``. A
+#: failure is the infrastructure's fault (the service down, unreachable, timed out or answering
+#: nonsense), never the policy's (an empty query is an ordinary observation and no failure):
+#: trainers count them (``search/failed``) and stop a run past ``max_tool_failure_rate``.
+TOOL_CALLS, TOOL_FAILURES = "tool_calls", "tool_failures"
+
+
 class AnyText(spaces.Text):
     """A ``Text`` space that contains any Python string within its length bounds.
 

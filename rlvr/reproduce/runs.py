@@ -34,6 +34,9 @@ DONE = "run.json"
 
 #: Fields that do not change what a run computes (blanked before hashing).
 _NEUTRAL = {"out": "", "resume": False, "progress": True, "tensorboard": False}
+#: Fields that change nothing a run computes, added after runs were cached: left out of the key,
+#: so that cached runs keep theirs.
+_UNKEYED = ("max_tool_failure_rate",)
 
 
 @dataclass
@@ -131,7 +134,9 @@ def base_seed_of(model: str) -> int:
 
 
 def run_key(cfg) -> str:
-    return config_hash(dataclasses.replace(cfg, **_NEUTRAL, model=model_identity(cfg.model)))
+    return config_hash(
+        dataclasses.replace(cfg, **_NEUTRAL, model=model_identity(cfg.model)), leave_out=_UNKEYED
+    )
 
 
 def eval_key(ecfg: EvalConfig) -> str:

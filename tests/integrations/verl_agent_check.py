@@ -332,6 +332,9 @@ def test_episodes_match_the_env_token_for_token(model_dir, retrieval_url, tmp_pa
         assert len(observations) == generations and sum(map(bool, observations)) == obs_turns
         assert info["turn"] == generations
         assert output.non_tensor_batch["__num_turns__"][i] == 1 + generations + obs_turns
+        # the env's count of searches goes out with the trajectory (RlvrPPOTrainer logs it)
+        assert output.non_tensor_batch["tool_calls"][i] == info["tool_calls"]
+        assert output.non_tensor_batch["tool_failures"][i] == {"search": []}
         # each turn continued the running sequence, with the stop strings and remaining budget
         calls = by_question[question]
         assert len(calls) == generations
@@ -364,3 +367,19 @@ def test_response_budget_cuts_the_observation(model_dir, retrieval_url, tmp_path
     assert mask == [1] * n_gen + [0] * (budget - n_gen)
     assert [len(c) for c in policy.calls.values()] == [1]  # no turn after the budget ran out
     assert np.asarray(output.batch["response_mask"]).shape[1] == budget
+
+
+def test_a_failed_search_goes_out_with_the_trajectory(model_dir, tmp_path):
+    """A service that cannot be reached: the search is an observation for the policy and a
+    recorded failure for the trainer."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    rows = list(verl_rows("searchqa", 1, split="train", seed=0))
+    question = rows[0]["extra_info"]["question"]
+    scripts = {question: [f"<search> {question} </search>", "<answer> x </answer>"]}
+    config = verl_config(model_dir, "http://127.0.0.1:9")  # nothing listens on port 9
+    output, _ = rollout(config, tokenizer, rows, scripts, tmp_path)
+    assert output.non_tensor_batch["tool_calls"][0] == {"search": 1}
+    (failure,) = output.non_tensor_batch["tool_failures"][0]["search"]
+    assert failure.startswith("RetrievalError: retrieval service at http://127.0.0.1:9/retrieve")

@@ -28,6 +28,7 @@ import dataclasses
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,7 @@ case "$module" in
       while [[ $# -gt 0 ]]; do [[ "$1" == --out ]] && touch "$2"; shift; done
     fi ;;
   rlvr.integrations.verl.main) printf '%s\\n' "$@" > "$RECORD" ;;
+  rlvr.integrations.verl.cluster) exec "$REAL_PYTHON" -m "$module" "$@" ;;  # real Ray
   *) echo "unexpected module $module" >&2; exit 3 ;;
 esac
 """
@@ -94,6 +96,7 @@ def recorded_overrides(run_dir: Path, tmp: Path) -> list[str]:
         "PYTHON": str(recorder),
         "RECORD": str(record),
         "RLVR_RETRIEVAL_URL": "http://10.0.0.7:8000",
+        "REAL_PYTHON": sys.executable,
     }
     subprocess.run(["bash", str(run_dir / "run.sh")], env=env, check=True, timeout=60)
     argv = record.read_text().splitlines()

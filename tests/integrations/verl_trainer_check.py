@@ -21,6 +21,7 @@ import subprocess
 import sys
 from contextlib import contextmanager
 
+import numpy as np
 import pytest
 import torch
 import verl  # noqa: F401  (loads the verl.plugins entry points, ours included)
@@ -37,11 +38,13 @@ from verl.workers.utils.padding import left_right_2_no_padding
 
 from rlvr.agents.algorithms import WeightConfig, get_algorithm
 from rlvr.agents.algorithms.entropy_top import n_kept
+from rlvr.agents.metrics import ToolFailureError
 from rlvr.agents.policy import TokenStats, head_token_stats
 from rlvr.agents.rollout.base import RolloutBatch
 from rlvr.agents.train_config import LossConfig, TrainConfig
 from rlvr.agents.update import MicroBatch, Normalisers, Precision, Updater
 from rlvr.integrations.verl import main as verl_main
+from rlvr.integrations.verl import trainer as verl_trainer
 from rlvr.integrations.verl.actor import LOPTI_STAGE_KEY, SAMPLED_LOGIT_KEY, RlvrActorLoss
 from rlvr.integrations.verl.trainer import (
     RlvrConfigError,
@@ -462,6 +465,104 @@ def test_init_workers_installs_the_actor_loss(base_config, monkeypatch, algo, pa
     if installs:
         loss_fn = pickle.loads(pickle.dumps(recorder.loss_fns[0]))
         assert isinstance(loss_fn, RlvrActorLoss) and loss_fn.scheme == algo
+
+
+# --- failed searches: counted, logged, and the run stopped past the rate ----------------------
+def with_tools(batch: DataProto, failed: list[int], calls: int = 2) -> DataProto:
+    """``batch`` with the agent loop's per-trajectory tool fields (``calls`` searches each, the
+    first ``failed[i]`` of them failed)."""
+    n = len(batch)
+    batch.non_tensor_batch["tool_calls"] = np.array([{"search": calls}] * n, dtype=object)
+    batch.non_tensor_batch["tool_failures"] = np.array(
+        [{"search": ["RetrievalError: unreachable"] * failed[i]} for i in range(n)], dtype=object
+    )
+    return batch
+
+
+class FakeRollouts:
+    """Stands in for verl's agent-loop manager (it needs vLLM servers): hands back ``output``."""
+
+    def __init__(self, output):
+        self.output, self.seen = output, []
+
+    def generate_sequences(self, prompts):
+        self.seen.append(prompts)
+        return self.output
+
+    def wake_up(self):
+        return "awake"
+
+
+def test_failed_searches_are_logged_and_stop_the_run_past_the_rate(base_config, monkeypatch):
+    cfg = with_rlvr(base_config, "grpo", max_tool_failure_rate=0.1)
+    trainer, _ = trainer_for(cfg)
+    assert trainer.rlvr.max_tool_failure_rate == 0.1
+    batch = with_tools(update_batch(), [1, 0, 0, 0, 0, 0])  # 1 of 12 searches failed: 8%
+    fake = FakeRollouts(batch)
+    monkeypatch.setattr(
+        RayPPOTrainer, "init_workers", lambda self: setattr(self, "async_rollout_manager", fake)
+    )
+    trainer.init_workers()
+    trainer.global_steps = 3
+    prompts = DataProto.from_dict(tensors={"x": torch.zeros(6, 1)}, meta_info={"validate": False})
+    assert trainer.async_rollout_manager.generate_sequences(prompts) is batch
+    assert trainer.async_rollout_manager.wake_up() == "awake"  # everything else passes through
+    out = trainer._update_actor(batch)
+    assert out.meta_info["metrics"]["search/calls"] == 12.0
+    assert out.meta_info["metrics"]["search/failed"] == 1.0
+    fake.output = with_tools(update_batch(), [2, 0, 0, 0, 0, 0])  # 2 of 12: 17%
+    prompts.meta_info["validate"] = True
+    with pytest.raises(ToolFailureError, match=r"^validation at step 3: 2 of 12 search calls"):
+        trainer.async_rollout_manager.generate_sequences(prompts)
+    with pytest.raises(RlvrConfigError, match=r"rlvr.max_tool_failure_rate: must be in \[0, 1\]"):
+        read_rlvr(with_rlvr(base_config, "grpo", max_tool_failure_rate=1.5))
+    assert read_rlvr(with_rlvr(base_config, "grpo")).max_tool_failure_rate == 0.05
+
+
+def test_a_loopback_retrieval_url_on_two_nodes_is_refused(base_config, monkeypatch):
+    cfg = with_rlvr(base_config, "grpo", searchqa={"retrieval_url": "http://127.0.0.1:8000"})
+    trainer, _ = trainer_for(cfg)
+    monkeypatch.setattr(RayPPOTrainer, "init_workers", lambda self: None)
+    node = {"Alive": True, "Resources": {"CPU": 8.0, "GPU": 8.0}}
+    monkeypatch.setattr(verl_trainer.ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(verl_trainer.ray, "nodes", lambda: [node])
+    trainer.init_workers()  # one node: loopback reaches it
+    monkeypatch.setattr(verl_trainer.ray, "nodes", lambda: [node, dict(node)])
+    with pytest.raises(RlvrConfigError, match="is a loopback address.*all 2 nodes"):
+        trainer.init_workers()
+
+
+def test_run_sh_cluster_check_refuses_loopback_on_two_nodes(monkeypatch, capsys):
+    """``python -m rlvr.integrations.verl.cluster`` (run.sh's check) on a simulated two-node
+    ``ray.nodes()``: the one-line refusal, exit 2; on one node or none, exit 0."""
+    from rlvr.integrations.verl import cluster
+
+    node = {"NodeID": "a" * 56, "Alive": True, "Resources": {"CPU": 8.0, "GPU": 8.0}}
+    monkeypatch.setattr(cluster, "cluster_nodes", lambda: [node, {**node, "NodeID": "b" * 56}])
+    assert cluster.main(["--url", "http://127.0.0.1:8000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a loopback address" in err[0] and "all 2 nodes" in err[0]
+    assert cluster.main(["--url", "http://10.0.0.1:8000"]) == 0
+    monkeypatch.setattr(cluster, "cluster_nodes", lambda: [node])
+    assert cluster.main(["--url", "http://127.0.0.1:8000"]) == 0
+
+
+def test_verl_main_reports_a_failure_from_the_task_runner_in_one_line(monkeypatch, tmp_path):
+    """Raised in verl's ``TaskRunner`` Ray actor, the failure reaches the driver as Ray's
+    ``RayTaskError`` (which subclasses it): the run ends with its one line, no traceback."""
+    from ray.exceptions import RayTaskError
+
+    cause = ToolFailureError("rollout at step 4: 9 of 9 search calls failed (100% > ...)")
+    wrapped = RayTaskError("TaskRunner.run", "Traceback (most recent call last): ...", cause)
+
+    def run(config, check):
+        raise wrapped.as_instanceof_cause()
+
+    monkeypatch.setattr(verl_main, "_run", run)
+    monkeypatch.chdir(tmp_path)  # Hydra writes its outputs/ folder here
+    with pytest.raises(SystemExit) as e:
+        verl_main.main([])
+    assert str(e.value) == f"error: {cause}"
 
 
 # --- (c) the configuration -------------------------------------------------------------------

@@ -111,6 +111,12 @@ def add_retrieval_serve_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="read the index into memory instead of memory-mapping it",
     )
+    p.add_argument(
+        "--faiss-gpu",
+        action="store_true",
+        help="search on every visible GPU (a FAISS GPU build; flat or ivfpq: fp16 vectors "
+        "sharded across the GPUs, as Search-R1's retrieval_server.py)",
+    )
     limits = p.add_argument_group("limits (what one client may cost the service)")
     for f in fields(LIMITS):
         default = getattr(LIMITS, f.name)
@@ -150,6 +156,11 @@ def run_retrieval_serve(args) -> int:
         index = load_index(args.index, corpus=args.corpus, mmap=not args.no_mmap)
     except (FileNotFoundError, ValueError, ImportError, OSError) as e:
         return fail(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+    if args.faiss_gpu:
+        try:
+            index.use_gpu()
+        except (ValueError, RuntimeError) as e:
+            return fail(f"--faiss-gpu: {str(e).strip().splitlines()[0][:300]}")
     try:
         server = make_server(index, args.host, args.port, args.topk, limits)
     except (OSError, OverflowError) as e:  # port taken, address not local, no permission
@@ -158,7 +169,9 @@ def run_retrieval_serve(args) -> int:
         )
     host, port = server.server_address[:2]
     print(
-        f"serving {len(index)} passages ({index.kind}) at http://{host}:{port}/retrieve", flush=True
+        f"serving {len(index)} passages ({index.kind}{', GPU' if args.faiss_gpu else ''}) at "
+        f"http://{host}:{port}/retrieve",
+        flush=True,
     )
     try:
         server.serve_forever()

@@ -14,6 +14,9 @@ One episode = one question. Each ``step(response)`` takes one assistant turn:
 
 Empty and very long queries, retriever failures (a service that is down) all become an
 ``<information>`` observation that says what happened; the episode loop never raises on text.
+A retriever failure is the infrastructure's, not the policy's: ``info["tool_calls"]["search"]``
+counts the searches sent to the retriever this episode and ``info["tool_failures"]["search"]``
+lists those that failed (``envs.base.TOOL_FAILURES``), which the trainers count and stop on.
 ``info["transcript"]`` is every response and observation so far (the prompt excluded) and
 ``info["tool_spans"]`` the ``[start, end)`` character spans of it written by the env, so a trainer
 can mask observation tokens out of the loss.
@@ -26,7 +29,14 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlvr.envs.base import MAX_RESPONSE_CHARS, AnyText, coerce_text, drop_oversized
+from rlvr.envs.base import (
+    MAX_RESPONSE_CHARS,
+    TOOL_CALLS,
+    TOOL_FAILURES,
+    AnyText,
+    coerce_text,
+    drop_oversized,
+)
 from rlvr.envs.prompts import chat_messages, render_prompt
 from rlvr.envs.searchqa.client import MAX_QUERY_CHARS, RemoteRetriever
 from rlvr.envs.searchqa.data import QAItem, load_qa
@@ -255,7 +265,8 @@ class SearchQAEnv(gym.Env):
         self._responses: list[str] = []
         self._transcript = ""
         self._tool_spans: list[tuple[int, int]] = []
-        self._turn = self._n_searches = 0
+        self._turn = self._n_searches = self._calls = 0
+        self._failures: list[str] = []
         self._done = False
         info = {
             "ground_truth": list(self._item.answers),
@@ -269,7 +280,8 @@ class SearchQAEnv(gym.Env):
         return self._prompt, info
 
     def _search_observation(self, query: str) -> tuple[str, str]:
-        """Observation for one query and an error string ("" when the search ran)."""
+        """Observation for one query and an error string ("" when the search ran); a query sent
+        to the retriever is counted, and a failure of it recorded (``tool_failures``)."""
         if not query:
             return information_block(
                 "Empty search query: write the query between <search> and </search>."
@@ -278,10 +290,13 @@ class SearchQAEnv(gym.Env):
         if len(query) > MAX_QUERY_CHARS:
             query = query[:MAX_QUERY_CHARS]
             note = f"(Query cut to its first {MAX_QUERY_CHARS} characters.)\n"
+        self._calls += 1
         try:
             hits = self.retriever.search([query], self.topk)[0]
         except Exception as e:  # a failed search is an observation, never a crash of the episode
-            return information_block(f"Search failed: {e}"), f"{type(e).__name__}: {e}"
+            error = f"{type(e).__name__}: {e}"
+            self._failures.append(" ".join(error.split())[:300])
+            return information_block(f"Search failed: {e}"), error
         body = note + (format_passages(hits) if hits else "No documents found.")
         return information_block(body, self.max_obs_chars), ""
 
@@ -324,6 +339,8 @@ class SearchQAEnv(gym.Env):
             "action": kind,
             "query": content if kind == "search" else "",
             "search_error": error,
+            TOOL_CALLS: {"search": self._calls},
+            TOOL_FAILURES: {"search": list(self._failures)},
             "transcript": self._transcript,
             "tool_spans": list(self._tool_spans),
         }

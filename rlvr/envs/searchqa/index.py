@@ -9,6 +9,17 @@ paged in from disk on demand instead of being read whole.
 Sizes (docs/design.md §4): flat stores 4*d bytes per passage (21M x 768 = 62 GB for e5 over
 Wikipedia); HNSW adds about 8*M bytes of graph links; IVF-PQ stores ``pq_m`` bytes per passage,
 plus the 4*d-byte full vectors when ``refine`` > 0 re-ranks its candidates exactly.
+
+A query's hits never depend on the other queries searched with it (the retrieval service
+gathers concurrent requests into one call): FAISS's flat search computes inner products with
+BLAS for 20 queries or more and one at a time below, and BLAS rounding depends on the batch's
+shape (on a 768-d random index only 36% of scores were bit-equal between a query searched alone
+and in a batch of 256, FAISS 1.15.1), so a flat search takes ``RESCORE_MARGIN`` more candidates
+and scores each pair again on its own (``rescore``). HNSW and IVF-PQ already score each
+query on its own; ``tests/test_searchqa_index.py`` holds all three.
+
+``to_gpu`` moves an index to the GPUs as Search-R1's ``retrieval_server.py`` does (fp16, sharded
+over every visible GPU), where the FAISS build has GPU support; otherwise it says why in one line.
 """
 
 from __future__ import annotations
@@ -28,6 +39,10 @@ from rlvr.envs.searchqa.encoders import Encoder, HashedTfidfEncoder, encoder_fro
 from rlvr.locks import LOCK_FILE, hold
 
 INDEX_KINDS = ("flat", "hnsw", "ivfpq")
+#: Extra candidates a flat search takes before scoring each pair again on its own: the
+#: BLAS and one-at-a-time scores differ by a few float32 ulps (6e-8 measured), so the true top-k
+#: is always among the top k + 16 of either.
+RESCORE_MARGIN = 16
 
 #: Defaults: HNSW M=32 / efConstruction=200 / efSearch=128 and IVF nprobe=32 are FAISS-wiki
 #: starting points; ``bench/bench_retrieval.py`` measures the recall/throughput they give.
@@ -177,13 +192,26 @@ class SearchIndex:
             kind,
             params,
         )
+        #: What searches: ``index`` itself, or its copy on the GPUs (``use_gpu``); a flat
+        #: search's rescoring reads the stored vectors from ``index``.
+        self.searcher = index
+
+    def use_gpu(self) -> None:
+        """Search on every visible GPU (``to_gpu``); ``ValueError`` in one line where FAISS
+        cannot."""
+        self.searcher = to_gpu(self.index, self.kind)
 
     def __len__(self) -> int:
         return self.index.ntotal
 
     def search_vectors(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` ``(scores, ids)`` per row; each row's result is the same whatever other
+        rows it is searched with (module docstring)."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        return self.index.search(vectors, int(k))
+        if self.kind != "flat":
+            return self.searcher.search(vectors, int(k))
+        _, ids = self.searcher.search(vectors, int(min(k + RESCORE_MARGIN, len(self))))
+        return rescore(self.index, vectors, ids, int(k))
 
     def search(self, queries: Sequence[str], k: int = 3) -> list[list[Hit]]:
         """Top-``k`` passages per query, best first (fewer when the index holds fewer)."""
@@ -225,6 +253,45 @@ class SearchIndex:
         }
         (out / "meta.json").write_text(json.dumps(meta, indent=2))
         return out
+
+
+def rescore(
+    index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The best ``k`` of each row's candidate ``ids`` by inner product with the stored vectors,
+    each pair scored on its own (FAISS's ``compute_distance_subset``: one SIMD dot product per
+    pair, the same arithmetic whatever the batch), ties broken by the lower id; ``-1`` ids (no
+    candidate) score -inf."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    valid = ids >= 0
+    ids = np.ascontiguousarray(np.where(valid, ids, 0), dtype=np.int64)
+    scores = np.empty(ids.shape, dtype=np.float32)
+    index.compute_distance_subset(
+        len(ids), faiss.swig_ptr(vectors), ids.shape[1], faiss.swig_ptr(scores), faiss.swig_ptr(ids)
+    )
+    scores[~valid], ids[~valid] = -np.inf, -1
+    order = np.lexsort((ids, -scores), axis=-1)[:, :k]
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
+
+
+def to_gpu(index: faiss.Index, kind: str) -> faiss.Index:
+    """``index`` on every visible GPU, as Search-R1's ``search_r1/search/retrieval_server.py``
+    (commit a14dc3a4ffc6fe88c1e95038d9738e21ba3f7a06, ``DenseRetriever``) places it: fp16
+    storage, sharded across the GPUs. ``ValueError`` in one line where that cannot be done."""
+    if kind == "hnsw":
+        raise ValueError("FAISS has no GPU HNSW index; serve an hnsw index on the CPU")
+    if not hasattr(faiss, "GpuMultipleClonerOptions"):
+        raise ValueError(
+            "this FAISS build has no GPU support (faiss-cpu); install a GPU build "
+            "(e.g. conda's faiss-gpu, or pip's faiss-gpu-cu12) or serve on the CPU"
+        )
+    if faiss.get_num_gpus() < 1:
+        raise ValueError("FAISS was built with GPU support but sees no GPU")
+    options = faiss.GpuMultipleClonerOptions()
+    options.useFloat16, options.shard = True, True
+    if isinstance(index, faiss.IndexRefine):
+        raise ValueError("an ivfpq index with refine > 0 re-ranks on the CPU; serve it there")
+    return faiss.index_cpu_to_all_gpus(index, co=options)
 
 
 def _passage_texts(corpus) -> list[str]:

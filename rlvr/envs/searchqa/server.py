@@ -15,11 +15,13 @@ can cost is bounded (``ServerLimits``): connections, the time to send one reques
 body together, however slowly they trickle), body bytes (checked from ``Content-Length`` before
 any is read, and in flight across all connections), JSON nesting, queries x topk per request,
 response bytes, the time to read a response, and the response bytes built and not yet taken by
-their clients across all connections (``_searched``, ``_send``). Searches run on one thread, a
+their clients across all connections (``_hold``, ``_send``). Searches run on one thread, a
 request's queries in chunks of ``search_chunk``, so the searches of other clients interleave with
-a large request's instead of waiting for all of it. Why a hand-written asyncio server and not
-FastAPI + uvicorn, or h11: ``docs/reliability.md``. It binds to loopback by default: it has no
-authentication.
+a large request's instead of waiting for all of it; the chunks that arrive together (within
+``batch_window_s``, up to ``batch_queries`` queries) are searched in one call
+(``rlvr.envs.searchqa.batcher``), each getting the hits it would get alone. Why a hand-written
+asyncio server and not FastAPI + uvicorn, or h11: ``docs/reliability.md``. It binds to loopback
+by default: it has no authentication.
 """
 
 from __future__ import annotations
@@ -34,12 +36,17 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 
+from rlvr.envs.searchqa.batcher import SearchBatcher
 from rlvr.envs.searchqa.client import MAX_QUERY_CHARS
 from rlvr.envs.searchqa.httpio import ReadState, RequestError, read_request, response_head
 
 _LIBC = ctypes.CDLL(None)
 
 __all__ = ["RequestError", "RetrievalServer", "ServerLimits", "make_server", "serve_in_thread"]
+
+
+#: Limits that may be 0 (the rest must be > 0).
+ZERO_ALLOWED = frozenset({"batch_window_s"})
 
 
 def _limit(default, help_: str):
@@ -82,20 +89,32 @@ class ServerLimits:
         "memory clients that ask and never read can pin (503 beyond; at least one response)",
     )
     search_chunk: int = _limit(
-        64, "queries per search call: other requests' searches run between a large one's chunks"
+        64, "queries per search chunk: other requests' searches run between a large one's chunks"
+    )
+    batch_queries: int = _limit(
+        256,
+        "queries per search call, gathered from the chunks of requests that arrive together "
+        "(1: each chunk searched alone, the service before batching)",
+    )
+    batch_window_s: float = _limit(
+        0.002,
+        "seconds the search thread waits for more requests after the first (0: it takes only "
+        "those already waiting)",
     )
 
     def __post_init__(self):
         for f in fields(self):  # NaN fails 0 < value, as infinity fails value < inf
             value, whole = getattr(self, f.name), type(f.default) is int
+            low_ok = f.name in ZERO_ALLOWED and value == 0
             if (
                 isinstance(value, bool)
                 or not isinstance(value, (int, float))
-                or not 0 < value < float("inf")
+                or not (0 < value < float("inf") or low_ok)
                 or (whole and value != int(value))
             ):
                 kind = "a whole number" if whole else "a finite number"
-                raise ValueError(f"{f.name} must be {kind} > 0, got {value!r}")
+                bound = ">= 0" if f.name in ZERO_ALLOWED else "> 0"
+                raise ValueError(f"{f.name} must be {kind} {bound}, got {value!r}")
         if self.max_inflight_response_bytes < self.max_response_bytes:
             raise ValueError(
                 f"max_inflight_response_bytes ({self.max_inflight_response_bytes}) must hold at "
@@ -216,7 +235,7 @@ class RetrievalServer:
             (host, port), backlog=min(1024, 4 * limits.max_connections)
         )
         self.server_address = self._sock.getsockname()
-        self._search = ThreadPoolExecutor(1, thread_name_prefix="rlvr-search")
+        self.batcher = SearchBatcher(retriever, limits.batch_window_s, limits.batch_queries)
         self._cpu = ThreadPoolExecutor(2, thread_name_prefix="rlvr-json")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -247,7 +266,7 @@ class RetrievalServer:
 
     def server_close(self) -> None:
         self._sock.close()
-        self._search.shutdown(wait=False, cancel_futures=True)
+        self.batcher.close()
         self._cpu.shutdown(wait=False, cancel_futures=True)
 
     async def _main(self) -> None:
@@ -379,15 +398,15 @@ class RetrievalServer:
         """Mean encoded bytes per search result so far (``PRIOR_RESULT_BYTES`` before any)."""
         return self._encoded[0] / self._encoded[1] if self._encoded[1] else PRIOR_RESULT_BYTES
 
-    def _searched(self, queries: list[str], topk: int, admit) -> list:
-        """``retriever.search`` on the search thread. A request's first search first admits its
-        whole response to the budget (``admit = (state, estimated bytes)``, at the size of the
-        results sent so far): in turn, once the responses searched before it have gone to their
-        clients or not, so a burst of clients that never read costs no searches past the budget,
-        and an admitted request is never cut off half built by others interleaved with it."""
-        if admit is not None:
-            self._hold(*admit)
-        return self.retriever.search(queries, topk)
+    def _searched(self, queries: list[str], topk: int, admit) -> asyncio.Future:
+        """The hits of ``queries`` from the search thread (``SearchBatcher``). A request's first
+        search first admits its whole response to the budget (``admit = (state, estimated
+        bytes)``, at the size of the results sent so far): in turn on the search thread, once the
+        responses searched before it have gone to their clients or not, so a burst of clients
+        that never read costs no searches past the budget, and an admitted request is never cut
+        off half built by others interleaved with it."""
+        hold = None if admit is None else (lambda: self._hold(*admit))
+        return asyncio.wrap_future(self.batcher.submit(queries, topk, hold))
 
     def _hold(self, state: ReadState, n: int) -> None:
         """Take ``n`` bytes of the response budget for ``state``'s exchange, or answer 503."""
@@ -418,7 +437,7 @@ class RetrievalServer:
             chunk = queries[i : i + lim.search_chunk]
             admit = (state, estimate) if i == 0 else None
             try:
-                hits = await loop.run_in_executor(self._search, self._searched, chunk, topk, admit)
+                hits = await self._searched(chunk, topk, admit)
             except RequestError:
                 raise
             except Exception as e:  # noqa: BLE001 - keep serving: report the failure to this client

@@ -32,6 +32,11 @@ included, special tokens skipped) and calls ``reward.custom_reward_function``; w
 that is the env's own EM scorer, which strips tool text before parsing, so the score equals the
 env's episode reward.
 
+The env's count of searches and the failed ones (``info["tool_calls"]``,
+``info["tool_failures"]``) go out with each trajectory as extra fields (verl's
+``non_tensor_batch``), where ``RlvrPPOTrainer`` logs them as ``search/calls`` and
+``search/failed`` and stops the run past ``rlvr.max_tool_failure_rate``.
+
 Settings come from the run's config section ``rlvr.searchqa``: ``retrieval_url`` (required),
 ``max_turns`` and ``topk`` (the env's defaults when unset), optional ``max_obs_chars``.
 ``VERL_OVERRIDES`` lists the verl settings a search-QA run needs (docs/integrations_verl.md,
@@ -48,6 +53,7 @@ from verl.utils.profiler import simple_timer
 from verl.utils.rollout_trace import rollout_trace_op
 
 from rlvr.envs import env_spec
+from rlvr.envs.base import TOOL_CALLS, TOOL_FAILURES
 from rlvr.envs.searchqa.normalize import as_gold_list
 from rlvr.integrations.episodes import Episode
 from rlvr.integrations.verl.data import agent_loop_overrides
@@ -200,6 +206,11 @@ class SearchQAAgentLoop(AgentLoopBase):
             out.add_env(list(obs_ids)[:left])
             observations += 1
         extra_fields.update({"turn_scores": [], "tool_rewards": []})
+        # the env's tool calls and failures, per trajectory (RlvrPPOTrainer counts and checks)
+        info = step.info
+        extra_fields[TOOL_CALLS] = dict(info.get(TOOL_CALLS) or {})
+        failures = info.get(TOOL_FAILURES) or {}
+        extra_fields[TOOL_FAILURES] = {k: list(v) for k, v in failures.items()}
         return AgentLoopOutput(
             prompt_ids=prompt_ids,
             response_ids=out.ids,

@@ -283,6 +283,7 @@ def _rlvr_section(cfg, params: dict[str, Any]) -> dict[str, Any]:
         raise VerlTranslationError(str(e)) from None
     if section:
         out[f"rlvr.{section[0]}"] = section[1]
+        out["rlvr.max_tool_failure_rate"] = cfg.max_tool_failure_rate
     return out
 
 

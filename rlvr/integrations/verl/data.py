@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import urlsplit
 
 from rlvr.config import ConfigError, parse_overrides
 from rlvr.envs import env_names, env_spec, load, reset_tasks
@@ -86,6 +87,35 @@ def searchqa_section(env_kwargs: dict[str, Any]) -> dict[str, Any]:
         "max_turns": int(env_kwargs.get("max_turns", 4)),
         "topk": int(env_kwargs.get("topk", 3)),
     }
+
+
+#: Host names that only reach the machine they are resolved on.
+LOOPBACK = ("localhost", "localhost.localdomain", "ip6-localhost", "::1")
+
+
+def is_loopback(host: str) -> bool:
+    return host.lower() in LOOPBACK or host.startswith("127.") or host == "0.0.0.0"
+
+
+def cpu_nodes(nodes: list[dict]) -> list[dict]:
+    """The Ray nodes verl 0.9.1 places agent-loop workers on: alive, with CPUs
+    (``AgentLoopManager._init_agent_loop_workers``, ``experimental/agent_loop/agent_loop.py``:
+    round-robin over them, ``NodeAffinitySchedulingStrategy``)."""
+    return [n for n in nodes if n.get("Alive") and (n.get("Resources") or {}).get("CPU", 0) > 0]
+
+
+def check_retrieval_reachable(url: str, nodes: list[dict]) -> None:
+    """``ValueError`` (one line) when the agent-loop workers spread over several nodes of
+    ``nodes`` (``ray.nodes()``) and ``url`` is a loopback address, which only the node running
+    the service reaches: every search of the other nodes' workers would fail."""
+    host = urlsplit(url).hostname or ""
+    n = len(cpu_nodes(nodes))
+    if n > 1 and is_loopback(host):
+        raise ValueError(
+            f"rlvr.searchqa.retrieval_url={url} is a loopback address, but verl places its "
+            f"agent-loop workers on all {n} nodes of this Ray cluster: run `rlvr retrieval-serve "
+            "--host <an address every node reaches>` and set RLVR_RETRIEVAL_URL to it"
+        )
 
 
 #: Agent loop -> (its section of the run's ``rlvr`` config, the section from the env's kwargs).

@@ -34,6 +34,7 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device
 
+from rlvr.agents.metrics import ToolFailureError
 from rlvr.integrations.verl.trainer import RlvrConfigError, RlvrSetup, apply_rlvr
 
 #: verl's packaged Hydra config directory (``ppo_trainer.yaml`` and its groups).
@@ -171,8 +172,10 @@ def main(argv: list[str] | None = None) -> None:
     def _main(config: DictConfig) -> None:
         try:
             _run(config, check)
-        except RlvrConfigError as e:  # a one-line message naming the key, no traceback
-            raise SystemExit(f"error: {e}") from None
+        except (RlvrConfigError, ToolFailureError) as e:  # one line, no traceback
+            # raised in verl's TaskRunner actor, it comes back as Ray's RayTaskError, which
+            # subclasses it and holds it as ``cause``
+            raise SystemExit(f"error: {getattr(e, 'cause', None) or e}") from None
 
     sys.argv = [sys.argv[0], *argv]
     _main()

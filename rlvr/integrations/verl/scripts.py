@@ -305,6 +305,9 @@ touch "$HERE/DONE"
 """
 
 RETRIEVAL = """# Search QA: the retrieval service (Search-R1's POST /retrieve) for the agent loop.
+# verl runs agent-loop workers on every node of its Ray cluster: a loopback URL, which reaches
+# this node only, is refused (one line, exit 2) when the cluster has several nodes.
+"$PYTHON" -m rlvr.integrations.verl.cluster --url "${{RLVR_RETRIEVAL_URL:-{url}}}" || exit 2
 if [[ -n "${{RLVR_RETRIEVAL_URL:-}}" ]]; then
   OVERRIDES+=("rlvr.searchqa.retrieval_url=$RLVR_RETRIEVAL_URL")
 else
@@ -389,6 +392,7 @@ def run_sh(files: dict[str, Any], command: str) -> str:
         sq = files["config"]["rlvr"]["searchqa"]
         url = urlsplit(sq["retrieval_url"])
         retrieval = RETRIEVAL.format(
+            url=sq["retrieval_url"],
             host=url.hostname,
             port=url.port or 80,
             topk=sq["topk"],
@@ -480,8 +484,10 @@ def readme(rows: list[dict[str, Any]], command: str) -> str:
             "(verl's default, only in its `fsdp` extra, a CUDA build) is not needed.",
             "2. Search QA only: an index built with `rlvr index` (e5 over wiki-18), named by "
             "`RLVR_INDEX`; run.sh serves it on 127.0.0.1 for the run and stops it on exit. "
-            "On several nodes, start `rlvr retrieval-serve` where every node reaches it and "
-            "set `RLVR_RETRIEVAL_URL` instead.",
+            "On several nodes, start `rlvr retrieval-serve --host <address>` where every node "
+            "reaches it and set `RLVR_RETRIEVAL_URL` instead: verl runs agent-loop workers on "
+            "every node, and run.sh (and the trainer) refuse a loopback URL on a cluster of more "
+            "than one node.",
             "3. One run: `bash runs/<run>/run.sh` (it writes its data under `data/` when "
             "missing). Every run: `bash run_all.sh` (runs with a `DONE` file are skipped). "
             "Extra arguments of run.sh are Hydra overrides (e.g. "

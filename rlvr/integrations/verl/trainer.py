@@ -7,6 +7,7 @@ A verl run selects the method with one top-level config section (read by ``read_
       params: {shaping_input: logit, alpha: 2.75}   # rlvr.agents.algorithms.WeightConfig fields
       weight_position: surrogate    # or ratio
       searchqa: {...}               # read by rlvr.integrations.verl.agent_loop
+      max_tool_failure_rate: 0.05   # stop past this share of failed searches (default 0.05)
 
 What each algorithm needs is read from its registry entry (``rlvr.agents.algorithms``,
 ``Algorithm.verl_path``), not from its name:
@@ -39,6 +40,15 @@ on the low stage (``pi_old < eta``) and then on the high stage; the two outputs'
 as there (lists concatenated, numbers averaged). As there, each ``update_actor`` call steps verl's
 learning-rate scheduler once, so the schedule advances two steps per batch.
 
+Tool calls (search QA): each trajectory carries the env's count of searches and failed ones
+(``rlvr.integrations.verl.agent_loop``); every generated batch, training or validation, is
+checked against ``max_tool_failure_rate`` as soon as it comes back (``_CheckedRollouts``:
+``ToolFailureError``, one line, before the batch is trained on), and each step's actor-update
+metrics gain ``search/calls`` and ``search/failed`` (``rlvr.agents.metrics.tool_metrics``, as the
+native trainer logs them). Before the workers start, a loopback ``rlvr.searchqa.retrieval_url``
+on a Ray cluster of several CPU nodes is refused (``data.check_retrieval_reachable``): verl
+places agent-loop workers on every such node.
+
 Logit shaping needs verl's remove-padding FSDP path without sequence parallelism, fused kernels
 or static padding (the logits hook sees the packed ``(1, total_nnz, vocab)`` logits only there);
 ``read_rlvr`` rejects other settings with a one-line error naming the key.
@@ -52,6 +62,7 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from typing import Any, Optional
 
+import ray
 from omegaconf import DictConfig, OmegaConf, open_dict
 from verl import DataProto
 from verl.trainer.distillation.losses import is_distillation_enabled
@@ -60,11 +71,20 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 
 from rlvr.agents.algorithms import Algorithm, WeightConfig, get_algorithm
+from rlvr.agents.metrics import (
+    MAX_TOOL_FAILURE_RATE,
+    check_failure_rate,
+    check_tool_failures,
+    tool_metrics,
+)
+from rlvr.config import ConfigError
+from rlvr.envs.base import TOOL_CALLS, TOOL_FAILURES
 from rlvr.integrations.verl.actor import LOPTI_STAGE_KEY, RlvrActorLoss
 from rlvr.integrations.verl.config import plugin_loss_config
+from rlvr.integrations.verl.data import check_retrieval_reachable
 
 #: Keys of the ``rlvr`` section (``searchqa`` belongs to the search-QA agent loop).
-RLVR_KEYS = ("algo", "params", "weight_position", "searchqa")
+RLVR_KEYS = ("algo", "params", "weight_position", "searchqa", "max_tool_failure_rate")
 #: ``rlvr.params`` keys: the fields of ``WeightConfig``.
 PARAM_KEYS = tuple(f.name for f in dataclasses.fields(WeightConfig))
 WEIGHT_POSITIONS = ("surrogate", "ratio")
@@ -89,6 +109,8 @@ class RlvrSetup:
     #: How the loss reaches verl: ``vanilla`` (verl's own), ``policy_loss`` (a registered policy
     #: loss) or ``actor_loss`` (``RlvrActorLoss`` through ``set_loss_fn``).
     path: str
+    #: Share of a generated batch's tool calls that may fail before the run stops.
+    max_tool_failure_rate: float = MAX_TOOL_FAILURE_RATE
 
     @property
     def needs_logits(self) -> bool:
@@ -216,6 +238,12 @@ def read_rlvr(config: DictConfig) -> Optional[RlvrSetup]:
         raise RlvrConfigError(
             f"rlvr.weight_position: {position!r} is not one of {list(WEIGHT_POSITIONS)}"
         )
+    try:
+        rate = check_failure_rate(
+            raw.get("max_tool_failure_rate", MAX_TOOL_FAILURE_RATE), "max_tool_failure_rate"
+        )
+    except ConfigError as e:
+        raise RlvrConfigError(f"rlvr.{e}") from None
     wc = _weight_config(params)
     try:  # every check of the method's parameters, here on the driver rather than on a worker
         resolved = algorithm.parameters(wc)
@@ -228,6 +256,7 @@ def read_rlvr(config: DictConfig) -> Optional[RlvrSetup]:
         params=resolved,
         weight_position=position,
         path=algorithm.verl_path(resolved),
+        max_tool_failure_rate=rate,
     )
     _check_engine(config, setup)
     return setup
@@ -277,6 +306,44 @@ class _FlaggedUpdates:
         return getattr(self._worker_group, name)
 
 
+def tool_infos(batch: DataProto) -> list[dict]:
+    """Each trajectory's tool calls and failures (the agent loop's extra fields) as env infos."""
+    nt = batch.non_tensor_batch
+    if TOOL_CALLS not in nt:
+        return []
+    failures = nt.get(TOOL_FAILURES, [None] * len(nt[TOOL_CALLS]))
+    return [{TOOL_CALLS: c or {}, TOOL_FAILURES: f or {}} for c, f in zip(nt[TOOL_CALLS], failures)]
+
+
+class _CheckedRollouts:
+    """verl's agent-loop manager, with every generated batch checked for failed tool calls."""
+
+    def __init__(self, manager, max_rate: float, trainer):
+        self._manager, self._max_rate, self._trainer = manager, max_rate, trainer
+
+    def generate_sequences(self, prompts):
+        output = self._manager.generate_sequences(prompts)
+        meta = getattr(prompts, "meta_info", None) or {}
+        kind = "validation" if meta.get("validate") else "rollout"
+        where = f"{kind} at step {getattr(self._trainer, 'global_steps', 0)}"
+        check_tool_failures(tool_infos(output), self._max_rate, where)
+        return output
+
+    def __getattr__(self, name):
+        return getattr(self._manager, name)
+
+
+def check_cluster(config: DictConfig, nodes: list[dict]) -> None:
+    """``RlvrConfigError`` for a loopback retrieval URL when ``nodes`` (``ray.nodes()``) give
+    verl several nodes to place agent-loop workers on (``data.check_retrieval_reachable``)."""
+    url = OmegaConf.select(config, "rlvr.searchqa.retrieval_url", default=None)
+    if url:
+        try:
+            check_retrieval_reachable(str(url), nodes)
+        except ValueError as e:
+            raise RlvrConfigError(str(e)) from None
+
+
 class RlvrPPOTrainer(RayPPOTrainer):
     """verl's ``RayPPOTrainer`` running the algorithm of ``config.rlvr`` (module docstring).
 
@@ -288,9 +355,14 @@ class RlvrPPOTrainer(RayPPOTrainer):
         super().__init__(config, *args, **kwargs)
 
     def init_workers(self):
+        check_cluster(self.config, ray.nodes() if ray.is_initialized() else [])
         super().init_workers()
         if self.rlvr is not None and self.rlvr.path == "actor_loss":
             self.actor_rollout_wg.set_loss_fn(self.rlvr.actor_loss(self.config))
+        rate = MAX_TOOL_FAILURE_RATE if self.rlvr is None else self.rlvr.max_tool_failure_rate
+        manager = getattr(self, "async_rollout_manager", None)
+        if manager is not None:
+            self.async_rollout_manager = _CheckedRollouts(manager, rate, self)
 
     @contextmanager
     def _flagged_updates(self, flags: dict[str, Any]):
@@ -302,6 +374,13 @@ class RlvrPPOTrainer(RayPPOTrainer):
             self.actor_rollout_wg = worker_group
 
     def _update_actor(self, batch: DataProto) -> DataProto:
+        output = self._update_stages(batch)
+        metrics = tool_metrics(tool_infos(batch))
+        if metrics:
+            output.meta_info.setdefault("metrics", {}).update(metrics)
+        return output
+
+    def _update_stages(self, batch: DataProto) -> DataProto:
         if self.rlvr is None or self.rlvr.path != "actor_loss":
             return super()._update_actor(batch)
         outputs = []
