@@ -179,15 +179,21 @@ def ensure_built(
             if (final / "build.json").exists() and not rebuild:
                 return final  # another process finished the same build first
             shutil.rmtree(final, ignore_errors=True)
-        try:
-            os.replace(tmp, final)
-        except OSError:
-            if not (final / "build.json").exists():
-                raise
-            # Lost a race with another process building the same key: theirs is identical.
+        publish(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """Rename the finished folder ``tmp`` into place as ``final`` (atomic on one file system).
+    When another process published the same key first (``final/build.json`` exists), theirs is
+    identical and stays."""
+    try:
+        os.replace(tmp, final)
+    except OSError:
+        if not (final / "build.json").exists():
+            raise
 
 
 def with_overrides(cfg: BuildConfig, overrides: list[str] | dict[str, Any] | None) -> BuildConfig:
