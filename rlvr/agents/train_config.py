@@ -48,9 +48,6 @@ class RolloutConfig:
     #: Generated tokens per turn in multi-turn envs (0: up to the rest of the episode budget).
     max_turn_tokens: int = 0
     stop: list[str] = dataclasses.field(default_factory=list)
-    #: Render prompts with the model's own chat template (``rollout.chat.chat_prompt``) instead
-    #: of the env's ``template``.
-    chat_template: bool = False
     vllm_gpu_memory_utilization: float = 0.4
     vllm_enforce_eager: bool = False
     #: vLLM's context length (0: max_prompt_tokens + max_response_tokens).
@@ -265,7 +262,6 @@ def periodic_eval_config(cfg: TrainConfig):
         top_p=r.top_p,
         max_new_tokens=r.max_response_tokens,
         stop=list(r.stop),
-        chat_template=r.chat_template,
         batch_size=ec.n_prompts * (1 + ec.samples),
         seed=cfg.seed,
         backend="rollout",

