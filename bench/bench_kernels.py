@@ -134,13 +134,15 @@ def _python(code: str, payload: dict, env: dict) -> dict:
 def _cpu_seconds(cmd: list[str], env: dict) -> float:
     """CPU seconds (user + system) of a command and its children."""
     code = (
-        "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
-        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+        "import resource, subprocess, sys; done = subprocess.run(sys.argv[1:], "
+        "stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True); "
+        "sys.exit(done.stderr[-3000:]) if done.returncode else None; "
         "r = resource.getrusage(resource.RUSAGE_CHILDREN); print(r.ru_utime + r.ru_stime)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code, *cmd], env=env, capture_output=True, text=True, check=True
-    )
+    out = subprocess.run([sys.executable, "-c", code, *cmd], env=env, capture_output=True,
+                         text=True)  # fmt: skip
+    if out.returncode:
+        raise SystemExit(f"bench_kernels: {' '.join(cmd[2:5])} failed:\n{out.stderr}")
     return float(out.stdout.strip())
 
 
@@ -171,7 +173,7 @@ def hashes(args) -> None:
 def cost(args) -> None:
     got = {m: {"build": [], "rl": [], "steps": []} for m in MODES}
     with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(args.cost):
+        for round_ in range(args.cost):
             for mode in MODES:
                 env = child_env(mode, threads=1)
                 env["RLVR_HOME"] = tmp
@@ -184,7 +186,7 @@ def cost(args) -> None:
                 rl = [
                     *(sys.executable, "-m", "rlvr.cli", "train", "env=kk", "algo=grpo"),
                     *("profile=tiny", "model=micro", f"steps={args.rl_steps}", "progress=false"),
-                    *("num_threads=1", f"out={tmp}/rl-{mode}"),
+                    *("num_threads=1", f"out={tmp}/rl-{mode}-{round_}"),
                 ]
                 got[mode]["rl"].append(_cpu_seconds(rl, env) / args.rl_steps)
                 payload = {"model": "tiny-arch", "steps": 10, "batch": 8, "length": 256}

@@ -1,6 +1,6 @@
 """What the retrieval service withstands: ``rlvr retrieval-serve`` against hostile clients.
 
-    python bench/bench_service.py [--idle 601] [--bodies 12]
+    python bench/bench_service.py [--idle 601] [--bodies 12] [--slow 120] [--slow-long 20]
 
 Builds the synthetic corpus's lexical flat index in a temporary folder, starts
 ``rlvr retrieval-serve`` on a free loopback port in a subprocess and measures: a normal client's
@@ -8,13 +8,17 @@ latency alone; a request over the work bound (4,096 queries x topk 1,000) and an
 (4,096 x 4, with a normal client's latency while it runs); ``--idle`` idle connections (server
 threads and RSS, a normal client's latency meanwhile, and whether they are closed after the 10 s
 request deadline); ``--bodies`` clients announcing 30 MB bodies (RSS after); a body of 100,000
-``[``; a body promised and never sent.
-Needs nothing beyond the core install; takes about 30 s.
+``[``; a body promised and never sent; ``--slow`` clients that ask for the largest allowed
+response (~3 MB on this index) and never read it, and ``--slow-long`` clients doing the same for
+~28 MB responses on a second index of 1,000 long passages (server RSS before, at its peak while
+they hold their connections, and after they leave).
+Needs nothing beyond the core install; takes about 2 minutes.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import socket
@@ -32,9 +36,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--idle", type=int, default=601, help="idle connections to open")
     ap.add_argument("--bodies", type=int, default=12, help="clients announcing 30 MB bodies")
+    ap.add_argument("--slow", type=int, default=120, help="never-reading clients, ~3 MB each")
+    ap.add_argument("--slow-long", type=int, default=20, help="never-reading clients, ~28 MB each")
     args = ap.parse_args()
 
-    from rlvr.envs.searchqa import build_index, synthetic_task
+    from rlvr.envs.searchqa import Passage, build_index, synthetic_task
+    from rlvr.envs.searchqa.synthetic import synthetic_passages
 
     tmp = tempfile.mkdtemp(prefix="rlvr-bench-service-")
     build_index(
@@ -44,30 +51,11 @@ def main() -> int:
         progress=False,
         out_dir=os.path.join(tmp, "idx"),
     )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rlvr.cli",
-            "retrieval-serve",
-            "--index",
-            os.path.join(tmp, "idx"),
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    print(proc.stdout.readline().strip())
+    proc, port = serve(os.path.join(tmp, "idx"))
     url = f"http://127.0.0.1:{port}/retrieve"
 
     def rss_mb() -> int:
-        with open(f"/proc/{proc.pid}/status") as f:
-            return int(f.read().split("VmRSS:")[1].split()[0]) // 1024
+        return process_rss_mb(proc.pid)
 
     def threads() -> int:
         return len(os.listdir(f"/proc/{proc.pid}/task"))
@@ -156,10 +144,100 @@ def main() -> int:
                 pass
             c.close()
         print(f"idle connections still open after the 10 s deadline: {still_open}/{args.idle}")
+        # 58 queries x topk 280 (every passage) = 16,240 results: the largest allowed response
+        widest = json.dumps(
+            {"queries": [f"q{i}" for i in range(58)], "topk": 280, "return_scores": True}
+        ).encode()
+        print(f"{args.slow} never-reading clients: {slow_readers(port, widest, args.slow, proc)}")
     finally:
         proc.terminate()
         proc.wait()
+    if args.slow_long:
+        people, _ = synthetic_passages(1000, seed=0)
+        long_passages = [Passage(p.id, p.title, " ".join([p.text] * 17)) for p in people]
+        build_index(
+            long_passages,
+            encoder="lexical",
+            kind="flat",
+            progress=False,
+            out_dir=os.path.join(tmp, "long"),
+        )
+        proc, port = serve(os.path.join(tmp, "long"))
+        try:
+            body = json.dumps(
+                {"queries": [f"q{i}" for i in range(16)], "topk": 1000, "return_scores": True}
+            ).encode()
+            print(
+                f"{args.slow_long} never-reading clients (1,000 long passages): "
+                f"{slow_readers(port, body, args.slow_long, proc)}"
+            )
+        finally:
+            proc.terminate()
+            proc.wait()
     return 0
+
+
+def serve(index: str) -> tuple[subprocess.Popen, int]:
+    """``rlvr retrieval-serve`` over ``index`` on a free loopback port, once it listens."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [sys.executable, "-m", "rlvr.cli", "retrieval-serve", "--index", index]
+    proc = subprocess.Popen(
+        [*argv, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    print(proc.stdout.readline().strip())
+    return proc, port
+
+
+def process_rss_mb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(f.read().split("VmRSS:")[1].split()[0]) // 1024
+
+
+def cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13])
+
+
+def slow_readers(port: int, body: bytes, n: int, proc: subprocess.Popen) -> str:
+    """``n`` clients send ``body`` and read nothing until the server has built what it will build
+    (its CPU idle for 1 s, at most 25 s: inside the 30 s write deadline); then each reads its
+    status line and leaves. Server RSS before, at the peak, and 2 s after they left."""
+    request = b"POST /retrieve HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    with socket.create_connection(("127.0.0.1", port)) as s:  # one read in full: the baseline
+        s.sendall(request[: -len(body)].replace(b"HTTP/1.1", b"HTTP/1.0") + body)
+        size = sum(iter(lambda: len(s.recv(1 << 20)), 0))
+    before = peak = process_rss_mb(proc.pid)
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(request)
+        socks.append(s)
+    t0, idle_since, ticks = time.monotonic(), time.monotonic(), cpu_ticks(proc.pid)
+    while time.monotonic() - t0 < 25 and time.monotonic() - idle_since < 1.0:
+        time.sleep(0.1)
+        peak = max(peak, process_rss_mb(proc.pid))
+        now = cpu_ticks(proc.pid)
+        if now != ticks:
+            ticks, idle_since = now, time.monotonic()
+    statuses: collections.Counter = collections.Counter()
+    for s in socks:
+        s.settimeout(5)
+        try:
+            statuses[s.recv(64).split(b"\r\n")[0].decode(errors="replace") or "closed"] += 1
+        except OSError as e:
+            statuses[type(e).__name__] += 1
+        s.close()
+    time.sleep(2.0)
+    return (
+        f"{size / 2**20:.1f} MiB responses, {dict(statuses)}; server RSS {before} MB before "
+        f"(after one such response read in full), {peak} MB at the peak, "
+        f"{process_rss_mb(proc.pid)} MB 2 s after they left"
+    )
 
 
 if __name__ == "__main__":

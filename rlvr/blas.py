@@ -17,9 +17,10 @@ its vendor or cache sizes (measured: docs/reproduce.md). Everything else MKL sti
 
 ``install()`` registers the kernels with ``torch.library`` for the CPU dispatch key, below
 autograd, so the backward pass's products take the same path; other dtypes go to torch's own
-``out=`` kernels. It also turns off the fused flash-attention CPU kernel, which calls MKL
-directly, so that attention is computed from these products (``scaled_dot_product_attention``'s
-math path). Sources: OpenBLAS ``docs/runtime_variables.md`` (``OPENBLAS_CORETYPE``), the CBLAS
+``out=`` kernels. The fused flash-attention CPU kernel calls MKL's GEMM directly, on the
+``COMPATIBLE`` branch there: vendor-neutral too, and for attention's small blocks faster than
+its math path through these products (``bench/bench_kernels.py --cost``). Sources: OpenBLAS
+``docs/runtime_variables.md`` (``OPENBLAS_CORETYPE``), the CBLAS
 ``cblas_sgemm`` interface, and ``cblas_sgemm_batch_strided`` (OpenBLAS >= 0.3.27).
 """
 
@@ -37,7 +38,7 @@ import torch
 CORETYPE = "Haswell"
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
-_lib = None
+_lib = _SGEMM = _SGEMM_BATCH = None
 _installed = False
 
 
@@ -62,6 +63,8 @@ def _openblas():
         lib.scipy_cblas_sgemm_batch_strided.restype = None
         lib.scipy_openblas_get_corename.restype = ctypes.c_char_p
         lib.scipy_openblas_set_num_threads(1)
+        global _SGEMM, _SGEMM_BATCH
+        _SGEMM, _SGEMM_BATCH = lib.scipy_cblas_sgemm, lib.scipy_cblas_sgemm_batch_strided
         _lib = lib
     return _lib
 
@@ -78,107 +81,106 @@ def version() -> str:
 def _operand(x):
     """``(tensor, transpose flag, leading dimension)`` of a row-major matrix operand (the last two
     dims): a row-major or a transposed view is passed as it is, anything else is copied."""
-    rows, cols = x.shape[-2], x.shape[-1]
-    s0, s1 = x.stride(-2), x.stride(-1)
-    if s1 == 1 and s0 >= max(1, cols):
+    rows, cols = x.shape[-2:]
+    s0, s1 = x.stride()[-2:]
+    if s1 == 1 and s0 >= cols and s0 > 0:
         return x, _NO_TRANS, s0
-    if s0 == 1 and s1 >= max(1, rows):
+    if s0 == 1 and s1 >= rows and s1 > 0:
         return x, _TRANS, s1
     return x.contiguous(), _NO_TRANS, max(1, cols)
 
 
-def _check(a, b, name: str) -> None:
-    if a.dim() != b.dim() or a.shape[-1] != b.shape[-2] or a.shape[:-2] != b.shape[:-2]:
-        raise RuntimeError(
-            f"{name}: mat1 and mat2 shapes cannot be multiplied "
-            f"({'x'.join(map(str, a.shape))} and {'x'.join(map(str, b.shape))})"
-        )
+_F32 = torch.float32
+#: Operands OpenBLAS takes: float32 with sizes and strides inside CBLAS's 32-bit ``int``.
+_MAX = 2**31 - 1
+
+
+def _ours(a, b, dims: int) -> bool:
+    """Whether OpenBLAS computes this product (anything else, shape errors included, goes to
+    torch's own kernel, which raises torch's own messages)."""
+    return (
+        a.dtype is _F32
+        and b.dtype is _F32
+        and a.dim() == dims
+        and b.dim() == dims
+        and a.shape[-1] == b.shape[-2]
+        and a.shape[:-2] == b.shape[:-2]
+        and a.numel() < _MAX
+        and b.numel() < _MAX
+        and max(a.stride()) < _MAX
+        and max(b.stride()) < _MAX
+    )
 
 
 def _gemm(a, b, c, alpha: float, beta: float):
-    """``c = alpha * a @ b + beta * c`` for 2-D float32 ``a``, ``b`` and contiguous ``c``."""
+    """``c = alpha * a @ b + beta * c`` for 2-D float32 ``a``, ``b`` and a contiguous ``c``."""
+    if _SGEMM is None:
+        _openblas()
     (a, ta, lda), (b, tb, ldb) = _operand(a), _operand(b)
-    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    m, k = a.shape
+    n = b.shape[1]
     if m and n:
         if k == 0 and beta == 0.0:
             return c.zero_()
-        _openblas().scipy_cblas_sgemm(
-            _ROW_MAJOR, ta, tb, m, n, k, alpha, a.data_ptr(), lda, b.data_ptr(), ldb, beta,
-            c.data_ptr(), max(1, n),
-        )  # fmt: skip
+        _SGEMM(_ROW_MAJOR, ta, tb, m, n, k, alpha, a.data_ptr(), lda, b.data_ptr(), ldb, beta,
+               c.data_ptr(), n)  # fmt: skip
     return c
 
 
 def _batched(a, b, c, alpha: float, beta: float):
     """``c[i] = alpha * a[i] @ b[i] + beta * c[i]`` for 3-D float32 operands."""
+    if _SGEMM is None:
+        _openblas()
     if a.stride(0) == 0 or b.stride(0) == 0:  # a broadcast batch: one stride cannot describe it
         a, b = a.contiguous(), b.contiguous()
     (a, ta, lda), (b, tb, ldb) = _operand(a), _operand(b)
-    batch, m, k, n = a.shape[0], a.shape[1], a.shape[2], b.shape[2]
+    batch, m, k = a.shape
+    n = b.shape[2]
     if batch and m and n:
         if k == 0 and beta == 0.0:
             return c.zero_()
-        _openblas().scipy_cblas_sgemm_batch_strided(
+        _SGEMM_BATCH(
             _ROW_MAJOR, ta, tb, m, n, k, alpha, a.data_ptr(), lda, a.stride(0), b.data_ptr(),
-            ldb, b.stride(0), beta, c.data_ptr(), max(1, n), m * n, batch,
+            ldb, b.stride(0), beta, c.data_ptr(), n, m * n, batch,
         )  # fmt: skip
     return c
-
-
-_INT_MAX = 2**31 - 1
-
-
-def _is_float32(*tensors) -> bool:
-    """Whether OpenBLAS takes these operands: float32, and every size and stride fits CBLAS's
-    32-bit ``int`` (anything else goes to torch's own kernel)."""
-    return all(
-        t.dtype == torch.float32 and max((*t.shape, *t.stride(), 0)) <= _INT_MAX for t in tensors
-    )
 
 
 def _start(self, shape, beta):
     """The accumulator of ``addmm``/``baddbmm``: ``self`` broadcast to the output (a fresh
     tensor), or nothing when ``beta`` is 0 (``self`` is then ignored, NaNs included)."""
-    return None if beta == 0 else self.expand(shape).contiguous().clone()
+    return None if beta == 0 else self.expand(shape).clone(memory_format=torch.contiguous_format)
 
 
 def mm(a, b):
-    _check(a, b, "mm")
-    out = a.new_empty((a.shape[0], b.shape[1]))
-    if not _is_float32(a, b):
-        return torch.ops.aten.mm.out(a, b, out=out)
-    return _gemm(a, b, out, 1.0, 0.0)
+    if not _ours(a, b, 2):
+        return torch.ops.aten.mm.out(a, b, out=a.new_empty(0))
+    return _gemm(a, b, torch.empty((a.shape[0], b.shape[1]), dtype=_F32), 1.0, 0.0)
 
 
 def addmm(self, a, b, *, beta=1, alpha=1):
-    _check(a, b, "addmm")
+    if not (_ours(a, b, 2) and self.dtype is _F32):
+        return torch.ops.aten.addmm.out(self, a, b, beta=beta, alpha=alpha, out=a.new_empty(0))
     shape = (a.shape[0], b.shape[1])
-    if not _is_float32(self, a, b):
-        return torch.ops.aten.addmm.out(self, a, b, beta=beta, alpha=alpha, out=a.new_empty(shape))
     c = _start(self, shape, beta)
     if c is None:
-        return _gemm(a, b, a.new_empty(shape), float(alpha), 0.0)
+        return _gemm(a, b, torch.empty(shape, dtype=_F32), float(alpha), 0.0)
     return _gemm(a, b, c, float(alpha), float(beta))
 
 
 def bmm(a, b):
-    _check(a, b, "bmm")
-    out = a.new_empty((a.shape[0], a.shape[1], b.shape[2]))
-    if not _is_float32(a, b):
-        return torch.ops.aten.bmm.out(a, b, out=out)
-    return _batched(a, b, out, 1.0, 0.0)
+    if not _ours(a, b, 3):
+        return torch.ops.aten.bmm.out(a, b, out=a.new_empty(0))
+    return _batched(a, b, torch.empty((a.shape[0], a.shape[1], b.shape[2]), dtype=_F32), 1.0, 0.0)
 
 
 def baddbmm(self, a, b, *, beta=1, alpha=1):
-    _check(a, b, "baddbmm")
+    if not (_ours(a, b, 3) and self.dtype is _F32):
+        return torch.ops.aten.baddbmm.out(self, a, b, beta=beta, alpha=alpha, out=a.new_empty(0))
     shape = (a.shape[0], a.shape[1], b.shape[2])
-    if not _is_float32(self, a, b):
-        return torch.ops.aten.baddbmm.out(
-            self, a, b, beta=beta, alpha=alpha, out=a.new_empty(shape)
-        )
     c = _start(self, shape, beta)
     if c is None:
-        return _batched(a, b, a.new_empty(shape), float(alpha), 0.0)
+        return _batched(a, b, torch.empty(shape, dtype=_F32), float(alpha), 0.0)
     return _batched(a, b, c, float(alpha), float(beta))
 
 
@@ -197,10 +199,6 @@ def install() -> None:
         for name, fn in (("mm", mm), ("addmm", addmm), ("bmm", bmm), ("baddbmm", baddbmm)):
             lib.impl(name, fn, "CPU")
     _registrations.append(lib)  # the registration lives as long as the Library object
-    # The fused CPU attention kernels call MKL's GEMM directly; the math path uses bmm. These
-    # switches are process-wide (their names say cuda, the CPU kernel selection reads them too).
-    torch.backends.cuda.enable_flash_sdp(False)
-    torch.backends.cuda.enable_mem_efficient_sdp(False)
     _installed = True
 
 

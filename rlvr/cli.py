@@ -61,7 +61,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fingerprint",
     ),
     "prepare-verl": (
-        "rlvr.integrations.verl_data",
+        "rlvr.integrations.verl.data",
         "write environment tasks as verl-ready parquet (chat prompt, ground truth)",
     ),
 }
@@ -79,7 +79,7 @@ def _runner(mod, name):
 
 def kernel_mode_for(argv: list[str]) -> str:
     """``--kernels`` (before the command), else ``$RLVR_KERNELS``, else ``reproducible`` on the
-    CPU profiles and ``native`` for ``reproduce --profile paper`` (GPU runs; see rlvr.repro)."""
+    CPU grids and ``native`` for ``reproduce --grid paper`` (GPU runs; see rlvr.repro)."""
     import os
 
     if "--kernels" in argv[:-1] and argv.index("--kernels") < _command_index(argv):
@@ -87,7 +87,7 @@ def kernel_mode_for(argv: list[str]) -> str:
     if os.environ.get("RLVR_KERNELS"):
         return os.environ["RLVR_KERNELS"]
     paper = any(
-        a == "--profile=paper" or (a == "--profile" and b == "paper")
+        a in ("--grid=paper", "--profile=paper") or (a in ("--grid", "--profile") and b == "paper")
         for a, b in zip(argv, argv[1:] + [""])
     )
     return "native" if paper else "reproducible"
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=MODES,
         default=None,
         help="CPU kernels: reproducible (the same bits on any x86-64 CPU with AVX2, Intel "
-        "or AMD, one thread per process; default except --profile paper), mkl-avx2 "
+        "or AMD, one thread per process; default except --grid paper), mkl-avx2 "
         "(faster; the same bits among CPUs of one vendor) or native (the processor's own "
         "choice); also $RLVR_KERNELS",
     )

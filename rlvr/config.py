@@ -1,9 +1,9 @@
 """Typed configuration: dataclasses, YAML profiles, and ``key=value`` overrides.
 
-A config is a (possibly nested) dataclass. ``load_config(Cls, profile, overrides)`` starts from the
-dataclass defaults, applies a YAML profile (a file path, or a name looked up in ``profiles/``
-beside the dataclass's module), then ``key=value`` strings from the command line, where nested
-fields use dots (``optim.lr=1e-6``). Values are parsed as YAML scalars and checked against the
+A config is a (possibly nested) dataclass. ``load_config(Cls, files, overrides)`` starts from the
+dataclass defaults, applies YAML files in order (a training profile's layers, an evaluation's
+``--config``), then ``key=value`` strings from the command line, where nested fields use dots
+(``optim.lr=1e-6``). Values are parsed as YAML scalars and checked against the
 field's type, so a typo or a wrong type is an error naming the key, not a silent default.
 """
 
@@ -12,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -181,26 +183,50 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def layered(
+    files: str | Path | Iterable[str | Path] | None = None,
+    overrides: list[str] | dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The values of YAML ``files`` merged in order, then ``overrides`` (``key=value`` strings or
+    a nested mapping): mappings merge key by key, everything else replaces."""
+    if isinstance(files, (str, Path)):
+        files = [files]
+    values: dict[str, Any] = {}
+    for path in files or ():
+        if not Path(path).is_file():
+            raise ConfigError(f"{path}: no such configuration file")
+        values = deep_merge(values, load_yaml(path))
+    ov = parse_overrides(overrides) if isinstance(overrides, list) else dict(overrides or {})
+    return deep_merge(values, ov)
+
+
 def load_config(
     cls: type[T],
-    profile: str | Path | None = None,
+    files: str | Path | Iterable[str | Path] | None = None,
     overrides: list[str] | dict[str, Any] | None = None,
-    profile_dir: str | Path | None = None,
 ) -> T:
-    """Defaults of ``cls`` <- YAML ``profile`` <- ``overrides``; see the module docstring."""
-    cfg = cls()
-    if profile:
-        path = Path(profile)
-        if not path.exists() and profile_dir is not None:
-            path = Path(profile_dir) / f"{profile}.yaml"
-        if not path.exists():
-            avail = sorted(p.stem for p in Path(profile_dir).glob("*.yaml")) if profile_dir else []
-            raise ConfigError(f"profile {profile!r} not found (available: {avail})")
-        cfg = merge(cfg, load_yaml(path))
-    if overrides:
-        ov = parse_overrides(overrides) if isinstance(overrides, list) else overrides
-        cfg = merge(cfg, ov)
-    return cfg
+    """The one loader: defaults of ``cls`` <- YAML ``files`` <- ``overrides`` (``layered``).
+    ``rlvr train`` reads its profile layers with it (``rlvr.agents.train_config``), ``rlvr eval``
+    its ``--config`` file, and the reproduction grids their YAML (``rlvr.reproduce.grid``)."""
+    return merge(cls(), layered(files, overrides))
+
+
+def in_interval(value: Any, interval: str) -> bool:
+    """Whether a real number (not bool, not NaN) lies in ``interval`` written ``[a, b)``, with
+    ``inf`` for an unbounded end."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return False
+    lo, hi = (float(x) for x in interval[1:-1].split(","))
+    above = value >= lo if interval[0] == "[" else value > lo
+    below = value <= hi if interval[-1] == "]" else value < hi
+    return above and below
+
+
+def check_interval(key: str, value: Any, interval: str) -> None:
+    """The one range check of every configuration value: ``ConfigError`` naming ``key`` when
+    ``value`` lies outside ``interval`` (``in_interval``)."""
+    if not in_interval(value, interval):
+        raise ConfigError(f"{key}: must be in {interval}, got {value!r}")
 
 
 def config_hash(cfg, length: int = 12) -> str:

@@ -50,12 +50,12 @@ def targets(name: str) -> list[Target]:
 
 
 def paper_targets() -> list[Target]:
-    """Every hub split the paper profile's training and evaluation envs read."""
-    from rlvr.reproduce.profiles import paper_profile
+    """Every hub split the paper grid's training and evaluation envs read."""
+    from rlvr.reproduce.grid import paper_grid
     from rlvr.reproduce.runs import train_config
 
     names: list[str] = []
-    for s in paper_profile().settings.values():
+    for s in paper_grid().settings.values():
         names.append(str(train_config(s, "grpo", 0).env_kwargs["dataset"]))
         names += [str(e["dataset"]) for e in s.eval_sets.values()]
         if "dataset" in s.eval_env_kwargs:

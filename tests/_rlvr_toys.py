@@ -1,13 +1,20 @@
-"""Small stand-ins shared by the policy/rollout/trainer tests: toy envs whose rewards vary under a
-random model (so advantages are non-zero), a multi-turn env with a fixed observation, and a
-scripted backend that replays given turn texts."""
+"""Small stand-ins shared by the tests: toy envs whose rewards vary under a random model (so
+advantages are non-zero), a multi-turn env with a fixed observation, a scripted backend that
+replays given turn texts, and ``TOY``, a whole environment registered from outside rlvr (used
+by ``tests/test_env_registry.py`` and, in their own venvs, the checks of ``tests/integrations``),
+and the check that a command fails in one line."""
 
 from __future__ import annotations
+
+import contextlib
+import warnings
 
 import gymnasium as gym
 
 from rlvr.agents.rollout.base import Generation, RolloutBackend, truncate_at_stop
-from rlvr.envs.base import AnyText, coerce_text
+from rlvr.envs import ENVS, EnvSpec, VerlSpec, register_env
+from rlvr.envs.base import AnyText, Score, SingleTurnEnv, coerce_text
+from rlvr.models.traces import EvalItem, TraceBuilder
 
 OBS = "\n<information>Doc 1(Title: T) tool text</information>\n"
 
@@ -82,3 +89,95 @@ class ScriptedBackend(RolloutBackend):
             texts.append(out)
             reasons.append("stop" if found else "length")
         return Generation(ids, lps, reasons, texts)
+
+
+# -- a whole environment registered from outside rlvr (tests/test_env_registry.py) ------------
+NAME = "toy"
+
+
+def toy_score(response, ground_truth, strict: bool = False) -> Score:
+    """The share of digits in the response; correct when it holds the number (alone, if
+    ``strict``)."""
+    text = coerce_text(response)
+    share = sum(c.isdigit() for c in text) / max(1, len(text))
+    correct = text.strip() == str(ground_truth) if strict else str(ground_truth) in text
+    return Score(share, correct, {"digits": share}, "" if correct else "no number", text.strip())
+
+
+class ToyEnv(SingleTurnEnv):
+    """Task ``i``: write the number ``7 * i + 3``."""
+
+    def __init__(self, split: str = "train", strict: bool = False):
+        super().__init__()
+        self.split, self.strict = split, strict
+
+    def _sample_task(self, rng, options):
+        i = int(options.get("index", rng.integers(1000)))
+        prompt = f"Write the number {7 * i + 3}.\n"
+        return (
+            prompt,
+            str(7 * i + 3),
+            {"index": i, "messages": [{"role": "user", "content": prompt}]},
+        )
+
+    def _score(self, response, ground_truth):
+        return toy_score(response, ground_truth, strict=self.strict)
+
+
+def _toy_examples(settings, seed, split):
+    env, i = ToyEnv(split, **settings), seed
+    while True:
+        prompt, info = env.reset(options={"index": i})
+        yield [(prompt, False), (info["ground_truth"], True)]
+        i += 1
+
+
+def _toy_eval_items(settings, n, split):
+    env = ToyEnv(split, **settings)
+    return [
+        EvalItem(p, info["ground_truth"], NAME, {"index": i})
+        for i in range(n)
+        for p, info in [env.reset(options={"index": i})]
+    ]
+
+
+TOY = EnvSpec(
+    name=NAME,
+    id="rlvr-test/Toy-v0",
+    title="toy numbers",
+    entry_point=ToyEnv,
+    scorer=toy_score,
+    min_reward=0.0,
+    options={"strict": bool},
+    row_options=lambda env_kwargs, prompt: {"strict": bool(env_kwargs.get("strict", False))},
+    traces=TraceBuilder(_toy_examples, _toy_eval_items, max_new_tokens=8),
+    verl=VerlSpec(ability="arithmetic", data_sources=("toy_numbers",)),
+)
+
+
+@contextlib.contextmanager
+def registered(spec: EnvSpec):
+    """``spec`` in the env registry (and gymnasium's) for the block only."""
+    register_env(spec)
+    try:
+        yield spec
+    finally:
+        ENVS.pop(spec.name)
+        gym.registry.pop(spec.id, None)
+
+
+def one_line_exit_2(capsys, argv: list[str], *needles: str) -> str:
+    """Run ``rlvr argv`` and check that it exits 2 with one stderr line holding ``needles``
+    (warnings, such as a dataset's left-out rows, are not that line)."""
+    from rlvr.cli import main
+
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, err
+    return err

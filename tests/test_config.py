@@ -70,10 +70,10 @@ def test_not_key_value():
 def test_profile_then_overrides(tmp_path):
     prof = tmp_path / "p.yaml"
     prof.write_text("name: prof\noptim:\n  lr: 0.5\n")
-    cfg = load_config(Cfg, "p", ["optim.steps=7"], profile_dir=tmp_path)
+    cfg = load_config(Cfg, prof, ["optim.steps=7"])
     assert (cfg.name, cfg.optim.lr, cfg.optim.steps) == ("prof", 0.5, 7)
-    with pytest.raises(ConfigError, match="not found"):
-        load_config(Cfg, "nope", profile_dir=tmp_path)
+    with pytest.raises(ConfigError, match="no such configuration file"):
+        load_config(Cfg, tmp_path / "nope.yaml")
 
 
 def test_hash_changes_with_content_only():

@@ -92,8 +92,6 @@ def test_summarize_and_groups():
     assert s["greedy_reward"] == pytest.approx(1.0)
     g = M.summarize_by_group(_records(), ks=(2,))
     assert g[3]["greedy"] == 1.0 and g[4]["avg@4"] == 0.0 and g["all"]["greedy"] == 0.5
-    assert M.kk_accuracy_by_people(_records()) == {3: 1.0, 4: 0.0}
-    assert M.kk_accuracy_by_people(_records(), mode="sample") == {3: 0.5, 4: 0.0}
 
 
 def test_summarize_reports_em_f1_and_tool_use_per_mode():

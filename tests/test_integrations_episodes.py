@@ -7,16 +7,15 @@ import math
 import gymnasium as gym
 import pytest
 
-from rlvr.envs import ENV_NAMES, ENV_TOOLS, env_tools
+from rlvr.envs import ENVS, env_spec
 from rlvr.integrations.episodes import Episode, env_names, episode_rows, jsonable
 
 
 def test_every_registered_env_is_listed_and_tools_come_from_the_registry():
-    assert env_names() == sorted(ENV_NAMES)
-    assert set(ENV_TOOLS) <= {gid for gid, _ in ENV_NAMES.values()}
-    assert [t.name for t in env_tools("searchqa")] == ["search"]
-    assert env_tools("kk") == () and env_tools("math") == ()
-    search = env_tools("searchqa")[0]
+    assert env_names() == sorted(ENVS)
+    assert [t.name for t in env_spec("searchqa").tools] == ["search"]
+    assert env_spec("kk").tools == () and env_spec("math").tools == ()
+    search = env_spec("searchqa").tools[0]
     assert search.action("  capital of France ") == "<search> capital of France </search>"
 
 
@@ -25,7 +24,7 @@ def test_single_turn_episode_equals_the_gym_env(name):
     ep = Episode(name)
     assert not ep.multi_turn and ep.tools == {}
     prompt, info = ep.reset(seed=3, index=5)
-    ref = gym.make(ENV_NAMES[name][0])
+    ref = gym.make(env_spec(name).id)
     ref_prompt, ref_info = ref.reset(seed=3, options={"index": 5})
     assert prompt == ref_prompt and ep.messages == ref_info["messages"]
     text = "<think>x</think><answer>nothing</answer> \\boxed{7}"
@@ -88,19 +87,22 @@ class EchoEnv(gym.Env):
         return f"echo: {action[5:-6]}", 0.0, False, False, {"reward_components": {}}
 
 
-def test_a_newly_registered_env_appears_in_the_adapters_without_code(monkeypatch):
-    import rlvr.envs as envs
-    from rlvr.envs import Tool
+def test_a_newly_registered_env_appears_in_the_adapters_without_code():
+    from rlvr.envs import EnvSpec, Tool, register_env
     from rlvr.integrations.trl_env import environment_factory, episode_reward
 
-    monkeypatch.setitem(envs.ENV_IDS, "rlvr/Echo-v0", f"{__name__}:EchoEnv")
-    monkeypatch.setitem(envs.ENV_NAMES, "echo", ("rlvr/Echo-v0", "rlvr.envs.kk:score"))
-    monkeypatch.setitem(
-        envs.ENV_TOOLS,
-        "rlvr/Echo-v0",
-        (Tool("ask", "text", "<ask>{}</ask>", "Ask something.", "What to ask.", "The echo."),),
+    ask = Tool("ask", "text", "<ask>{}</ask>", "Ask something.", "What to ask.", "The echo.")
+    register_env(
+        EnvSpec(
+            "echo",
+            "rlvr/Echo-v0",
+            EchoEnv,
+            "rlvr.envs.kk:score",
+            0.0,
+            multi_turn=True,
+            tools=(ask,),
+        )
     )
-    gym.register(id="rlvr/Echo-v0", entry_point=EchoEnv, disable_env_checker=True)
     try:
         assert "echo" in env_names()
         env = environment_factory("echo")()
@@ -109,4 +111,5 @@ def test_a_newly_registered_env_appears_in_the_adapters_without_code(monkeypatch
         done = [{"role": "assistant", "content": "<done>"}]
         assert episode_reward(["p"], [done], environments=[env]) == [1.0]
     finally:
+        ENVS.pop("echo")
         gym.registry.pop("rlvr/Echo-v0", None)

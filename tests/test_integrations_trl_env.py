@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 
-from rlvr.envs import env_tools
+from rlvr.envs import env_spec
 from rlvr.integrations.episodes import env_names
 from rlvr.integrations.trl_env import (
     environment_class,
@@ -28,7 +28,7 @@ def test_one_class_per_registered_env_with_its_tools():
     for name in env_names():
         cls = environment_class(name)
         assert environment_class(name) is cls
-        assert public_methods(cls) == sorted(["reset", *[t.name for t in env_tools(name)]])
+        assert public_methods(cls) == sorted(["reset", *[t.name for t in env_spec(name).tools]])
     sig = inspect.signature(environment_class("searchqa").search)
     assert list(sig.parameters) == ["self", "query"] and sig.return_annotation is str
     assert "Args:\n    query:" in environment_class("searchqa").search.__doc__

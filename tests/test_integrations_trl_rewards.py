@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.envs.searchqa.corpus import Passage
-from rlvr.envs.searchqa.index import Hit
 from rlvr.integrations.trl_rewards import (
-    SearchToolEnvironment,
     completion_text,
     kk_reward,
     math_reward,
     reward_func,
-    search_environment_factory,
     searchqa_reward,
     trl_rows,
 )
@@ -79,33 +75,3 @@ def test_completion_text_skips_tool_turns():
     text = completion_text(completion)
     assert "Berlin" not in text and text.endswith("<answer>Paris</answer>")
     assert searchqa_reward(["p"], [completion], ground_truth=[["Paris"]]) == [1.0]
-
-
-class FakeRetriever:
-    def __init__(self):
-        self.queries = []
-
-    def search(self, queries, k=3):
-        self.queries += list(queries)
-        return [
-            [Hit(Passage(str(i), f"T{i}", f"text {q}"), 1.0 - i / 10, i) for i in range(k)]
-            for q in queries
-        ]
-
-
-def test_search_tool_environment():
-    retriever = FakeRetriever()
-    env = search_environment_factory(retriever, top_k=2, max_calls=2)()
-    assert isinstance(env, SearchToolEnvironment)
-    assert env.reset(prompt="q", ground_truth=["a"]) is None
-    assert (
-        env.search("capital of France")
-        == 'Doc 1(Title: "T0") text capital of France\nDoc 2(Title: "T1") text capital of France'
-    )  # the env's own (Search-R1's) rendering
-    assert env.search("  ") == "Empty query: write what to search for."
-    assert env.search("third").startswith("Search limit reached")
-    env.reset()
-    assert env.search("again").startswith("Doc 1")
-    assert retriever.queries == ["capital of France", "again"]
-    with pytest.raises(ValueError, match="top_k"):
-        SearchToolEnvironment(retriever, top_k=0)

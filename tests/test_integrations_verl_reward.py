@@ -6,13 +6,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from rlvr.cli import main as cli_main
-from rlvr.integrations.verl_data import (
-    encode_ground_truth,
-    parse_env_args,
-    verl_rows,
-    write_parquet,
-)
-from rlvr.integrations.verl_reward import compute_score, compute_score_batch, env_for
+from rlvr.envs import env_spec
+from rlvr.integrations.verl.data import parse_env_args, verl_rows, write_parquet
+from rlvr.integrations.verl.reward import compute_score, compute_score_batch, env_for
 
 
 def kk_answer(gt_text: str, *, think: bool = True) -> str:
@@ -138,9 +134,10 @@ def test_scorers_never_raise_on_hostile_text(kk_rows):
 
 
 def test_encode_ground_truth_searchqa_and_bad_env():
-    assert encode_ground_truth("searchqa", {"ground_truth": ["a", "b"]}) == {"target": ["a", "b"]}
+    gold = env_spec("searchqa").export_gold({"ground_truth": ["a", "b"]}, "verl")
+    assert gold == {"target": ["a", "b"]}
     with pytest.raises(ValueError, match="env"):
-        encode_ground_truth("chess", {"ground_truth": 1})
+        env_spec("chess")
     assert parse_env_args(["n_people=5", "dataset=aime24"]) == {"n_people": 5, "dataset": "aime24"}
     with pytest.raises(ValueError, match="--env-arg"):
         parse_env_args(["oops"])

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "scripts" / "emulate"))
 import run as emulate  # noqa: E402
 
 #: ``CASE`` in the reproducible mode (Intel Xeon and emulated AMD EPYC, 1, 2 and 4 threads asked).
-GOLDEN = "5a5ab4b376d98905"
+GOLDEN = "648c561004b77849"
 
 CASE = r"""
 import sys
@@ -142,7 +142,7 @@ def test_empty_and_foreign_operands_behave_as_torch(blas):
     assert torch.equal(blas.mm(a64, b64), a64 @ b64)  # other dtypes: torch's own kernel
     with pytest.raises(RuntimeError, match="cannot be multiplied"):
         blas.mm(torch.randn(2, 3), torch.randn(4, 5))
-    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+    with pytest.raises(RuntimeError, match="batch2"):  # torch's own message, from its kernel
         blas.bmm(torch.randn(2, 2, 3), torch.randn(3, 3, 5))
 
 

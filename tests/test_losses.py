@@ -4,11 +4,13 @@ verl aggregation modes (fully masked rows included), metrics and bad configurati
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from rlvr.agents.algorithms.entropy_top import entropy_top_weights
 from rlvr.agents.losses import AGG_MODES, agg_loss, clipped_surrogate, k3_kl, policy_loss
 from rlvr.agents.weights import token_weights
 
@@ -51,8 +53,10 @@ def test_weighted_gradient_is_weight_times_grpo_gradient(scheme, params, dual_cl
     logits, tokens, mask, noise, adv = _batch()
     logprobs, h, entropy = _forward(logits, tokens)
     old = logprobs.detach() + noise
-    w = token_weights(
-        scheme, logprobs=logprobs, mask=mask, logits=h, old_logprobs=old, entropy=entropy, **params
+    # 80/20's token selection as a 0/1 weight (the algorithm applies it as a mask)
+    weigh = entropy_top_weights if scheme == "entropy_top" else partial(token_weights, scheme)
+    w = weigh(
+        logprobs=logprobs.detach(), mask=mask, logits=h, old_logprobs=old, entropy=entropy, **params
     )
     assert not w.requires_grad
     kw = {"clip_low": 0.2, "clip_high": 0.28, "dual_clip": dual_clip}
@@ -301,7 +305,7 @@ def test_bad_advantage_shape():
 
 
 def test_loss_config_roundtrip():
-    from rlvr.agents.config import LossConfig
+    from rlvr.agents.train_config import LossConfig
     from rlvr.config import load_config
 
     overrides = ["clip_high=0.24", "dual_clip=10", "kl_coef=0.001", "agg=seq-mean-token-sum-norm"]

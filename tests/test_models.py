@@ -253,7 +253,7 @@ def test_build_model_cli_builds_and_evaluates(tmp_path, capsys):
 def test_presets_are_consistent():
     for name, cfg in PRESETS.items():
         assert cfg.name == name and name == f"tiny-{cfg.task}"
-        assert set(cfg.tokenizer.tasks) == set(traces.TASKS)
+        assert set(cfg.tokenizer.tasks) == set(traces.tasks())
         # One tokenizer for all presets: identical tokenizer settings.
         assert cfg.tokenizer == next(iter(PRESETS.values())).tokenizer
 

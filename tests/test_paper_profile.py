@@ -14,21 +14,22 @@ import torch
 
 import rlvr  # noqa: F401  (registers the envs)
 from rlvr.agents.memory import VERL_ROUTE, check_fits
-from rlvr.agents.train_config import ENV_IDS
 from rlvr.config import ConfigError
+from rlvr.envs import ENVS
 from rlvr.eval.runner import make_env
-from rlvr.reproduce import profiles
+from rlvr.reproduce import grid
 from rlvr.reproduce.runs import eval_config, train_config
+from rlvr.reproduce.table_kk import KK_METHODS
 
-PAPER = profiles.paper_profile()
+PAPER = grid.paper_grid()
 
 
 def _envs(setting):
     """(label, env id or short name, split, kwargs) of every env a setting's runs build."""
     cfg = train_config(setting, "grpo_sg", 0)
-    out = [("train", ENV_IDS[cfg.env], None, dict(cfg.env_kwargs))]
+    out = [("train", ENVS[cfg.env].id, None, dict(cfg.env_kwargs))]
     if cfg.eval.every:
-        out.append(("periodic eval", ENV_IDS[cfg.env], "test", dict(cfg.env_kwargs)))
+        out.append(("periodic eval", ENVS[cfg.env].id, "test", dict(cfg.env_kwargs)))
     for name, eset in setting.eval_sets.items() or [("eval", None)]:
         ec = eval_config(setting, cfg, setting.model, eval_set=eset)
         out.append((name, ec.env, ec.split, dict(ec.env_kwargs)))
@@ -46,11 +47,11 @@ def _build(env, split, kwargs):
 @pytest.mark.parametrize("key", list(PAPER.settings))
 def test_memory_plan_passes_the_trainers_check_or_goes_to_verl(key):
     setting = PAPER.settings[key]
-    rows = {r["setting"]: r for r in profiles.plan_rows(PAPER)}
-    for algo in profiles.KK_METHODS:
+    rows = {r["setting"]: r for r in grid.plan_rows(PAPER)}
+    for algo in KK_METHODS:
         cfg = train_config(setting, algo, 0)
         assert cfg.micro_batch_size and cfg.gradient_checkpointing and cfg.dtype == "bfloat16"
-        est = profiles.native_estimate(setting, cfg)
+        est = grid.native_estimate(setting, cfg)
         if rows[key]["engine"] == "native":
             check_fits(est)  # the trainer's own check, on the GPU the setting names
             assert rows[key]["gpus"] == f"1x {setting.gpu}"
@@ -61,21 +62,21 @@ def test_memory_plan_passes_the_trainers_check_or_goes_to_verl(key):
 
 
 def test_engines_the_plan_chooses():
-    rows = {r["setting"]: r for r in profiles.plan_rows(PAPER)}
+    rows = {r["setting"]: r for r in grid.plan_rows(PAPER)}
     # 3B: 16 B/param of fp32 master weights, gradients and AdamW (46 GiB) + reference fits one
     # H200; 7B (113 GiB + 28 GiB reference) fits no single GPU.
     assert rows["kk"]["engine"] == rows["searchqa"]["engine"] == "native"
     assert rows["kk-7b"]["engine"] == rows["math"]["engine"] == "verl"
     assert rows["kk-7b"]["gpus"] == "8x H100-80GB"
     with pytest.raises(ConfigError, match="kk-7b, math do not fit one GPU.*verl"):
-        profiles.check_engines(PAPER)
+        grid.check_engines(PAPER)
 
 
 def test_native_path_refuses_a_seven_b_run_in_one_line():
     """What the trainer's memory check says for a 7B paper run on one H200."""
-    setting = profiles.replace(PAPER.settings["kk-7b"], gpu="H200-141GB")
+    setting = grid.replace(PAPER.settings["kk-7b"], gpu="H200-141GB")
     with pytest.raises(MemoryError) as e:
-        check_fits(profiles.native_estimate(setting, train_config(setting, "grpo", 0)))
+        check_fits(grid.native_estimate(setting, train_config(setting, "grpo", 0)))
     assert "does not fit one GPU" in str(e.value) and "verl" in str(e.value)
 
 
@@ -135,7 +136,7 @@ def test_fetch_data_paper_covers_every_paper_env(tmp_path, monkeypatch):
             assert prompt and info, (key, label)
             if env.endswith("SearchQA-v0") or env == "searchqa":
                 assert e.unwrapped.topk == 3 and e.unwrapped.max_turns == 2
-                assert e.unwrapped.retriever.url.startswith(profiles.QA_RETRIEVER)
+                assert e.unwrapped.retriever.url.startswith(grid.QA_RETRIEVER)
 
 
 def test_hub_models_get_no_silent_smoke_sft(tmp_path):
@@ -147,9 +148,9 @@ def test_hub_models_get_no_silent_smoke_sft(tmp_path):
 
 
 def test_meta_model_matches_the_public_parameter_counts():
-    for name, arch in profiles.QWEN_ARCH.items():
-        m = profiles.meta_model(arch)
-        assert sum(p.numel() for p in m.parameters()) == profiles.param_count(arch)
+    for name, arch in grid.QWEN_ARCH.items():
+        m = grid.meta_model(arch)
+        assert sum(p.numel() for p in m.parameters()) == grid.param_count(arch)
         assert next(m.parameters()).device == torch.device("meta")
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from rlvr.reproduce import parallel
+from rlvr.reproduce import pool
 from rlvr.reproduce.common import Context
-from rlvr.reproduce.profiles import tiny_profile
+from rlvr.reproduce.grid import tiny_grid
 
 
 def _fake_cuda(monkeypatch, n: int, visible: str | None = None):
@@ -27,20 +27,20 @@ def _fake_cuda(monkeypatch, n: int, visible: str | None = None):
 
 def test_visible_gpus_follow_the_parent_mask(monkeypatch):
     _fake_cuda(monkeypatch, 4)
-    assert parallel.visible_gpus() == ["0", "1", "2", "3"]
+    assert pool.visible_gpus() == ["0", "1", "2", "3"]
     _fake_cuda(monkeypatch, 2, visible="5,7")
-    assert parallel.visible_gpus() == ["5", "7"]
+    assert pool.visible_gpus() == ["5", "7"]
     _fake_cuda(monkeypatch, 0)
-    assert parallel.visible_gpus() == []
+    assert pool.visible_gpus() == []
 
 
 def test_jobs_capped_to_gpus_with_a_message():
-    jobs, gpus, msg = parallel.worker_gpus(4, ["5", "7"], uses_gpu=True)
+    jobs, gpus, msg = pool.worker_gpus(4, ["5", "7"], uses_gpu=True)
     assert (jobs, gpus) == (2, ["5", "7"])
     assert "--jobs 4 capped to 2" in msg and "one GPU per worker" in msg
-    assert parallel.worker_gpus(2, ["0", "1", "2"], uses_gpu=True) == (2, ["0", "1"], "")
-    assert parallel.worker_gpus(4, ["0"], uses_gpu=False) == (4, [], "")
-    assert parallel.worker_gpus(3, [], uses_gpu=True) == (3, [], "")
+    assert pool.worker_gpus(2, ["0", "1", "2"], uses_gpu=True) == (2, ["0", "1"], "")
+    assert pool.worker_gpus(4, ["0"], uses_gpu=False) == (4, [], "")
+    assert pool.worker_gpus(3, [], uses_gpu=True) == (3, [], "")
 
 
 def _nap_then_gpu() -> str:
@@ -49,8 +49,8 @@ def _nap_then_gpu() -> str:
 
 
 def test_each_worker_process_gets_its_own_gpu(tmp_path: Path):
-    ctx = Context(tiny_profile(smoke=True), tmp_path, tmp_path, [0], progress=False)
-    parallel._pool_map(ctx, 2, [(_nap_then_gpu,)] * 4, "probe", gpus=["5", "7"])
+    ctx = Context(tiny_grid(smoke=True), tmp_path, tmp_path, [0], progress=False)
+    pool._pool_map(ctx, 2, [(_nap_then_gpu,)] * 4, "probe", gpus=["5", "7"])
     seen = [
         line.split()[-2:]
         for line in ctx.log

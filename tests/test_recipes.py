@@ -10,7 +10,8 @@ import pytest
 
 from rlvr.agents.train_config import available_profiles, load_train_config, profile_layers
 from rlvr.config import ConfigError, nest, to_dict
-from rlvr.reproduce import profiles
+from rlvr.reproduce import grid
+from rlvr.reproduce.table_kk import KK_METHODS
 
 #: ``to_dict`` of every paper run's TrainConfig (setting/algo, seed 0) when the recipes were
 #: Python dicts layered on the ``default`` profile, without ``out`` and ``profile``.
@@ -18,16 +19,16 @@ PAPER_CONFIGS = Path(__file__).resolve().parent / "data" / "paper_train_configs.
 
 
 def _config(setting, algo):
-    return load_train_config(nest(profiles.setting_overrides(setting, algo, 0, {"out": "x"})))
+    return load_train_config(nest(grid.setting_overrides(setting, algo, 0, {"out": "x"})))
 
 
 def test_paper_runs_keep_their_recipe_values():
     golden = json.loads(PAPER_CONFIGS.read_text())
-    paper = profiles.paper_profile()
+    paper = grid.paper_grid()
     seen = set()
     for key, setting in paper.settings.items():
         assert setting.train == {"profile": "paper"}
-        for algo in profiles.KK_METHODS:
+        for algo in KK_METHODS:
             got = json.loads(json.dumps(to_dict(_config(setting, algo)), default=str))
             assert got.pop("profile") == "paper" and got.pop("out") == "x"
             assert got == golden[f"{key}/{algo}"], (key, algo)
@@ -51,29 +52,29 @@ def test_a_per_env_layer_named_as_profile_is_its_profile_with_that_layer():
 
 
 def test_grid_models_are_their_training_profiles_models():
-    paper = profiles.paper_profile()
+    paper = grid.paper_grid()
     for key in ("kk", "math", "searchqa"):
         s = paper.settings[key]
         assert load_train_config(["profile=paper", f"env={s.env}", "out=x"]).model == s.model
-    assert profiles.QWEN_ARCH[paper.settings["kk-7b"].model] == paper.settings["kk-7b"].arch
-    assert profiles.PAPER_MATH_SETS["AIME24"] == "aime24" and len(profiles.PAPER_QA_SETS) == 7
+    assert grid.QWEN_ARCH[paper.settings["kk-7b"].model] == paper.settings["kk-7b"].arch
+    assert grid.PAPER_MATH_SETS["AIME24"] == "aime24" and len(grid.PAPER_QA_SETS) == 7
 
 
-def test_profile_names_and_smoke():
-    assert profiles.profile_names() == ["tiny", "paper"]
-    assert profiles.get_profile("tiny", smoke=True).name == "tiny"
-    with pytest.raises(ConfigError, match="--smoke runs the tiny profile"):
-        profiles.get_profile("paper", smoke=True)
-    with pytest.raises(ConfigError, match=r"--profile: 'huge' is not one of \['tiny', 'paper'\]"):
-        profiles.get_profile("huge")
+def test_grid_names_and_smoke():
+    assert grid.grid_names() == ["tiny", "paper"]
+    assert grid.get_grid("tiny", smoke=True).name == "tiny"
+    with pytest.raises(ConfigError, match="--smoke runs the tiny grid"):
+        grid.get_grid("paper", smoke=True)
+    with pytest.raises(ConfigError, match=r"--grid: 'huge' is not one of \['tiny', 'paper'\]"):
+        grid.get_grid("huge")
 
 
 @pytest.fixture
 def grids(tmp_path, monkeypatch):
-    monkeypatch.setattr(profiles, "GRID_DIR", tmp_path)
-    profiles._read_grid.cache_clear()
+    monkeypatch.setattr(grid, "GRID_DIR", tmp_path)
+    grid._read_grid.cache_clear()
     yield tmp_path
-    profiles._read_grid.cache_clear()
+    grid._read_grid.cache_clear()
 
 
 GOOD = """
@@ -104,18 +105,18 @@ settings:
 def test_grids_are_checked_strictly_in_one_line(grids, text, error):
     (grids / "x.yaml").write_text(text)
     if error is None:
-        p = profiles.load_grid("x")
+        p = grid.load_grid("x")
         assert p.name == "x" and p.seeds == 2 and p.settings["kk"].arch["vocab"] == 32
-        assert profiles.validate(p, ("grpo",)) == 1
+        assert grid.validate(p, ("grpo",)) == 1
         return
     with pytest.raises(ConfigError, match=error) as e:
-        profiles.load_grid("x")
+        grid.load_grid("x")
     assert "\n" not in str(e.value)
 
 
 def test_every_paper_choice_names_a_value_of_the_reproduction():
-    paper = profiles.paper_profile()
-    assert paper.choices == profiles.PAPER_CHOICES and paper.choices
+    paper = grid.paper_grid()
+    assert paper.choices == grid.PAPER_CHOICES and paper.choices
     for key in paper.choices:
         head, _, rest = key.partition(".")
         if head == "paper":

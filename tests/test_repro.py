@@ -134,7 +134,7 @@ def test_the_default_output_folder_is_not_the_committed_one(tmp_path, monkeypatc
 
     parser = argparse.ArgumentParser()
     cli.add_reproduce_arguments(parser)
-    cli.run_reproduce(parser.parse_args(["fig2", "--profile", "paper"]))
+    cli.run_reproduce(parser.parse_args(["fig2", "--grid", "paper"]))
     assert captured["out"] == Path("rlvr-results/paper")
 
 
@@ -164,7 +164,7 @@ def test_saved_weights_hash_like_the_state_dict(tmp_path):
 
 def test_base_seeds_name_other_builds_of_one_recipe():
     from rlvr.models.presets import PRESETS, base_spec, parse_spec, preset_config
-    from rlvr.reproduce import profiles
+    from rlvr.reproduce import grid
     from rlvr.reproduce.runs import model_identity, run_key, train_config
 
     assert parse_spec("tiny-kk") == ("tiny-kk", 0) and parse_spec("tiny-kk@2") == ("tiny-kk", 2)
@@ -177,19 +177,19 @@ def test_base_seeds_name_other_builds_of_one_recipe():
     assert base_spec("tiny-kk", 0) == "tiny-kk" and base_spec("tiny-kk", 1) == "tiny-kk@1"
     assert model_identity("tiny-kk@1").startswith("tiny-kk-")
     assert model_identity("tiny-kk@1") != model_identity("tiny-kk")
-    setting = profiles.tiny_profile().settings["kk"]
+    setting = grid.tiny_grid().settings["kk"]
     base0 = train_config(setting, "grpo", 0)
     assert base0.model == "tiny-kk" and run_key(base0) == run_key(
         train_config(setting, "grpo", 0, base_seed=0)
     )
     assert run_key(train_config(setting, "grpo", 0, base_seed=1)) != run_key(base0)
-    micro = profiles.tiny_profile(smoke=True).settings["kk"]
+    micro = grid.tiny_grid(smoke=True).settings["kk"]
     with pytest.raises(ValueError, match="not a tiny preset"):
         train_config(micro, "grpo", 0, base_seed=1)
 
 
 def test_equal_compute_is_counted_in_update_tokens():
-    from rlvr.reproduce import profiles
+    from rlvr.reproduce import grid
     from rlvr.reproduce.runs import train_config, update_tokens
 
     trained = [1234, 987, 4321]
@@ -198,7 +198,7 @@ def test_equal_compute_is_counted_in_update_tokens():
         {"perf/update_tokens_s": n / t, "time/update_s": t} for n, t in zip(trained, seconds)
     ]
     assert update_tokens(metrics) == sum(trained)
-    lopti = train_config(profiles.tiny_profile(smoke=True).settings["kk"], "lopti", 0)
+    lopti = train_config(grid.tiny_grid(smoke=True).settings["kk"], "lopti", 0)
     assert update_tokens(metrics, lopti) == 2 * lopti.ppo_epochs * sum(trained)
 
 
@@ -296,18 +296,16 @@ def test_evaluation_keys_do_not_depend_on_where_the_cache_lives(tmp_path):
 
 
 def test_every_method_is_planned_on_every_base(tmp_path):
-    from rlvr.reproduce import profiles
+    from rlvr.reproduce import grid
     from rlvr.reproduce.common import Context
     from rlvr.reproduce.parallel import required_runs
     from rlvr.reproduce.runs import train_config
 
-    profile = profiles.tiny_profile()
-    assert (profile.base_seeds, profile.seeds) == (3, 1)
-    ctx = Context(profile, tmp_path, tmp_path, [0], base_seeds=[0, 1, 2])
+    g = grid.tiny_grid()
+    assert (g.base_seeds, g.seeds) == (3, 1)
+    ctx = Context(g, tmp_path, tmp_path, [0], base_seeds=[0, 1, 2])
     plan = required_runs(ctx, ["fig2"])
     assert {algo for (_, algo, _), _ in plan} == {"grpo", "grpo_sg", "reverse"}
     assert all(units == [(0, 0), (1, 0), (2, 0)] for _, units in plan)
-    models = {
-        train_config(profile.settings["kk"], "grpo", s, base_seed=b).model for b, s in plan[0][1]
-    }
+    models = {train_config(g.settings["kk"], "grpo", s, base_seed=b).model for b, s in plan[0][1]}
     assert models == {"tiny-kk", "tiny-kk@1", "tiny-kk@2"}

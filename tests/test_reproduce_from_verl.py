@@ -1,7 +1,7 @@
 """``rlvr reproduce <name> --from-verl DIR``: figures, evaluations and the report from runs verl
 trained.
 
-The fixture is a generated folder as verl leaves it (``rlvr.reproduce.verl_results``): per run
+The fixture is a generated folder as verl leaves it (``rlvr.integrations.verl.results``): per run
 ``rlvr_run.json``, a ``metrics.jsonl`` in the exact format of verl 0.9.1's ``FileLogger``
 (compact JSON, ``{"step", "data"}``, NaN as ``null``, a validation-only line at step 0) and a real
 micro model saved where verl's checkpoint manager saves Hugging Face weights. The same reader is
@@ -17,19 +17,20 @@ import shutil
 
 import pytest
 
-from rlvr.models import build_micro
-from rlvr.repro import weights_sha256
-from rlvr.reproduce import profiles, runs
-from rlvr.reproduce.common import Context, Output
-from rlvr.reproduce.verl_results import (
+from rlvr.integrations.verl.results import (
     METRIC_NAMES,
     VerlRuns,
     folder_name,
     read_file_logger,
     read_metrics,
 )
+from rlvr.models import build_micro
+from rlvr.repro import weights_sha256
+from rlvr.reproduce import grid, runs
+from rlvr.reproduce.common import Context, Output
+from rlvr.reproduce.plan import PlannedRun
 
-#: (setting, algorithm) of every run fig2 and fig3 read in the smoke profile.
+#: (setting, algorithm) of every run fig2 and fig3 read in the smoke grid.
 RUNS = [
     ("kk", "grpo"),
     ("kk", "grpo_sg"),
@@ -71,8 +72,8 @@ def verl_step(i: int, step: int) -> dict:
     }
 
 
-def write_run(root, setting_key: str, algo: str, i: int, profile) -> str:
-    cfg = runs.train_config(profile.settings[setting_key], algo, 0)
+def write_run(root, setting_key: str, algo: str, i: int, g) -> str:
+    cfg = runs.train_config(g.settings[setting_key], algo, 0)
     name = folder_name(setting_key, algo, 0)
     folder = root / "runs" / name
     folder.mkdir(parents=True)
@@ -109,10 +110,10 @@ def write_run(root, setting_key: str, algo: str, i: int, profile) -> str:
 
 @pytest.fixture(scope="module")
 def verl_dir(tmp_path_factory):
-    profile = profiles.tiny_profile(smoke=True)
+    g = grid.tiny_grid(smoke=True)
     root = tmp_path_factory.mktemp("verl") / "paper-verl"
     for i, (setting_key, algo) in enumerate(RUNS):
-        write_run(root, setting_key, algo, i, profile)
+        write_run(root, setting_key, algo, i, g)
     return root
 
 
@@ -161,7 +162,7 @@ def test_fig3_and_fig2_from_verl(verl_dir, monkeypatch):
     from rlvr.cli import main
 
     monkeypatch.setenv("RLVR_HOME", str(verl_dir.parent / "home"))
-    args = ["--from-verl", str(verl_dir), "--profile", "tiny", "--smoke", "--quiet"]
+    args = ["--from-verl", str(verl_dir), "--grid", "tiny", "--smoke", "--quiet"]
     assert main(["reproduce", "fig3", *args]) == 0
     out = verl_dir / "results"  # the default --out
     rows = list(csv.DictReader(open(out / "fig3.csv")))
@@ -216,24 +217,24 @@ def test_missing_and_incomplete_runs_fail_in_one_line(verl_dir, tmp_path, capsys
     ):
         f.unlink()
     with pytest.raises(SystemExit) as exc:
-        main(["reproduce", "fig3", "--from-verl", str(broken), "--profile", "tiny", "--smoke"])
+        main(["reproduce", "fig3", "--from-verl", str(broken), "--grid", "tiny", "--smoke"])
     msg = str(exc.value)
     assert "\n" not in msg and "3 of 6 run(s) missing or incomplete" in msg
     assert "math__grpo__seed0 (no run folder)" in msg
     assert "kk__grpo__seed0 (no metrics.jsonl)" in msg
     assert "searchqa__grpo_sg__seed0 (checkpoints/global_step_2/actor/huggingface has no " in msg
     assert not (broken / "results" / "fig3.png").exists()  # no partial figure
-    # The wrong profile names the folders that stand for other configs.
-    with pytest.raises(SystemExit, match="pass the --profile/--smoke it was generated with"):
-        main(["reproduce", "fig3", "--from-verl", str(verl_dir), "--profile", "tiny"])
+    # The wrong grid names the folders that stand for other configs.
+    with pytest.raises(SystemExit, match="pass the --grid/--smoke it was generated with"):
+        main(["reproduce", "fig3", "--from-verl", str(verl_dir), "--grid", "tiny"])
 
 
 def test_a_run_short_of_its_steps_is_incomplete(verl_dir, tmp_path):
     folder = tmp_path / "runs" / "kk__grpo__seed0"
     shutil.copytree(verl_dir / "runs" / "kk__grpo__seed0", folder)
     (folder / "config.yaml").write_text("trainer:\n  total_training_steps: 3\n")
-    profile = profiles.tiny_profile(smoke=True)
-    cfg = runs.train_config(profile.settings["kk"], "grpo", 0)
+    g = grid.tiny_grid(smoke=True)
+    cfg = runs.train_config(g.settings["kk"], "grpo", 0)
     source = VerlRuns(tmp_path)
     assert source.problem("kk__grpo__seed0", cfg) == "metrics reach step 2 of 3"
     lines = (folder / "metrics.jsonl").read_text().splitlines()
@@ -247,35 +248,35 @@ def test_a_folder_from_an_older_config_is_matched_and_noted(verl_dir, tmp_path):
     shutil.copytree(verl_dir / "runs" / "kk__grpo_sg__seed0", folder)
     info = json.loads((folder / "rlvr_run.json").read_text())
     (folder / "rlvr_run.json").write_text(json.dumps({**info, "native_config_hash": "0" * 12}))
-    profile = profiles.tiny_profile(smoke=True)
-    cfg = runs.train_config(profile.settings["kk"], "grpo_sg", 0)
+    g = grid.tiny_grid(smoke=True)
+    cfg = runs.train_config(g.settings["kk"], "grpo_sg", 0)
     source = VerlRuns(tmp_path)
-    run = source.run(cfg, "kk")
+    run = source.run(PlannedRun("kk", "grpo_sg", {}, 0, 0, cfg, runs.run_key(cfg)))
     assert run.key == "kk__grpo_sg__seed0"
     assert "generated from native config 000000000000" in run.info["note"]
-    out = Output(Context(profile, tmp_path / "results", tmp_path / "cache", [0]), "fig3")
+    out = Output(Context(g, tmp_path / "results", tmp_path / "cache", [0]), "fig3")
     out.run_records["kk/grpo_sg/seed0"] = {}
     source.record(out, "kk/grpo_sg/seed0", run)
     assert out.notes == [run.info["note"]]
     assert out.run_records["kk/grpo_sg/seed0"]["engine"] == "verl"
     # Other weight parameters (a sweep point) are another run.
-    tau = runs.train_config(profile.settings["kk"], "grpo_sg", 0, {"weights.tau": 0.25})
+    tau = runs.train_config(g.settings["kk"], "grpo_sg", 0, {"weights.tau": 0.25})
     assert VerlRuns(tmp_path).find(tau, "kk") == (None, "no run folder")
 
 
-def test_paper_profile_curves_from_verl_need_no_gpu(tmp_path, monkeypatch):
-    """fig4 of the paper profile reads only metrics: on a machine without GPUs it is drawn from
+def test_paper_grid_curves_from_verl_need_no_gpu(tmp_path, monkeypatch):
+    """fig4 of the paper grid reads only metrics: on a machine without GPUs it is drawn from
     the verl folder instead of printing the training plan."""
     from rlvr.cli import main
 
     monkeypatch.setenv("RLVR_HOME", str(tmp_path / "home"))
-    profile = profiles.paper_profile()
+    g = grid.paper_grid()
     root = tmp_path / "paper-verl"
     for i, (setting_key, algo) in enumerate(r for r in RUNS if r[1] != "reverse"):
-        write_run(root, setting_key, algo, i, profile)
-    args = ["--from-verl", str(root), "--profile", "paper", "--seeds", "1", "--quiet"]
+        write_run(root, setting_key, algo, i, g)
+    args = ["--from-verl", str(root), "--grid", "paper", "--seeds", "1", "--quiet"]
     assert main(["reproduce", "fig4", *args]) == 0
     assert not (root / "results" / "plan.md").exists()
     meta = json.loads((root / "results" / "fig4.meta.json").read_text())
-    assert meta["profile"] == "paper" and meta["engine"] == "verl"
+    assert meta["grid"] == "paper" and meta["engine"] == "verl"
     assert meta["run_records"]["kk/grpo/seed0"]["run"]["model"] == "Qwen/Qwen2.5-3B-Instruct"

@@ -6,11 +6,11 @@ import shutil
 
 import pytest
 
-from rlvr.reproduce import profiles, runs
+from rlvr.reproduce import grid, runs
 
 
 def test_run_cache_reuses_and_resumes(tmp_path, monkeypatch):
-    setting = profiles.tiny_profile(smoke=True).settings["kk"]
+    setting = grid.tiny_grid(smoke=True).settings["kk"]
     cfg = runs.train_config(setting, "grpo", 0)
     first = runs.ensure_run(cfg, tmp_path, say=lambda m: None, progress=False)
     assert (first.path / runs.DONE).exists() and (first.final / "config.json").exists()
@@ -68,15 +68,15 @@ def test_reproduce_all_smoke(tmp_path):
         assert f"]({name}" in text
     assert "GRPO-SG beats GRPO" in text and "Smoke run" in text
     # --jobs relies on required_runs listing every run the scripts trained, and nothing more.
-    from rlvr.reproduce import profiles
+    from rlvr.reproduce import grid
     from rlvr.reproduce.common import Context
     from rlvr.reproduce.parallel import required_runs
     from rlvr.reproduce.runs import run_key, train_config
 
-    profile = profiles.tiny_profile(smoke=True)
-    ctx = Context(profile, out, out / ".cache", [0], smoke=True)
+    g = grid.tiny_grid(smoke=True)
+    ctx = Context(g, out, out / ".cache", [0], smoke=True)
     planned = {
-        run_key(train_config(profile.settings[k], algo, seed, extra, base_seed=b))
+        run_key(train_config(g.settings[k], algo, seed, extra, base_seed=b))
         for (k, algo, extra), units in required_runs(ctx, ["all"])
         for b, seed in units
     }

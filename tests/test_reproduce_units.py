@@ -8,8 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from rlvr.reproduce import collect, fig3, fig4, profiles, report
+from rlvr.agents.algorithms import algorithm_names
+from rlvr.reproduce import collect, fig3, fig4, grid, report
 from rlvr.reproduce.common import Context, Output
+from rlvr.reproduce.figures import plan_for
 from rlvr.reproduce.runs import run_key, train_config
 
 
@@ -35,7 +37,7 @@ class FakeEval:
 
 def _ctx(tmp_path):
     return Context(
-        profiles.tiny_profile(smoke=True),
+        grid.tiny_grid(smoke=True),
         tmp_path,
         tmp_path / "cache",
         [0],
@@ -64,7 +66,7 @@ def test_claims_are_decided_by_the_paired_interval(tmp_path):
 
 
 def test_run_key_ignores_output_fields_only():
-    setting = profiles.tiny_profile(smoke=True).settings["kk"]
+    setting = grid.tiny_grid(smoke=True).settings["kk"]
     a = train_config(setting, "grpo", 0)
     assert run_key(a) == run_key(
         dataclasses.replace(a, out="/elsewhere", resume=True, progress=False)
@@ -73,10 +75,10 @@ def test_run_key_ignores_output_fields_only():
     assert run_key(a) != run_key(train_config(setting, "grpo_sg", 0))
 
 
-def test_paper_profile_validates_and_plans():
-    p = profiles.paper_profile()
-    assert profiles.validate(p) == len(p.settings) * len(profiles.KK_METHODS)
-    rows = {r["setting"]: r for r in profiles.plan_rows(p)}
+def test_paper_grid_validates_and_plans():
+    p = grid.paper_grid()
+    assert grid.validate(p) == len(p.settings) * len(algorithm_names())
+    rows = {r["setting"]: r for r in grid.plan_rows(p)}
     # Public parameter counts: Qwen2.5-3B 3.09B, Qwen2.5-7B 7.62B.
     assert rows["kk"]["params_B"] == pytest.approx(3.09, abs=0.01)
     assert rows["kk-7b"]["params_B"] == pytest.approx(7.62, abs=0.01)
@@ -89,10 +91,13 @@ def test_paper_profile_validates_and_plans():
 def test_cli_paper_without_gpu_prints_the_plan(tmp_path, capsys):
     from rlvr.cli import main
 
-    assert main(["reproduce", "fig2", "--profile", "paper", "--out", str(tmp_path)]) == 0
+    assert main(["reproduce", "fig2", "--grid", "paper", "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert "not started: no GPU" in text and "Qwen/Qwen2.5-7B-Instruct-1M" in text
     assert (tmp_path / "plan.md").read_text().startswith("# Plan")
+    # --profile, the old name of --grid, still works and says so
+    assert main(["reproduce", "fig2", "--profile", "paper", "--out", str(tmp_path)]) == 0
+    assert "--profile is deprecated, use --grid" in capsys.readouterr().err
 
 
 def test_report_states_each_verdict_plainly(tmp_path):
@@ -118,7 +123,7 @@ def test_keys_follow_the_preset_a_model_name_stands_for(monkeypatch):
     from rlvr.models import presets
     from rlvr.reproduce import runs
 
-    setting = profiles.tiny_profile().settings["kk"]
+    setting = grid.tiny_grid().settings["kk"]
     cfg = train_config(setting, "grpo", 0)
     ecfg = runs.eval_config(setting, cfg, setting.model)
     runs._preset_build_key.cache_clear()
@@ -138,16 +143,17 @@ def test_keys_follow_the_preset_a_model_name_stands_for(monkeypatch):
 
 
 def test_table_kk_has_a_table_and_claims_per_kk_model(tmp_path):
-    """The paper's K&K table has a 3B and a 7B block: every K&K setting of a profile gets its
+    """The paper's K&K table has a 3B and a 7B block: every K&K setting of a grid gets its
     tables, CSV rows and claims (here two settings naming the same micro model, so the second
     reuses the first's runs from the cache)."""
     import csv
 
     from rlvr.reproduce import table_kk
 
-    profile = profiles.tiny_profile(smoke=True)
-    profile.settings["kk-b"] = profiles.replace(profile.settings["kk"])
-    ctx = Context(profile, tmp_path / "out", tmp_path / "cache", [0], smoke=True, progress=False)
+    g = grid.tiny_grid(smoke=True)
+    g.settings["kk-b"] = grid.replace(g.settings["kk"])
+    ctx = Context(g, tmp_path / "out", tmp_path / "cache", [0], smoke=True, progress=False)
+    ctx.plan = plan_for(ctx, ["table_kk"])
     result = table_kk.run(ctx)
     text = (tmp_path / "out" / "table_kk.md").read_text()
     assert text.count("# K&K accuracy by number of people") == 2

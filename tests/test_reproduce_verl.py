@@ -1,5 +1,5 @@
-"""``rlvr reproduce ... --profile paper --engine verl``: the launch folders and the translation of
-the native paper recipe into verl's config (``rlvr.reproduce.verl_config``).
+"""``rlvr reproduce ... --grid paper --engine verl``: the launch folders and the translation of
+the native paper recipe into verl's config (``rlvr.integrations.verl.config``).
 
 That verl itself accepts every generated config is checked in verl's venv
 (``tests/integrations/verl_gen_check.py``); here: the files, the grid, every translated key.
@@ -18,21 +18,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlvr.agents.config import WeightConfig
+from rlvr.agents.algorithms import WeightConfig, resolved_fields
 from rlvr.cli import main as rlvr_main
-from rlvr.integrations.verl_data import SEARCHQA_VERL_OVERRIDES
+from rlvr.integrations.verl.config import VerlTranslationError, gpu_layout, translate
+from rlvr.integrations.verl.data import agent_loop_overrides
+from rlvr.integrations.verl.scripts import grid, main, write
 from rlvr.reproduce.common import Context
+from rlvr.reproduce.grid import get_grid, verl_gpus
 from rlvr.reproduce.parallel import required_runs
-from rlvr.reproduce.profiles import get_profile, verl_gpus
 from rlvr.reproduce.runs import eval_config, run_key, train_config
-from rlvr.reproduce.verl_config import (
-    VerlTranslationError,
-    gpu_layout,
-    searchqa_overrides,
-    translate,
-    weight_fields,
-)
-from rlvr.reproduce.verl_scripts import LOGIT, grid, main, write
+
+LOGIT = {"weights.shaping_input": "logit"}
 
 CONTRACT_FIELDS = {
     "task",
@@ -52,7 +48,7 @@ CONTRACT_FIELDS = {
 @pytest.fixture(scope="module")
 def launch(tmp_path_factory):
     out = tmp_path_factory.mktemp("launch")
-    rows = write(get_profile("paper"), ["all"], [0, 1, 2], out, "rlvr reproduce all (test)")
+    rows = write(get_grid("paper"), ["all"], [0, 1, 2], out, "rlvr reproduce all (test)")
     return out, rows
 
 
@@ -65,7 +61,7 @@ def load(out: Path, key: str):
 
 
 def flat_of(setting_key: str, algo: str = "grpo", extra=None, gpus: int = 8, seed: int = 0):
-    setting = get_profile("paper").settings[setting_key]
+    setting = get_grid("paper").settings[setting_key]
     cfg = train_config(setting, algo, seed, extra)
     ecfg = eval_config(
         setting, cfg, cfg.model, eval_set=next(iter(setting.eval_sets.values()), None)
@@ -102,46 +98,52 @@ def test_records_follow_the_contract(launch):
             f"{record['setting']}/{record['tag']}/seed{record['seed']}".replace("/", "__")
         )
         assert record["fig_or_table"]
-        setting = get_profile("paper").settings[record["setting"]]
+        setting = get_grid("paper").settings[record["setting"]]
         cfg = train_config(setting, record["algo"], record["seed"], record["overrides"])
         assert record["native_config_hash"] == run_key(cfg)
         assert record["params"] == cfg.weights.params(record["algo"])
-        assert config["rlvr"]["params"] == weight_fields(cfg.weights, record["algo"])
+        assert config["rlvr"]["params"] == resolved_fields(cfg.weights, record["algo"])
         assert record["model"] == config["actor_rollout_ref"]["model"]["path"] == cfg.model
         assert config["defaults"] == ["ppo_trainer", "_self_"]
         assert config["trainer"]["logger"] == ["console", "file"]
         assert config["trainer"]["experiment_name"] == record["run_key"]
 
 
-def test_grid_is_the_native_enumeration_plus_logit_and_7b():
-    profile = get_profile("paper")
+def test_grid_is_the_plan_plus_the_algorithms_variants():
+    """The figures' plan (the K&K table on both K&K models, the 7B included), then GRPO-SG's
+    logit form beside every default-point GRPO-SG run."""
+    g = get_grid("paper")
     seeds = [0, 1, 2]
-    runs = grid(profile, ["all"], seeds)
-    ctx = Context(profile, Path("."), Path("."), seeds)
+    launches = grid(g, ["all"], seeds)
+    ctx = Context(g, Path("."), Path("."), seeds)
     native = {
         (key, algo, tuple(sorted(extra.items())), seed)
         for (key, algo, extra), units in required_runs(ctx, ["all"])
         for _, seed in units
     }
-    ours = {(r.setting, r.algo, tuple(sorted(r.extra.items())), r.seed): r for r in runs}
-    assert {k for k, r in ours.items() if r.native} == native
-    extra = [r for r in runs if not r.native]
-    assert {r.setting for r in extra if r.extra == LOGIT} == {"kk", "kk-7b", "math", "searchqa"}
-    assert {(r.setting, r.algo) for r in extra if r.setting == "kk-7b"} >= {
-        ("kk-7b", m) for m in ("grpo", "entropy_top", "ar", "lopti", "reverse", "grpo_sg")
+    ours = {
+        (r.run.setting, r.run.algo, tuple(sorted(r.run.extra.items())), r.run.seed): r
+        for r in launches
     }
-    fig2 = grid(profile, ["fig2"], [0])
-    assert {(r.setting, r.algo, r.native) for r in fig2 if not r.extra} == {
+    assert {k for k, r in ours.items() if r.native} == native
+    assert {("kk-7b", m) for m in ("grpo", "entropy_top", "ar", "lopti", "reverse", "grpo_sg")} <= {
+        (k[0], k[1]) for k in native
+    }
+    variants = [r.run for r in launches if not r.native]
+    assert variants and all(r.algo == "grpo_sg" and r.extra == LOGIT for r in variants)
+    assert {r.setting for r in variants} == {"kk", "kk-7b", "math", "searchqa"}
+    fig2 = grid(g, ["fig2"], [0])
+    assert {(r.run.setting, r.run.algo, r.native) for r in fig2 if not r.run.extra} == {
         ("kk", m, True) for m in ("grpo", "grpo_sg", "reverse")
     }
 
 
 def test_steps_equal_the_native_recipe(launch):
     out, rows = launch
-    profile = get_profile("paper")
+    g = get_grid("paper")
     for row in rows:
         config, record = load(out, row["run_key"])
-        cfg = train_config(profile.settings[record["setting"]], record["algo"], record["seed"])
+        cfg = train_config(g.settings[record["setting"]], record["algo"], record["seed"])
         assert config["trainer"]["total_training_steps"] == cfg.steps == record["steps"]
         # total_epochs only bounds the loop; every epoch has >= 1 step, so steps end it first
         assert config["trainer"]["total_epochs"] >= cfg.steps
@@ -154,7 +156,7 @@ def test_steps_equal_the_native_recipe(launch):
 
 def test_native_and_verl_read_one_recipe(tmp_path):
     """Change a value of the recipe file: the native TrainConfig and the verl config change."""
-    from rlvr.reproduce.profiles import TRAIN_PROFILE_DIR
+    from rlvr.reproduce.grid import TRAIN_PROFILE_DIR
 
     recipes = tmp_path / "recipes"
     recipes.mkdir()
@@ -165,11 +167,11 @@ def test_native_and_verl_read_one_recipe(tmp_path):
     (recipes / "paper_kk.yaml").write_text(text.replace("steps: 352", "steps: 123"))
     text = (recipes / "paper.yaml").read_text()
     (recipes / "paper.yaml").write_text(text.replace("lr: 1.0e-6", "lr: 3.0e-6"))
-    profile = get_profile("paper")
-    profile.settings["kk"].train["profile"] = str(recipes / "paper.yaml")
-    cfg = train_config(profile.settings["kk"], "grpo", 0)
+    g = get_grid("paper")
+    g.settings["kk"].train["profile"] = str(recipes / "paper.yaml")
+    cfg = train_config(g.settings["kk"], "grpo", 0)
     assert (cfg.optim.lr, cfg.steps) == (3e-6, 123)
-    write(profile, ["fig2"], [0], tmp_path / "launch", "test")
+    write(g, ["fig2"], [0], tmp_path / "launch", "test")
     config, record = load(tmp_path / "launch", "kk__grpo__seed0")
     assert config["actor_rollout_ref"]["actor"]["optim"]["lr"] == 3e-6
     assert config["trainer"]["total_training_steps"] == 123 == record["steps"]
@@ -260,7 +262,7 @@ def test_fixed_keys():
     assert flat["algorithm.use_kl_in_reward"] is False
     assert flat["actor_rollout_ref.actor.entropy_coeff"] == 0.0
     assert flat[A + "checkpoint.save_contents"][-1] == "hf_model"
-    assert flat["reward.custom_reward_function.path"] == "pkg://rlvr.integrations.verl_reward"
+    assert flat["reward.custom_reward_function.path"] == "pkg://rlvr.integrations.verl.reward"
     assert flat["reward.custom_reward_function.name"] == "compute_score"
     assert flat[R + "name"] == "vllm"
     assert flat[A + "fsdp_config.dtype"] == flat[R + "dtype"] == "bfloat16"
@@ -310,7 +312,7 @@ def test_policy_loss_per_algorithm(algo, extra, loss_mode, plugin_keys):
     assert flat["rlvr.algo"] == algo
     assert WeightConfig(**flat["rlvr.params"]).params(algo) == cfg.weights.params(algo)
     if plugin_keys:
-        assert flat[p + "_target_"] == "rlvr.integrations.verl_plugin.RlvrPolicyLossConfig"
+        assert flat[p + "_target_"] == "rlvr.integrations.verl.plugin.RlvrPolicyLossConfig"
         assert flat[p + "weight_position"] == "surrogate"
         for key, value in plugin_keys.items():
             assert flat[p + key] == value
@@ -327,10 +329,10 @@ def test_policy_loss_per_algorithm(algo, extra, loss_mode, plugin_keys):
 
 
 def test_rlvr_params_are_the_weight_fields_an_algorithm_reads():
-    assert weight_fields(WeightConfig(ar_alpha=0.1), "ar") == {"ar_alpha": 0.1}
-    assert weight_fields(WeightConfig(), "grpo") == {}
-    assert weight_fields(WeightConfig(fraction=0.3), "entropy_top") == {"fraction": 0.3}
-    sg = weight_fields(WeightConfig(shaping_input="logit", tau=2.0), "grpo_sg")
+    assert resolved_fields(WeightConfig(ar_alpha=0.1), "ar") == {"ar_alpha": 0.1}
+    assert resolved_fields(WeightConfig(), "grpo") == {}
+    assert resolved_fields(WeightConfig(fraction=0.3), "entropy_top") == {"fraction": 0.3}
+    sg = resolved_fields(WeightConfig(shaping_input="logit", tau=2.0), "grpo_sg")
     assert sg == {
         "shaping_input": "logit",
         "alpha": 2.75,
@@ -351,8 +353,10 @@ def test_searchqa_section_and_agent_loop_overrides():
         "max_turns": 2,
         "topk": 3,
     }
-    assert searchqa_overrides() == SEARCHQA_VERL_OVERRIDES  # written without verl installed
-    for key, value in SEARCHQA_VERL_OVERRIDES.items():
+    overrides = agent_loop_overrides("searchqa")  # written without verl installed
+    assert overrides["actor_rollout_ref.rollout.agent.default_agent_loop"] == "rlvr_searchqa"
+    assert agent_loop_overrides("kk") == {}
+    for key, value in overrides.items():
         assert flat[key] == value
     _, kk = flat_of("kk")
     assert R + "multi_turn.enable" not in kk and "rlvr.searchqa" not in kk
@@ -362,12 +366,12 @@ def test_gpus_follow_the_plan():
     assert gpu_layout(2) == (2, 1) and gpu_layout(8) == (8, 1) and gpu_layout(16) == (8, 2)
     with pytest.raises(VerlTranslationError, match="multiple of 8"):
         gpu_layout(12)
-    profile = get_profile("paper")
+    g = get_grid("paper")
     for key in ("kk", "kk-7b", "math", "searchqa"):
-        cfg = train_config(profile.settings[key], "grpo", 0)
-        _, flat = flat_of(key, gpus=verl_gpus(profile.settings[key], cfg))
+        cfg = train_config(g.settings[key], "grpo", 0)
+        _, flat = flat_of(key, gpus=verl_gpus(g.settings[key], cfg))
         gpus = flat["trainer.n_gpus_per_node"] * flat["trainer.nnodes"]
-        assert gpus == verl_gpus(profile.settings[key], cfg)
+        assert gpus == verl_gpus(g.settings[key], cfg)
 
 
 @pytest.mark.parametrize(
@@ -400,7 +404,7 @@ if [[ "$1" == -c ]]; then exec "$REAL_PYTHON" "$@"; fi
 module="$2"; shift 2
 echo "$module $* | VERL_FILE_LOGGER_PATH=${VERL_FILE_LOGGER_PATH:-}" >> "$LOG"
 case "$module" in
-  rlvr.reproduce.verl_scripts) echo 7 ;;
+  rlvr.integrations.verl.scripts) echo 7 ;;
   rlvr.cli)
     if [[ "$1" == prepare-verl ]]; then
       while [[ $# -gt 0 ]]; do [[ "$1" == --out ]] && touch "$2"; shift; done
@@ -409,7 +413,7 @@ case "$module" in
       echo $$ > "$SERVER_PID_FILE"
       exec "$REAL_PYTHON" -m http.server "$port" --bind 127.0.0.1 --directory "$SERVE_DIR"
     fi ;;
-  rlvr.integrations.verl_main) ;;
+  rlvr.integrations.verl.main) ;;
 esac
 """
 
@@ -444,13 +448,13 @@ def test_run_sh_prepares_once_then_launches(launch, tmp_path):
     log = (tmp_path / "log").read_text().splitlines()
     prepares = [line for line in log if line.startswith("rlvr.cli prepare-verl")]
     assert len(prepares) == 6  # train + one test file per size 3..7
-    counts = [line for line in log if line.startswith("rlvr.reproduce.verl_scripts count")]
+    counts = [line for line in log if line.startswith("rlvr.integrations.verl.scripts count")]
     assert "--split train --cap 22528 " in counts[0]
     # the native periodic evaluation's 100 puzzles, shared by the five sizes
     assert all("--split test --cap 20 " in line for line in counts[1:]) and len(counts) == 6
     assert "--n 7 " in prepares[0] and "--env-arg n_people=[3, 4, 5, 6, 7]" in prepares[0]
     assert (out / "data" / "kk" / "train.parquet").exists()
-    main_call = [line for line in log if line.startswith("rlvr.integrations.verl_main")]
+    main_call = [line for line in log if line.startswith("rlvr.integrations.verl.main")]
     assert len(main_call) == 1
     assert f"--config-path {run} --config-name config" in main_call[0]
     assert f"VERL_FILE_LOGGER_PATH={run}/metrics.jsonl" in main_call[0]
@@ -473,11 +477,11 @@ def free_port() -> int:
 
 
 def test_searchqa_run_sh_serves_retrieval_and_stops_it(tmp_path):
-    profile = get_profile("paper")
+    g = get_grid("paper")
     port = free_port()
-    profile.settings["searchqa"].train["env_kwargs.retriever"] = f"http://127.0.0.1:{port}"
+    g.settings["searchqa"].train["env_kwargs.retriever"] = f"http://127.0.0.1:{port}"
     out = tmp_path / "launch"
-    write(profile, ["table_qa"], [0], out, "test")
+    write(g, ["table_qa"], [0], out, "test")
     script = out / "runs" / "searchqa__grpo__seed0" / "run.sh"
     missing = run_script(script, tmp_path)
     assert missing.returncode != 0 and "RLVR_INDEX" in missing.stderr
@@ -503,19 +507,19 @@ def test_count_caps_the_export(capsys):
 
 def test_cli_engine_flag(tmp_path, capsys):
     with pytest.raises(SystemExit, match="--out"):
-        rlvr_main(["reproduce", "fig2", "--profile", "paper", "--engine", "verl"])
-    with pytest.raises(SystemExit, match="--profile paper"):
+        rlvr_main(["reproduce", "fig2", "--grid", "paper", "--engine", "verl"])
+    with pytest.raises(SystemExit, match="--grid paper"):
         rlvr_main(["reproduce", "fig2", "--engine", "verl", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="use one"):
         rlvr_main(
-            ["reproduce", "fig2", "--profile", "paper", "--engine", "verl"]
+            ["reproduce", "fig2", "--grid", "paper", "--engine", "verl"]
             + ["--out", str(tmp_path), "--from-verl", str(tmp_path)]
         )
     code = rlvr_main(
         [
             "reproduce",
             "fig2",
-            "--profile",
+            "--grid",
             "paper",
             "--engine",
             "verl",
@@ -532,10 +536,10 @@ def test_cli_engine_flag(tmp_path, capsys):
 
 
 def test_wall_time_bound_counts_generation_updates_and_validation():
-    from rlvr.reproduce.profiles import param_count
-    from rlvr.reproduce.verl_scripts import estimate_hours
+    from rlvr.integrations.verl.scripts import estimate_hours
+    from rlvr.reproduce.grid import param_count
 
-    setting = get_profile("paper").settings["kk"]
+    setting = get_grid("paper").settings["kk"]
     cfg, flat = flat_of("kk", "grpo", {"eval.every": 0}, gpus=2)
     tokens = 352 * 64 * 8 * (400 + 4096)
     flops = tokens * param_count(setting.arch) * (2 + 2 + 2 + 6)

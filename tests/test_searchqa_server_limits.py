@@ -129,7 +129,7 @@ def test_adversaries_cost_a_normal_client_nothing(service):
         except OSError:
             break
         time.sleep(0.3)
-    assert _status(slow) in (408, None) and _status(never) == 408
+    assert _status(slow) == 408 and _status(never) == 408  # a trickled header is a 408 too
     big_thread.join(60)
     assert results["big"][0] == 4096
     assert max(under_attack) < max(1.0, 5 * statistics.median(baseline)), (baseline, under_attack)

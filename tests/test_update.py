@@ -208,9 +208,7 @@ def test_k3_is_clamped_as_verl():
 
 def test_a_new_algorithm_is_one_registration(tmp_path):
     """A method defined in one place (here: the test) trains with no other edit."""
-    from rlvr.agents.weights import register_weight_scheme
 
-    @register_weight_scheme("confident_only")
     def confident_only(
         *, logprobs, mask, logits=None, old_logprobs=None, entropy=None, eta: float = 0.5
     ):
@@ -221,7 +219,7 @@ def test_a_new_algorithm_is_one_registration(tmp_path):
             name="confident_only",
             label="confident only",
             color="#000000",
-            weight="confident_only",
+            weight=confident_only,
             params=lambda wc: {"eta": wc.eta},
         )
     )

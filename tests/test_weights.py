@@ -7,16 +7,18 @@ import math
 import pytest
 import torch
 
-from rlvr.agents import config as acfg
-from rlvr.agents.weights import (
-    WEIGHT_SCHEMES,
+from rlvr.agents.algorithms import ALGORITHMS, Algorithm, WeightConfig, register_algorithm
+from rlvr.agents.algorithms.entropy_top import entropy_top_weights
+from rlvr.agents.algorithms.grpo_sg import (
+    GRPO_SG_DEFAULTS,
     calibrate_alpha,
-    lopti_masks,
-    lopti_stages,
-    register_weight_scheme,
+    reference_token_logits,
+    reference_token_probs,
     sigmoid_shaping,
-    token_weights,
 )
+from rlvr.agents.algorithms.lopti import lopti_masks, lopti_stages
+from rlvr.agents.algorithms.reverse import REVERSE_DEFAULTS
+from rlvr.agents.weights import token_weights
 
 
 def _lp(probs):
@@ -114,7 +116,7 @@ def test_reverse_hand_values_and_monotonicity():
 @pytest.mark.parametrize("scheme", ["grpo_sg", "reverse"])
 @pytest.mark.parametrize("shaping_input", ["prob", "logit"])
 def test_defaults_mean_weight_near_one_and_visible(scheme, shaping_input):
-    h, p = acfg.reference_token_logits()
+    h, p = reference_token_logits()
     lp = torch.log(p)[None]
     w = token_weights(
         scheme, logprobs=lp, mask=torch.ones_like(lp), logits=h[None], shaping_input=shaping_input
@@ -129,8 +131,8 @@ def test_defaults_mean_weight_near_one_and_visible(scheme, shaping_input):
 
 
 def test_calibrate_alpha_recovers_defaults():
-    p = acfg.reference_token_probs()
-    cfg = acfg.GRPO_SG_DEFAULTS["prob"]
+    p = reference_token_probs()
+    cfg = GRPO_SG_DEFAULTS["prob"]
     alpha = calibrate_alpha(p, tau=cfg["tau"], mu=cfg["mu"], lower=cfg["lower"], upper=cfg["upper"])
     assert alpha == pytest.approx(cfg["alpha"], abs=0.05)
     mean = sigmoid_shaping(
@@ -156,10 +158,10 @@ def test_entropy_top_keeps_ceil_fraction_across_batch():
     ent = torch.tensor([[0.1, 5.0, 0.3, 9.0, 0.2], [4.0, 0.5, 7.0, 0.0, 0.0]], dtype=torch.float64)
     mask = torch.tensor([[1, 1, 1, 0, 1], [1, 1, 1, 0, 0]])  # 7 valid; the 9.0 is masked
     lp = torch.zeros_like(ent)
-    w = token_weights("entropy_top", logprobs=lp, mask=mask, entropy=ent, fraction=0.2)
+    w = entropy_top_weights(logprobs=lp, mask=mask, entropy=ent, fraction=0.2)
     # ceil(0.2 * 7) = 2 -> the two highest valid entropies: 7.0 and 5.0
     assert w.tolist() == [[0, 1, 0, 0, 0], [0, 0, 1, 0, 0]]
-    w = token_weights("entropy_top", logprobs=lp, mask=mask, entropy=ent, fraction=1.0)
+    w = entropy_top_weights(logprobs=lp, mask=mask, entropy=ent, fraction=1.0)
     assert torch.equal(w, mask.to(w.dtype))
 
 
@@ -170,7 +172,7 @@ def test_entropy_top_count(n_valid):
     flat = torch.zeros(160)
     flat[torch.randperm(160, generator=g)[:n_valid]] = 1
     mask = flat.reshape(4, 40)
-    w = token_weights("entropy_top", logprobs=torch.zeros(4, 40), mask=mask, entropy=ent)
+    w = entropy_top_weights(logprobs=torch.zeros(4, 40), mask=mask, entropy=ent)
     assert int(w.sum()) == math.ceil(0.2 * n_valid - 1e-9)
     assert set(w.unique().tolist()) <= {0.0, 1.0}
     assert (w <= mask).all()
@@ -179,8 +181,8 @@ def test_entropy_top_count(n_valid):
 
 
 def test_entropy_top_empty_mask():
-    w = token_weights(
-        "entropy_top", logprobs=torch.zeros(2, 3), mask=torch.zeros(2, 3), entropy=torch.rand(2, 3)
+    w = entropy_top_weights(
+        logprobs=torch.zeros(2, 3), mask=torch.zeros(2, 3), entropy=torch.rand(2, 3)
     )
     assert w.sum() == 0
 
@@ -213,20 +215,19 @@ def test_lopti_stages_drop_empty():
     assert len(lopti_stages(old, torch.ones(2, 3), drop_empty=False)) == 2
 
 
-def test_register_new_scheme_is_one_function():
-    name = "test_half"
-
-    @register_weight_scheme(name)
+def test_a_new_weight_is_one_function_on_an_algorithm():
     def half(*, logprobs, mask, logits=None, old_logprobs=None, entropy=None, factor: float = 0.5):
         return torch.full_like(logprobs, factor)
 
+    register_algorithm(Algorithm(name="test_half", label="half", color="#000", weight=half))
     try:
         w = token_weights(
-            name, logprobs=torch.zeros(1, 2), mask=torch.tensor([[1, 0]]), factor=0.25
+            "test_half", logprobs=torch.zeros(1, 2), mask=torch.tensor([[1, 0]]), factor=0.25
         )
         assert w.tolist() == [[0.25, 0.0]]
+        assert token_weights("grpo", logprobs=torch.zeros(1, 2), mask=torch.ones(1, 2)).sum() == 2
     finally:
-        WEIGHT_SCHEMES.pop(name)
+        ALGORITHMS.pop("test_half")
 
 
 @pytest.mark.parametrize(
@@ -241,18 +242,44 @@ def test_register_new_scheme_is_one_function():
         ("grpo_sg", {"shaping_input": "entropy"}, "shaping_input"),
         ("grpo_sg", {"shaping_input": "logit"}, "logits"),
         ("grpo_sg", {"eta": 0.5}, "eta"),
+        ("ar", {"alpha": -0.1}, "alpha"),
         ("nope", {}, "scheme"),
-        ("entropy_top", {"fraction": 0.0}, "fraction"),
-        ("entropy_top", {"fraction": 1.2}, "fraction"),
-        ("entropy_top", {"fraction": -0.2}, "fraction"),
     ],
 )
 def test_bad_configuration_names_parameter(scheme, kwargs, param):
     lp = torch.zeros(1, 2)
     with pytest.raises(ValueError, match=param):
         token_weights(
-            scheme, logprobs=lp, mask=torch.ones(1, 2), entropy=torch.ones(1, 2), **kwargs
+            scheme,
+            logprobs=lp,
+            mask=torch.ones(1, 2),
+            old_logprobs=lp,
+            entropy=torch.ones(1, 2),
+            **kwargs,
         )
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.2, -0.2])
+def test_entropy_top_bad_fraction(fraction):
+    with pytest.raises(ValueError, match="fraction"):
+        entropy_top_weights(
+            logprobs=torch.zeros(1, 2),
+            mask=torch.ones(1, 2),
+            entropy=torch.ones(1, 2),
+            fraction=fraction,
+        )
+
+
+def test_weight_config_is_generated_from_the_registered_fields():
+    """Each field once, typed, with the default and interval its method declares; the range
+    check of ``rlvr train`` is that declaration."""
+    from rlvr.agents.algorithms import FIELDS
+
+    names = [f.name for f in __import__("dataclasses").fields(WeightConfig)]
+    assert names == [*FIELDS, "extra"]
+    assert WeightConfig().ar_alpha == 0.3 and WeightConfig().eta == 0.5
+    with pytest.raises(ValueError, match=r"weights\.eta: must be in \(0, 1\)"):
+        WeightConfig(eta=1.0).check()
 
 
 @pytest.mark.parametrize("eta", [0.0, 1.0, -0.5, 2.0])
@@ -264,19 +291,19 @@ def test_lopti_bad_eta(eta):
 def test_weight_config_profiles():
     from rlvr.config import load_config
 
-    cfg = load_config(acfg.WeightConfig, None, ["shaping_input=logit", "tau=5"])
+    cfg = load_config(WeightConfig, None, ["shaping_input=logit", "tau=5"])
     params = cfg.params("grpo_sg")
-    assert params == {**acfg.GRPO_SG_DEFAULTS["logit"], "tau": 5.0, "shaping_input": "logit"}
+    assert params == {**GRPO_SG_DEFAULTS["logit"], "tau": 5.0, "shaping_input": "logit"}
     lp = _lp([[0.9, 0.2]])
     h = torch.tensor([[20.0, 3.0]], dtype=torch.float64)
     w = token_weights("grpo_sg", logprobs=lp, mask=torch.ones(1, 2), logits=h, **params)
     assert w[0, 0] > w[0, 1]
-    assert acfg.WeightConfig(ar_alpha=0.1).params("ar") == {"alpha": 0.1}
-    assert acfg.WeightConfig().params("entropy_top") == {"fraction": 0.2}
+    assert WeightConfig(ar_alpha=0.1).params("ar") == {"alpha": 0.1}
+    assert WeightConfig().params("entropy_top") == {"fraction": 0.2}
     # the trainer may pick the scheme from its algorithm: overrides still apply
-    cfg = load_config(acfg.WeightConfig, None, ["tau=0.25", "ar_alpha=0.1"])
+    cfg = load_config(WeightConfig, None, ["tau=0.25", "ar_alpha=0.1"])
     assert cfg.params("reverse") == {
-        **acfg.REVERSE_DEFAULTS["prob"],
+        **REVERSE_DEFAULTS["prob"],
         "tau": 0.25,
         "shaping_input": "prob",
     }

@@ -22,7 +22,9 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
+import stat
 import warnings
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,8 @@ import torch
 
 MANIFEST = "MANIFEST.json"
 PREFIX = "step_"
+#: A manifest holds file hashes and the run's configuration: kilobytes.
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 
 
 def checkpoint_dir(root: Path, step: int) -> Path:
@@ -73,15 +77,20 @@ def save_checkpoint(
         shutil.rmtree(tmp)
     tmp.mkdir()
     files = {}
-    for name, obj in payload.items():
-        path = tmp / f"{name}.pt"
-        torch.save(obj, path)
-        _fsync_file(path)
-        files[path.name] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
-    manifest = {"step": step, "files": files, "meta": meta}
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    _fsync_file(tmp / MANIFEST)
-    _fsync_dir(tmp)
+    try:
+        for name, obj in payload.items():
+            path = tmp / f"{name}.pt"
+            torch.save(obj, path)
+            _fsync_file(path)
+            files[path.name] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
+        manifest = {"step": step, "files": files, "meta": meta}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+        _fsync_file(tmp / MANIFEST)
+        _fsync_dir(tmp)
+    except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
+        error = write_failure(root, e)  # the free space it reports is what the write met
+        shutil.rmtree(tmp, ignore_errors=True)  # and what it took is given back for a resume
+        raise error from None
     if final.exists():  # re-saving a step after a resume: move the old one aside first
         old = root / f".old-{final.name}-{os.getpid()}"
         os.rename(final, old)
@@ -94,17 +103,63 @@ def save_checkpoint(
     return final
 
 
-def verify_checkpoint(path: Path) -> dict[str, Any] | None:
-    """The manifest if every file is present and matches it, else None."""
+#: A manifest's file name: one plain name inside the checkpoint folder (what ``save_checkpoint``
+#: writes: ``model.pt``, ``rng.pt``...), never a path.
+_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+
+
+def manifest_problem(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """``(manifest, "")`` when every file the manifest names is a regular file inside ``path``
+    with its recorded size and SHA-256; else ``(None, why)``, one line.
+
+    Names, types and sizes are checked for every file before any file is opened: a crafted
+    manifest naming ``../../dev/zero``, a FIFO or a symbolic link (which would hash forever or
+    block) is refused, not read."""
     try:
+        st = os.lstat(path / MANIFEST)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MANIFEST_BYTES:
+            return None, f"{MANIFEST} is not a regular file of at most {MAX_MANIFEST_BYTES} bytes"
         manifest = json.loads((path / MANIFEST).read_text())
-        for name, info in manifest["files"].items():
-            f = path / name
-            if f.stat().st_size != info["bytes"] or _sha256(f) != info["sha256"]:
-                return None
-        return manifest
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    except OSError as e:
+        return None, f"{MANIFEST} cannot be read ({e.strerror or e})"
+    except (ValueError, RecursionError) as e:
+        return None, f"{MANIFEST} is not valid JSON ({str(e)[:120]})"
+    why = entries_problem(path, manifest)
+    if why:
+        return None, why
+    for name, info in manifest["files"].items():
+        if _sha256(path / name) != info["sha256"]:
+            return None, f"{name} does not match its SHA-256 in {MANIFEST}"
+    return manifest, ""
+
+
+def entries_problem(path: Path, manifest: Any) -> str:
+    """Why the files ``manifest`` names are not plain files of ``path`` of their recorded sizes
+    ("" when they are), found with ``lstat`` alone: nothing is opened."""
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not isinstance(manifest.get("meta"), dict):
+        return f"{MANIFEST} has no 'files' and 'meta' objects"
+    for name, info in files.items():
+        if not _FILE_NAME.fullmatch(name) or name == MANIFEST:
+            return f"{MANIFEST} names {name[:80]!r}, which is not a file of the checkpoint"
+        size, digest = (info.get("bytes"), info.get("sha256")) if isinstance(info, dict) else (0, 0)
+        if isinstance(size, bool) or not isinstance(size, int) or not isinstance(digest, str):
+            return f"{MANIFEST}: entry {name!r} has no 'bytes' count and 'sha256' string"
+        try:
+            st = os.lstat(path / name)
+        except OSError as e:
+            return f"{name} is missing ({e.strerror or e})"
+        if not stat.S_ISREG(st.st_mode):
+            return f"{name} is not a regular file (a link, FIFO or device); refused unread"
+        if st.st_size != size:
+            return f"{name} holds {st.st_size} bytes, the manifest says {size}"
+    return ""
+
+
+def verify_checkpoint(path: Path) -> dict[str, Any] | None:
+    """The manifest if every file is present and matches it, else None (``manifest_problem``
+    says why)."""
+    return manifest_problem(path)[0]
 
 
 def list_checkpoints(root: str | Path) -> list[Path]:
@@ -122,11 +177,11 @@ def list_checkpoints(root: str | Path) -> list[Path]:
 def latest_valid_checkpoint(root: str | Path) -> tuple[Path, dict[str, Any]] | None:
     """The newest checkpoint that verifies, warning about each newer one that does not."""
     for path in list_checkpoints(root):
-        manifest = verify_checkpoint(path)
+        manifest, why = manifest_problem(path)
         if manifest is not None:
             return path, manifest
         warnings.warn(
-            f"checkpoint {path} is corrupt or incomplete; trying the previous one",
+            f"checkpoint {path} is corrupt or incomplete ({why}); trying the previous one",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -153,7 +208,12 @@ def find_resume_checkpoint(root: str | Path) -> tuple[Path, dict[str, Any]] | No
 
 def load_payload(path: Path, manifest: dict[str, Any], map_location="cpu") -> dict[str, Any]:
     """The checkpoint's files, each loaded with ``weights_only=True``: a file holding anything
-    but tensors and plain containers (a crafted pickle) raises ``CheckpointError``."""
+    but tensors and plain containers (a crafted pickle) raises ``CheckpointError``, and so does a
+    manifest naming anything but plain files of ``path`` (``entries_problem``: checked again here,
+    without re-hashing, so that nothing is opened unchecked)."""
+    why = entries_problem(path, manifest)
+    if why:
+        raise CheckpointError(f"checkpoint {path}: {why}")
     out = {}
     for name in manifest["files"]:
         try:
@@ -282,6 +342,26 @@ def check_writable(*dirs: str | Path) -> None:
             probe.unlink()
         except OSError as exc:
             raise CheckpointError(f"out: cannot write to {d} ({exc.strerror or exc})") from None
+
+
+def write_failure(folder: str | Path, exc: BaseException) -> CheckpointError:
+    """The one-line error for a write into ``folder`` that failed (a full disk, most often): the
+    folder, the reason and the space left there. What a run wrote before is intact (checkpoints
+    are renamed into place whole; a resume moves a torn metrics line aside), so it resumes."""
+    if isinstance(exc, OSError) and exc.strerror:
+        reason = exc.strerror
+    else:  # torch.save: "[enforce fail at inline_container.cc:672] . unexpected pos ..."
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        reason = re.sub(r"^\[enforce fail at [^\]]*\][ .]*", "", first)[:120]
+    try:
+        free = shutil.disk_usage(folder).free
+        free = f"{free} bytes" if free < 2**10 else f"{free / 2**20:.2f} MiB"
+    except OSError:
+        free = "unknown space"
+    return CheckpointError(
+        f"cannot write to {folder} ({reason}; {free} free there); the checkpoints and metrics "
+        "written so far are intact: free space, then rerun with --resume"
+    )
 
 
 def prune_checkpoints(root: Path, keep: int) -> None:

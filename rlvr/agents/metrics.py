@@ -126,9 +126,10 @@ def token_prob_metrics(
 
 def preserve_metrics(path: str | Path, keep_through_step: int | None) -> Path | None:
     """Prepare ``metrics.jsonl`` for a run that continues after step ``keep_through_step`` (None:
-    a run that starts from step 0). Lines of later steps, and any line after a torn one, are
-    moved (never deleted) to ``metrics.replaced-<time>.jsonl`` beside it; returns that file, or
-    None when nothing was moved. Written through a temporary file and an atomic rename."""
+    a run that starts from step 0). Lines of later steps, and any line after a torn one (a line
+    that is not a JSON object with an integer ``step``), are moved (never deleted) to
+    ``metrics.replaced-<time>.jsonl`` beside it; returns that file, or None when nothing was
+    moved. Written through a temporary file and an atomic rename."""
     path = Path(path)
     if not path.exists():
         path.write_text("")
@@ -139,9 +140,10 @@ def preserve_metrics(path: str | Path, keep_through_step: int | None) -> Path | 
             continue
         try:
             step = json.loads(line)["step"]
-        except (ValueError, KeyError, TypeError):
-            torn = True  # a line cut by a kill: it and everything after it are moved aside
+        except (ValueError, KeyError, TypeError, RecursionError):
             step = None
+        if type(step) is not int:  # a line cut by a kill, or not one this trainer wrote
+            torn = True  # it and everything after it are moved aside
         if not torn and keep_through_step is not None and step <= keep_through_step:
             keep.append(line)
         else:

@@ -70,20 +70,32 @@ def run_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rlvr.agents.checkpoint import CheckpointError, check_writable
-    from rlvr.agents.train_config import check_device_present
-    from rlvr.agents.trainer import Trainer
+    from rlvr.device import check_device_present
+    from rlvr.locks import LOCK_FILE, FolderInUse, hold
 
     try:  # configuration problems found while setting up: one line, exit 2
         check_device_present(cfg.device)
         check_writable(cfg.out, Path(cfg.out) / "checkpoints")
-        trainer = Trainer(cfg)
-        trainer.allow_config_change = bool(args.allow_config_change)
-    except (MemoryError, ConfigError, CheckpointError, OSError) as e:
+        # The run folder is this process's from before the model loads: a second trainer on the
+        # same out= is refused at once, in one line.
+        with hold(Path(cfg.out) / LOCK_FILE, wait=False, what=f"out={cfg.out}"):
+            return _train(cfg, bool(args.allow_config_change))
+    except (MemoryError, ConfigError, CheckpointError, OSError, FolderInUse) as e:
         return _fail(e)
+
+
+def _train(cfg, allow_config_change: bool) -> int:
+    from rlvr.agents.checkpoint import CheckpointError, write_failure
+    from rlvr.agents.trainer import Trainer
+
+    trainer = Trainer(cfg)
+    trainer.allow_config_change = allow_config_change
     try:
         records = trainer.train()
     except (MemoryError, FileExistsError, ConfigError, CheckpointError) as e:
         return _fail(e)
+    except OSError as e:  # the metrics or the configuration could not be written: a full disk
+        return _fail(write_failure(cfg.out, e))
     if records:
         last = records[-1]
         print(
@@ -119,7 +131,7 @@ def run_algorithms(args: argparse.Namespace) -> int:
         return 2
     for name in algorithm_names():
         a = get_algorithm(name)
-        parts = [f"weight={a.weight}" if a.weight else "weight=1"]
+        parts = [f"weight={a.name}" if a.weight else "weight=1"]
         if a.stages is not None:
             parts.append(f"{a.n_stages} stages")
         if a.select_tokens is not None:

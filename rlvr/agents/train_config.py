@@ -10,15 +10,14 @@ profile (``profile=paper_kk``) is that profile for that env (``profile=paper env
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import math
-import re
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from rlvr.agents.algorithms import algorithm_names
-from rlvr.agents.config import LossConfig, WeightConfig
-from rlvr.config import ConfigError, deep_merge, load_yaml, merge, parse_overrides
+from rlvr.agents.algorithms import WeightConfig, algorithm_names, get_algorithm, load_plugins
+from rlvr.config import ConfigError, check_interval, deep_merge, layered, merge, parse_overrides
+from rlvr.device import check_device
+from rlvr.envs import ENVS, env_spec
+from rlvr.eval.runner import EvalConfig
 from rlvr.repro import check_threads
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
@@ -26,12 +25,35 @@ PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
 #: The built-in algorithms (a plugin may register more: ``algorithm_names()``).
 ALGOS = tuple(algorithm_names())
 
-#: The trainer's env names -> gymnasium ids (docs/design.md §3).
-ENV_IDS = {
-    "kk": "rlvr/KnightsKnaves-v0",
-    "math": "rlvr/Math-v0",
-    "searchqa": "rlvr/SearchQA-v0",
-}
+
+@dataclasses.dataclass
+class LossConfig:
+    """Arguments of ``rlvr.agents.losses.policy_loss`` (K&K recipe values in docs/design.md §6:
+    clip 0.2/0.24 is the recipe's asymmetric clip; defaults here are the symmetric 0.2)."""
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = None
+    kl_coef: float = 0.0
+    agg: Literal[
+        "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+    ] = "token-mean"
+    loss_scale_factor: float | None = None
+    weight_position: Literal["surrogate", "ratio"] = "surrogate"
+    advantage: Literal["grpo", "drgrpo"] = "grpo"
+    adv_eps: float = 1e-6
+
+    def policy_loss_kwargs(self) -> dict:
+        """Keyword arguments for ``policy_loss`` (everything but the tensors)."""
+        return {
+            "clip_low": self.clip_low,
+            "clip_high": self.clip_high,
+            "dual_clip": self.dual_clip,
+            "kl_coef": self.kl_coef,
+            "agg": self.agg,
+            "loss_scale_factor": self.loss_scale_factor,
+            "weight_position": self.weight_position,
+        }
 
 
 @dataclasses.dataclass
@@ -95,7 +117,8 @@ class EvalScheduleConfig:
 
 @dataclasses.dataclass
 class TrainConfig:
-    env: Literal["kk", "math", "searchqa"] = "kk"
+    #: A registered environment (``rlvr.envs``).
+    env: str = "kk"
     #: A registered algorithm (``rlvr.agents.algorithms``; ``rlvr algorithms`` lists them).
     algo: str = "grpo"
     #: Modules to import before the configuration is checked (algorithms registered outside
@@ -188,13 +211,12 @@ class TrainConfig:
             ("eval.every", self.eval.every, "[0, inf)"),
             ("eval.n_prompts", self.eval.n_prompts, "[1, inf)"),
             ("eval.samples", self.eval.samples, "[1, inf)"),
-            ("weights.ar_alpha", self.weights.ar_alpha, "[0, 1]"),
-            ("weights.fraction", self.weights.fraction, "(0, 1]"),
-            ("weights.eta", self.weights.eta, "(0, 1)"),
         ]
+        if self.env not in ENVS:
+            raise ConfigError(f"env: {self.env!r} is not one of {sorted(ENVS)}")
         for key, value, interval in ranges:
-            if not in_interval(value, interval):
-                raise ConfigError(f"{key}: must be in {interval}, got {value!r}")
+            check_interval(key, value, interval)
+        self.weights.check()  # every weights.* field in the interval its method declares
         batch = self.prompts_per_step * self.group_size
         if self.mini_batch_size and batch % self.mini_batch_size:
             raise ConfigError(
@@ -207,20 +229,15 @@ class TrainConfig:
                 f"micro_batch_size: {self.micro_batch_size} must divide the "
                 f"mini-batch of {mini} episodes (or be 0)"
             )
-        from rlvr.agents.algorithms import get_algorithm, load_plugins
-
         try:
             load_plugins(self.plugins)
-            params = get_algorithm(self.algo).params(self.weights)
+            algorithm = get_algorithm(self.algo)
         except ValueError as e:
             raise ConfigError(str(e)) from e
-        if self.algo in ("grpo_sg", "reverse"):
-            from rlvr.agents.weights import check_shaping
-
-            try:
-                check_shaping(**{k: v for k, v in params.items() if k != "shaping_input"})
-            except ValueError as e:
-                raise ConfigError(f"weights.{e}") from None
+        try:
+            algorithm.parameters(self.weights)  # and the checks across them (GRPO-SG's L <= U)
+        except ValueError as e:
+            raise ConfigError(f"weights.{e}") from None
         if self.eval.every or self.eval.at_end:
             try:
                 periodic_eval_config(self)
@@ -238,7 +255,7 @@ class TrainConfig:
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         check_model(self.model)
-        check_env_kwargs(self.env, self.env_kwargs)
+        env_spec(self.env).check_kwargs(self.env_kwargs)
 
 
 def periodic_eval_config(cfg: TrainConfig):
@@ -247,8 +264,6 @@ def periodic_eval_config(cfg: TrainConfig):
     ``eval.samples`` draws sampled as training samples (``rollout.*``: temperature, top-p, stop
     strings, the episode budget), played as one batch. The trainer plays it on its live policy
     and env pool (``Trainer.evaluate``); ``rlvr eval`` would load ``model`` instead."""
-    from rlvr.eval.runner import EvalConfig
-
     ec, r = cfg.eval, cfg.rollout
     return EvalConfig(
         model=cfg.model,
@@ -269,33 +284,6 @@ def periodic_eval_config(cfg: TrainConfig):
     )
 
 
-def in_interval(value: Any, interval: str) -> bool:
-    """Whether a real number (not bool, not NaN) lies in ``interval`` written ``[a, b)``, with
-    ``inf`` for an unbounded end."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        return False
-    lo, hi = (float(x) for x in interval[1:-1].split(","))
-    above = value >= lo if interval[0] == "[" else value > lo
-    below = value <= hi if interval[-1] == "]" else value < hi
-    return above and below
-
-
-def check_device(device: str) -> None:
-    """``auto``, ``cpu``, ``mps`` or ``cuda[:N]`` (a configuration may be validated on a machine
-    other than the one it runs on: ``check_device_present`` checks this one)."""
-    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", str(device)):
-        raise ConfigError(f"device: must be auto, cpu, mps or cuda[:N], got {device!r}")
-
-
-def check_device_present(device: str) -> None:
-    """``ConfigError`` when ``device`` names CUDA and torch sees no GPU here."""
-    if device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device: {device!r} but torch sees no CUDA GPU (use cpu or auto)")
-
-
 def check_model(model: str) -> None:
     """A path-like ``model`` (``/x``, ``./x``, ``~/x``, ``../x``) must be an existing folder;
     names (``micro``, presets, hub names) are resolved when the model loads."""
@@ -304,32 +292,6 @@ def check_model(model: str) -> None:
             f"model: {model!r} is not a directory (model is micro, a tiny preset, "
             "a local model folder or a Hugging Face hub name)"
         )
-
-
-def check_env_kwargs(env: str, kwargs: dict[str, Any]) -> None:
-    """Every ``env_kwargs`` key must be a keyword of the env's constructor."""
-    if not kwargs:
-        return
-    import inspect
-
-    import gymnasium as gym
-
-    import rlvr  # noqa: F401 - registers the envs
-
-    entry = gym.spec(ENV_IDS[env]).entry_point
-    if isinstance(entry, str):
-        module, name = entry.split(":")
-        entry = getattr(importlib.import_module(module), name)
-    params = inspect.signature(entry).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
-    accepted = sorted(n for n, p in params.items() if p.kind is not p.VAR_POSITIONAL)
-    for key in kwargs:
-        if key not in params:
-            raise ConfigError(
-                f"env_kwargs.{key}: not an argument of {ENV_IDS[env]} "
-                f"(accepted: {', '.join(accepted)})"
-            )
 
 
 def base_env_kwargs(model: str, env: str) -> dict[str, Any]:
@@ -394,7 +356,7 @@ def layer_of(path: Path) -> tuple[Path | None, str]:
     profile, else ``(None, "")``."""
     head, _, env = path.stem.rpartition("_")
     parent = path.with_name(f"{head}.yaml")
-    if head and env in ENV_IDS and parent.exists():
+    if head and env in ENVS and parent.exists():
         return parent, env
     return None, ""
 
@@ -421,13 +383,9 @@ def load_train_config(
     if "env" not in ov and profile_env(profile, profile_dir):
         ov["env"] = profile_env(profile, profile_dir)
     env = str(ov.get("env", TrainConfig.env))
-    if env not in ENV_IDS:
-        raise ConfigError(f"env: {env!r} is not one of {sorted(ENV_IDS)}")
-    values: dict[str, Any] = {}
-    for path in profile_layers(profile, env, profile_dir):
-        values = deep_merge(values, load_yaml(path))
-    values = deep_merge(values, ov)
-    values = upgrade_legacy(values)
+    if env not in ENVS:
+        raise ConfigError(f"env: {env!r} is not one of {sorted(ENVS)}")
+    values = upgrade_legacy(layered(profile_layers(profile, env, profile_dir), ov))
     prompt = base_env_kwargs(str(values.get("model", TrainConfig.model)), env)
     if prompt:  # the prompt format the base was warm-started on, under the profile's choices
         values = deep_merge({"env_kwargs": prompt}, values)

@@ -33,6 +33,7 @@ import torch
 from rlvr.agents.advantages import compute_advantages
 from rlvr.agents.algorithms import get_algorithm
 from rlvr.agents.checkpoint import (
+    CheckpointError,
     check_resume_config,
     check_writable,
     find_resume_checkpoint,
@@ -40,6 +41,7 @@ from rlvr.agents.checkpoint import (
     rng_state,
     save_checkpoint,
     set_rng_state,
+    write_failure,
 )
 from rlvr.agents.memory import check_fits, estimate_for_config
 from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: public API here too)
@@ -56,13 +58,12 @@ from rlvr.agents.rollout.multiturn import Episode, run_episodes
 from rlvr.agents.train_config import TrainConfig, periodic_eval_config
 from rlvr.agents.update import Precision, Updater, optimizer_steps_per_batch
 from rlvr.config import ConfigError, dump_yaml
-from rlvr.envs import env_accepts, make_env
+from rlvr.device import resolve_device
+from rlvr.envs import env_spec, make_env
 from rlvr.eval.loop import plan, play, task_runs
+from rlvr.locks import LOCK_FILE, hold
 from rlvr.repro import set_threads
 
-#: Minimum reward per env (docs/design.md §4): K&K totals lie in [-3, 3]; math and search QA
-#: score 0/1. An episode whose env raised scores this.
-ENV_MIN_REWARD = {"kk": -3.0, "math": 0.0, "searchqa": 0.0}
 #: Tasks in a row whose ``env.reset`` may fail before the run stops (``Trainer._reset_group``).
 MAX_RESET_SKIPS = 8
 
@@ -87,12 +88,6 @@ def lr_factor(step: int, *, warmup: int, total: int, schedule: str, min_ratio: f
     if schedule == "cosine":
         return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
     raise ValueError(f"optim.schedule: unknown schedule {schedule!r}")
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def episodes_to_batch(episodes: list[Episode], pad_id: int) -> RolloutBatch:
@@ -191,8 +186,9 @@ class Trainer:
         self.step = 0
         self.data_position = 0
         self.reset_errors = 0  # tasks skipped because env.reset raised (counted since start)
+        #: What an episode whose env raised scores (default: the env's minimum reward).
         self.error_reward = (
-            cfg.error_reward if cfg.error_reward is not None else ENV_MIN_REWARD[cfg.env]
+            cfg.error_reward if cfg.error_reward is not None else env_spec(cfg.env).min_reward
         )
         self.sampling = SamplingParams(
             max_new_tokens=cfg.rollout.max_turn_tokens or cfg.rollout.max_response_tokens,
@@ -217,7 +213,7 @@ class Trainer:
     def _make_registered_env(self, split: str):
         kwargs = dict(self.cfg.env_kwargs)
         if split != "train" or "split" in kwargs:
-            if not env_accepts(self.cfg.env, "split"):
+            if not env_spec(self.cfg.env).accepts("split"):
                 raise ValueError(
                     f"env {self.cfg.env!r} has no 'split' argument; evaluation "
                     "needs a held-out split (set eval.every=0)"
@@ -389,21 +385,33 @@ class Trainer:
         if found is None:
             return False
         path, manifest = found
+        meta = manifest["meta"]
+        if not isinstance(meta.get("config"), dict) or not all(
+            type(meta.get(k)) is int and meta[k] >= 0 for k in ("step", "data_position")
+        ):
+            raise CheckpointError(
+                f"checkpoint {path}: its manifest has no configuration, step or data position"
+            )
         check_resume_config(
-            manifest["meta"]["config"],
+            meta["config"],
             dataclasses.asdict(self.cfg),
             allow=self.allow_config_change,
             defaults=dataclasses.asdict(type(self.cfg)()),
         )
         state = load_payload(path, manifest, map_location=self.device)
-        self.model.load_state_dict(state["model"])
-        if "reference" in state and self.policy.reference is not None:
-            self.policy.reference.load_state_dict(state["reference"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        set_rng_state(state["rng"])
-        self.step = int(manifest["meta"]["step"])
-        self.data_position = int(manifest["meta"]["data_position"])
+        try:
+            self.model.load_state_dict(state["model"])
+            if "reference" in state and self.policy.reference is not None:
+                self.policy.reference.load_state_dict(state["reference"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            set_rng_state(state["rng"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:  # another model's state
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise CheckpointError(
+                f"checkpoint {path} does not fit this run ({type(e).__name__}: {first})"
+            ) from None
+        self.step, self.data_position = meta["step"], meta["data_position"]
         self.backend.sync_weights(self.model)
         return True
 
@@ -458,8 +466,14 @@ class Trainer:
         return record
 
     def train(self) -> list[dict[str, Any]]:
-        cfg = self.cfg
+        """Run to ``cfg.steps``, holding the run folder's lock throughout: a second trainer on
+        the same ``out`` is refused (``FolderInUse``) before it writes anything."""
         check_writable(self.out, self.checkpoint_root)
+        with hold(self.out / LOCK_FILE, wait=False, what=f"out={self.out}"):
+            return self._train()
+
+    def _train(self) -> list[dict[str, Any]]:
+        cfg = self.cfg
         resumed = False
         if cfg.resume:
             resumed = self.restore()
@@ -504,6 +518,9 @@ class Trainer:
         if self.step == cfg.steps and (not cfg.save_every or self.step % cfg.save_every):
             self.save()
         final = self.out / "final"
-        self.model.save_pretrained(final)
-        self.tokenizer.save_pretrained(final)
+        try:
+            self.model.save_pretrained(final)
+            self.tokenizer.save_pretrained(final)
+        except Exception as e:  # noqa: BLE001 - safetensors' errors are not OSErrors
+            raise write_failure(final, e) from None
         return records

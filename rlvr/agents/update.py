@@ -37,7 +37,7 @@ from rlvr.agents.losses import agg_loss, k3_kl, masked_mean, policy_loss
 from rlvr.agents.metrics import combine_metrics, token_prob_metrics
 from rlvr.agents.policy import Policy, TokenStats
 from rlvr.agents.rollout.base import RolloutBatch
-from rlvr.agents.weights import n_kept, token_weights
+from rlvr.agents.weights import token_weights
 
 
 def optimizer_steps_per_batch(cfg, algorithm: Algorithm) -> int:
@@ -142,7 +142,7 @@ class Updater:
         self.algorithm = algorithm
         self.device = device
         self.precision = precision
-        self.params = algorithm.params(cfg.weights)
+        self.params = algorithm.parameters(cfg.weights)
 
     # -- statistics ------------------------------------------------------------------------------
     def _stats(self, batch: RolloutBatch) -> TokenStats:
@@ -238,11 +238,10 @@ class Updater:
 
     def _normalisers(self, loss_mask: torch.Tensor, micro: int) -> Normalisers:
         selected = float(loss_mask.sum())
-        if self.algorithm.select_tokens is not None:  # ceil(fraction * n) per forward
-            fraction = self.params["fraction"]
+        if self.algorithm.select_tokens is not None:  # the tokens kept per forward
             selected = float(
                 sum(
-                    n_kept(fraction, int(loss_mask[s : s + micro].sum()))
+                    self.algorithm.selected(self.params, int(loss_mask[s : s + micro].sum()))
                     for s in range(0, len(loss_mask), micro)
                 )
             )
@@ -311,7 +310,7 @@ class Updater:
         weights = None
         if self.algorithm.weight is not None:
             weights = token_weights(
-                self.algorithm.weight,
+                self.algorithm.name,
                 logprobs=stats.logprobs,
                 mask=pg_mask,
                 logits=stats.logits,

@@ -10,8 +10,9 @@ from __future__ import annotations
 import abc
 import copy
 import string
+import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 from gymnasium import spaces
@@ -61,6 +62,11 @@ class Tool:
     argument_doc: str
     returns: str
 
+    @property
+    def end(self) -> str:
+        """The text that closes a call (``</search>``): what counts calls in a response."""
+        return self.template.rsplit("{}", 1)[-1].strip()
+
     def action(self, value: Any) -> str:
         """The env action of one call (``value`` as text, cut like any response)."""
         return self.template.format(coerce_text(value).strip())
@@ -79,6 +85,27 @@ class AnyText(spaces.Text):
 
     def contains(self, x: Any) -> bool:
         return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+
+def drop_oversized(records: Sequence, prompt_of: Callable[[Any], str], max_chars: int, source):
+    """The dataset ``records`` whose prompt (``prompt_of(record)``) fits the env's
+    ``max_prompt_chars``, in order. The others are left out when the dataset is read, with one
+    warning counting them: a prompt past the observation space would be tokenized whole only to
+    be cut to ``max_prompt_tokens``. ``ValueError`` when none fits."""
+    kept = [r for r in records if len(prompt_of(r)) <= max_chars]
+    if not kept and records:
+        raise ValueError(
+            f"dataset {source}: the prompt of every one of its {len(records)} rows is longer than "
+            f"max_prompt_chars={max_chars}"
+        )
+    if len(kept) < len(records):
+        warnings.warn(
+            f"dataset {source}: {len(records) - len(kept)} of {len(records)} rows left out, their "
+            f"prompt longer than max_prompt_chars={max_chars}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return kept
 
 
 def coerce_text(response: Any) -> str:

@@ -7,12 +7,16 @@
 the env's task metadata. ``score`` reads JSONL lines with ``response`` and ``ground_truth`` (as
 ``sample`` wrote them, plus a ``response`` field), scores each with the env's pure reward
 function, writes the lines back with ``reward``, ``correct``, ``components`` and ``reason``, and
-prints a summary. Lines that are not valid JSON or lack a field are reported, never fatal.
+prints a summary. Lines that are not valid JSON (nested too deeply, an integer past Python's
+int-string limit...) or lack a field are reported with their line number and skipped, never
+fatal: the lines after them are scored. A missing input or an output that cannot be written
+(``--out /dev/full``) is one line, exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections import Counter
@@ -21,7 +25,7 @@ import gymnasium as gym
 from tqdm import tqdm
 
 from rlvr.config import ConfigError, parse_overrides
-from rlvr.envs import ENV_NAMES, env_id, get_scorer
+from rlvr.envs import env_names, env_spec
 
 
 def _jsonable(x):
@@ -37,7 +41,7 @@ def _jsonable(x):
 
 
 def add_sample_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", required=True, choices=sorted(ENV_NAMES), help="environment")
+    p.add_argument("--env", required=True, choices=sorted(env_names()), help="environment")
     p.add_argument("-n", type=int, default=8, help="number of tasks")
     p.add_argument(
         "--seed", type=int, default=0, help="seed of the first task (task i uses seed+i)"
@@ -46,71 +50,100 @@ def add_sample_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kwargs", nargs="*", metavar="key=value", help="environment keyword arguments")
 
 
+def _open(path: str, mode: str, what: str):
+    """``open`` with a failure as one line (``ConfigError``, printed by ``rlvr.cli``)."""
+    try:
+        return open(path, mode, encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise ConfigError(f"{what}: cannot open {path} ({e.strerror or e})") from None
+
+
+@contextlib.contextmanager
+def _output(path: str | None):
+    """The output stream (stdout for "-"); a write that fails (a full disk, ``/dev/full``),
+    including the last flush, is one line naming the file."""
+    out = None if path is None else sys.stdout if path == "-" else _open(path, "w", "--out")
+    try:
+        yield out
+        if out is not None:
+            out.flush()
+    except OSError as e:
+        raise ConfigError(f"--out: cannot write to {path} ({e.strerror or e})") from None
+    finally:
+        if out is not None and out is not sys.stdout:
+            try:
+                out.close()
+            except OSError:
+                pass  # the flush above already failed and said so
+
+
 def run_sample(args) -> int:
     kwargs = parse_overrides(args.kwargs)
     try:
-        env = gym.make(env_id(args.env), **kwargs)
-    except (TypeError, ValueError) as e:  # a bad key=value: one line (``rlvr.cli`` prints it)
-        raise ConfigError(f"{env_id(args.env)}: {e}") from None
-    out = sys.stdout if args.out == "-" else open(args.out, "w")
+        env = gym.make(env_spec(args.env).id, **kwargs)
+    except (TypeError, ValueError, OSError) as e:  # a bad key=value or dataset: one line
+        raise ConfigError(f"{env_spec(args.env).id}: {e}") from None
     try:
-        for i in range(args.n):
-            prompt, info = env.reset(seed=args.seed + i)
-            info = {k: v for k, v in info.items() if k != "messages"}
-            rec = {"index": i, "seed": args.seed + i, "env": args.env, "prompt": prompt, **info}
-            out.write(json.dumps(_jsonable(rec)) + "\n")
+        with _output(args.out) as out:
+            for i in range(args.n):
+                prompt, info = env.reset(seed=args.seed + i)
+                info = {k: v for k, v in info.items() if k != "messages"}
+                rec = {"index": i, "seed": args.seed + i, "env": args.env, "prompt": prompt, **info}
+                out.write(json.dumps(_jsonable(rec)) + "\n")
     finally:
         env.close()
-        if out is not sys.stdout:
-            out.close()
     return 0
 
 
 def add_score_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", required=True, choices=sorted(ENV_NAMES), help="environment")
+    p.add_argument("--env", required=True, choices=sorted(env_names()), help="environment")
     p.add_argument("input", help="JSONL with 'response' and 'ground_truth' fields ('-' for stdin)")
     p.add_argument("--out", default=None, help="write scored JSONL here")
     p.add_argument("kwargs", nargs="*", metavar="key=value", help="scorer keyword arguments")
 
 
 def run_score(args) -> int:
-    score = get_scorer(args.env)
+    score = env_spec(args.env).score
     kwargs = parse_overrides(args.kwargs)
     try:  # bad key=value arguments fail once, here, not on every line
         score("", "", **kwargs)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{args.env} scorer: {e}") from None
-    src = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8", errors="replace")
-    out = open(args.out, "w") if args.out else None
+    src = sys.stdin if args.input == "-" else _open(args.input, "r", "input")
     n, total, n_correct, bad, reasons = 0, 0.0, 0, 0, Counter()
     try:
-        for lineno, line in enumerate(tqdm(src, desc="scoring", unit="resp", disable=None), 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                response, gt = rec["response"], rec["ground_truth"]
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                bad += 1
-                print(f"line {lineno}: skipped ({type(e).__name__}: {e})", file=sys.stderr)
-                continue
-            s = score(response, gt, **kwargs)
-            n, total, n_correct = n + 1, total + s.reward, n_correct + int(s.correct)
-            reasons[s.reason or "correct"] += 1
-            if out:
-                rec.update(
-                    reward=s.reward,
-                    correct=s.correct,
-                    components=s.components,
-                    reason=s.reason,
-                    parsed=_jsonable(s.parsed),
-                )
-                out.write(json.dumps(_jsonable(rec)) + "\n")
+        with _output(args.out) as out:
+            for lineno, line in enumerate(tqdm(src, desc="scoring", unit="resp", disable=None), 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                    response, gt = rec["response"], rec["ground_truth"]
+                    s = score(response, gt, **kwargs)
+                    scored = json.dumps(
+                        _jsonable(
+                            {
+                                **rec,
+                                "reward": s.reward,
+                                "correct": s.correct,
+                                "components": s.components,
+                                "reason": s.reason,
+                                "parsed": _jsonable(s.parsed),
+                            }
+                        )
+                    )
+                except (ValueError, KeyError, TypeError, RecursionError) as e:
+                    bad += 1
+                    reason = f"{type(e).__name__}: {str(e)[:200]}"
+                    print(f"line {lineno}: skipped ({reason})", file=sys.stderr)
+                    continue
+                n, total, n_correct = n + 1, total + s.reward, n_correct + int(s.correct)
+                reasons[s.reason or "correct"] += 1
+                if out:
+                    out.write(scored + "\n")
     finally:
         if src is not sys.stdin:
             src.close()
-        if out:
-            out.close()
     summary = {
         "scored": n,
         "skipped": bad,

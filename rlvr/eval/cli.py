@@ -2,7 +2,8 @@
 
 Example: ``rlvr eval model=tiny-kk env=kk group_by=n_people group_values=3,4,5 n_items=100 k=8
 temperature=0.7 out=evals/kk`` writes ``responses.jsonl`` and ``summary.json`` to ``out`` and
-prints the metrics per group.
+prints the metrics per group; ``--config FILE`` reads the fields from YAML first (the one
+loader, ``rlvr.config.load_config``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from rlvr.config import config_hash, load_config
+from rlvr.agents.checkpoint import CheckpointError, check_writable
+from rlvr.config import ConfigError, config_hash, load_config
 from rlvr.data_paths import rlvr_home
 from rlvr.eval.runner import EvalConfig, evaluate, save_result
 
@@ -23,7 +25,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         help="EvalConfig fields, e.g. model=micro env=kk k=8 group_by=n_people "
         "group_values=3,4,5 (see rlvr.eval.runner.EvalConfig)",
     )
-    parser.add_argument("--profile", default=None, help="a YAML file of EvalConfig fields")
+    parser.add_argument(
+        "--config", default=None, metavar="FILE", help="a YAML file of EvalConfig fields"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -40,10 +44,24 @@ def format_summary(summary: dict) -> str:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    cfg = load_config(EvalConfig, args.profile, args.overrides)
+    """Bad configurations, models, datasets (``ConfigError``, printed by ``rlvr.cli``) and an
+    ``out`` that cannot be written are one line, exit 2; ``out`` is probed before the model
+    loads, so a bad one costs no evaluation."""
+    cfg = load_config(EvalConfig, args.config, args.overrides)
     out = cfg.out or str(rlvr_home() / "evals" / config_hash(cfg))
+    try:
+        check_writable(out)
+    except CheckpointError as e:
+        raise ConfigError(str(e)) from None
+    if args.quiet:  # transformers' "Loading weights" bar too
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     result = evaluate(cfg, progress=not args.quiet)
-    save_result(result, out)
+    try:
+        save_result(result, out)
+    except OSError as e:  # a disk that filled during the evaluation
+        raise ConfigError(f"out: cannot write to {out} ({e.strerror or e})") from None
     print(format_summary(result.summary))
     print(
         json.dumps(

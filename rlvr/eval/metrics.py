@@ -114,6 +114,14 @@ def f1_score(prediction: Any, golds: Sequence[str]) -> float:
     return best
 
 
+#: Answer metrics an environment may declare (``EnvSpec.answer_metrics``):
+#: ``name -> fn(parsed answer, ground truth) -> float``.
+ANSWER_METRICS = {
+    "em": lambda parsed, ground_truth: exact_match(parsed, gold_answers(ground_truth)),
+    "f1": lambda parsed, ground_truth: f1_score(parsed, gold_answers(ground_truth)),
+}
+
+
 # -- Summaries over records --------------------------------------------------------------------
 def correct_by_item(
     records: Iterable[Mapping[str, Any]], mode: str, key: str = "correct"
@@ -156,7 +164,7 @@ def summarize(records: Sequence[Mapping[str, Any]], ks: Sequence[int] = (1,)) ->
         mode_records = [r for r in records if r.get("mode") == mode]
         if not mode_records:
             continue
-        for key in ("em", "f1"):
+        for key in ANSWER_METRICS:
             if any(key in r for r in mode_records):
                 out[f"{prefix}_{key}"] = float(
                     np.mean([float(r.get(key, 0.0)) for r in mode_records])
@@ -185,29 +193,14 @@ def summarize_by_group(
     return out
 
 
-def kk_accuracy_by_people(
-    records: Sequence[Mapping[str, Any]], mode: str = "greedy"
-) -> dict[int, float]:
-    """K&K accuracy per number of people (records carry ``n_people`` or ``group``), for one mode."""
-    by_size: dict[int, dict[Any, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in records:
-        if r.get("mode") != mode:
-            continue
-        size = r.get("n_people", r.get("group"))
-        if size is None:
-            raise KeyError("kk_accuracy_by_people: a record has neither 'n_people' nor 'group'")
-        by_size[int(size)][r["item"]].append(float(bool(r.get("correct"))))
-    return {size: avg_at_k(list(items.values())) for size, items in sorted(by_size.items())}
-
-
 __all__ = [
+    "ANSWER_METRICS",
     "accuracy",
     "avg_at_k",
     "correct_by_item",
     "exact_match",
     "f1_score",
     "gold_answers",
-    "kk_accuracy_by_people",
     "mean_pass_at_k",
     "normalize_answer",
     "pass_at_k",

@@ -34,11 +34,11 @@ from tqdm.auto import tqdm
 from rlvr.agents.rollout import Generation, RolloutBackend, SamplingParams, make_backend
 from rlvr.agents.rollout.chat import model_prompt
 from rlvr.agents.rollout.multiturn import episode_seed
-from rlvr.agents.train_config import check_device, check_device_present
-from rlvr.envs import make_env
-from rlvr.envs.base import SingleTurnEnv
+from rlvr.config import ConfigError
+from rlvr.device import check_device, check_device_present, resolve_device
+from rlvr.envs import env_spec, make_env
 from rlvr.eval.loop import Job, plan, play
-from rlvr.eval.metrics import exact_match, f1_score, gold_answers, summarize_by_group
+from rlvr.eval.metrics import ANSWER_METRICS, summarize_by_group
 
 
 @dataclass
@@ -176,13 +176,6 @@ def _jsonable(x: Any) -> Any:
     return str(x)
 
 
-def _qa_scores(env_name: str, parsed: Any, ground_truth: Any) -> dict[str, float]:
-    if env_name not in ("searchqa", "rlvr/SearchQA-v0"):
-        return {}
-    golds = gold_answers(ground_truth)
-    return {"em": exact_match(parsed, golds), "f1": f1_score(parsed, golds)}
-
-
 def _record(
     cfg: EvalConfig,
     group: str,
@@ -215,10 +208,12 @@ def _record(
         "ground_truth": _jsonable(reset_info.get("ground_truth")),
         "components": _jsonable(step_info.get("reward_components", {})),
     }
-    for key in ("n_people", "difficulty", "hops", "data_source"):
+    spec = env_spec(cfg.env)
+    for key in spec.record_keys:
         if key in reset_info:
             rec[key] = _jsonable(reset_info[key])
-    rec.update(_qa_scores(cfg.env, step_info.get("parsed"), reset_info.get("ground_truth")))
+    for name in spec.answer_metrics:  # EM and F1 of a QA answer
+        rec[name] = ANSWER_METRICS[name](step_info.get("parsed"), reset_info.get("ground_truth"))
     rec.update(extra or {})
     return rec
 
@@ -314,7 +309,7 @@ def _records(
             info.update(correct=False, reason=f"error: {ep.error.splitlines()[0]}")
         generated = [i for i, keep in zip(ep.response_ids, ep.loss_mask) if keep]
         extra = (
-            {"turns": ep.turns, "tool_calls": ep.response_text.count("</search>")}
+            {"turns": ep.turns, "tool_calls": env_spec(cfg.env).tool_calls(ep.response_text)}
             if multi_turn
             else None
         )
@@ -346,7 +341,6 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
     """
     start = time.perf_counter()
     if model is None:
-        from rlvr.agents.trainer import resolve_device
         from rlvr.models import load_model
 
         check_device_present(cfg.device)
@@ -354,10 +348,13 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
         model.to(resolve_device(cfg.device))
     model.eval()
     tasks = []
-    multi_turn = False
+    multi_turn = env_spec(cfg.env).multi_turn
     for group, kwargs in _groups(cfg):
-        env = make_env(cfg.env, cfg.split, **kwargs)
-        multi_turn = multi_turn or not isinstance(env.unwrapped, SingleTurnEnv)
+        try:
+            env = make_env(cfg.env, cfg.split, **kwargs)
+        except (TypeError, ValueError, OSError) as e:  # a bad env_kwargs value or dataset
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ConfigError(f"env_kwargs: env {cfg.env!r} rejected {kwargs}: {first}") from None
         available = getattr(env.unwrapped, "num_tasks", None)
         n_items = cfg.n_items if available is None else min(cfg.n_items, int(available))
         for i in range(n_items):

@@ -3,17 +3,17 @@
 Nothing here is imported by ``import rlvr``; each module imports its library lazily or only
 where that library is installed:
 
-- ``verl_plugin``: our probability-based policy losses in verl's ``POLICY_LOSS_REGISTRY``
-  (loaded by verl 0.9.1's ``verl.plugins`` entry-point group at ``import verl``).
-- ``verl_actor``: a whole actor loss for verl's ``set_loss_fn`` (logit-shaped GRPO-SG, 80/20,
-  Lopti).
-- ``verl_trainer``, ``verl_main``: verl's PPO trainer and ``main_ppo`` with the method chosen by
-  the config's ``rlvr:`` section (``python -m rlvr.integrations.verl_main``).
-- ``verl_agent_loop``: the ``rlvr_searchqa`` agent loop (search QA's multi-turn protocol in
-  verl's rollout workers).
-- ``verl_reward``: ``compute_score(data_source, solution_str, ground_truth, extra_info)`` for
-  verl's ``reward.custom_reward_function``, dispatching to our three environments.
-- ``verl_data``: our tasks as verl-ready parquet (``rlvr prepare-verl``); needs only pyarrow.
+- ``verl/``: everything verl, in one folder. ``plugin``: our policy losses of log-probs in
+  verl's ``POLICY_LOSS_REGISTRY`` (loaded by verl 0.9.1's ``verl.plugins`` entry-point group at
+  ``import verl``); ``actor``: a whole actor loss for verl's ``set_loss_fn`` (logit-shaped
+  GRPO-SG, 80/20, Lopti); ``trainer``, ``main``: verl's PPO trainer and ``main_ppo`` with the
+  method chosen by the config's ``rlvr:`` section (``python -m rlvr.integrations.verl.main``);
+  ``agent_loop``: the ``rlvr_searchqa`` agent loop (search QA's multi-turn protocol in verl's
+  rollout workers); ``reward``: ``compute_score(data_source, solution_str, ground_truth,
+  extra_info)`` for verl's ``reward.custom_reward_function``, dispatching to the registered
+  environments; ``data``: our tasks as verl-ready parquet (``rlvr prepare-verl``; needs only
+  pyarrow); ``config``, ``scripts``, ``results``, ``checkpoints``: a reproduction's runs as
+  verl launch folders and back (``rlvr reproduce --engine verl`` / ``--from-verl``), verl-free.
 - ``trl_rewards``: reward functions in TRL ``GRPOTrainer``'s signature, a dataset export in its
   prompt format, and the search environment for its ``environment_factory``.
 - ``episodes``: one text episode of any registered env, the layer the adapters below share.

@@ -4,9 +4,8 @@ The Gymnasium environments are the one implementation of each task. ``Episode`` 
 them through text only (``reset`` -> prompt and chat messages, ``step(text)``, a tool call
 rendered as the env action it stands for, ``finish(final_text)``), so an adapter to TRL,
 verifiers or OpenEnv only translates its library's calls into these; it never parses a response
-or scores one itself. Which envs exist comes from the registry (``rlvr.envs.ENV_NAMES``), which
-envs are multi-turn from their class (``SingleTurnEnv`` or not), and their tools from
-``rlvr.envs.ENV_TOOLS``: a new env registered there appears in every adapter.
+or scores one itself. Which envs exist, which are multi-turn and their tools come from the env
+registry (``rlvr.envs.registry``): a new env registered there appears in every adapter.
 """
 
 from __future__ import annotations
@@ -17,18 +16,17 @@ from typing import Any
 
 import gymnasium as gym
 
-import rlvr  # noqa: F401  (registers the gymnasium ids)
-from rlvr.envs import ENV_NAMES, SingleTurnEnv, Tool, env_id, env_tools
+from rlvr.envs import ENVS, Tool, env_spec
 
 
 def env_names() -> list[str]:
     """Short names of every registered env (``kk``, ``math``, ``searchqa``, ...)."""
-    return sorted(ENV_NAMES)
+    return sorted(ENVS)
 
 
 def check_env_name(env: str) -> str:
     """``env`` if it names a registered env, else a one-line ``ValueError``."""
-    if env not in ENV_NAMES:
+    if env not in ENVS:
         raise ValueError(f"env: {env!r} is not one of {env_names()}")
     return env
 
@@ -84,11 +82,12 @@ class Episode:
 
     def __init__(self, env: str, **env_kwargs: Any):
         self.name = check_env_name(env)
-        self.env_id = env_id(env)
+        spec = env_spec(env)
+        self.env_id = spec.id
         self.env_kwargs = dict(env_kwargs)
         self.env = gym.make(self.env_id, **self.env_kwargs)
-        self.multi_turn = not isinstance(self.env.unwrapped, SingleTurnEnv)
-        self.tools: dict[str, Tool] = {t.name: t for t in env_tools(self.env_id)}
+        self.multi_turn = spec.multi_turn
+        self.tools: dict[str, Tool] = {t.name: t for t in spec.tools}
         self.prompt: str | None = None
         self.info: dict = {}
         self.steps: list[Transition] = []

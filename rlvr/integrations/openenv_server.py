@@ -37,6 +37,7 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 from pydantic import Field
 
+from rlvr.config import ConfigError, parse_overrides
 from rlvr.integrations.episodes import Episode, check_env_name, env_names, jsonable
 
 #: The ``info`` keys sent with observations by default: none of them reveals the answer.
@@ -173,18 +174,6 @@ class RlvrEnvClient(EnvClient[TextAction, TextObservation, State]):
         return State(**payload)
 
 
-def _parse_kv(items: list[str]) -> dict[str, Any]:
-    import yaml
-
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"env argument {item!r}: expected key=value")
-        out[key] = yaml.safe_load(value)
-    return out
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
         prog="python -m rlvr.integrations.openenv_server",
@@ -201,13 +190,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("env_args", nargs="*", help="env arguments as key=value (YAML values)")
     args = p.parse_args(argv)
+    try:
+        env_kwargs = parse_overrides(args.env_args)
+    except ConfigError as e:
+        p.error(str(e))
     import uvicorn
 
     app = make_app(
         args.env,
         max_concurrent_envs=args.max_concurrent_envs,
         expose_info=args.expose_info,
-        **_parse_kv(args.env_args),
+        **env_kwargs,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 

@@ -10,7 +10,7 @@ chat template's tool-call format. Reward functions receive the per-rollout insta
 ``environments`` keyword (``GRPOTrainer._calculate_rewards``).
 
 - ``environment_class(env)``: the TRL environment class of a registered env, built from the
-  registry: ``reset`` and one method per ``rlvr.envs.ENV_TOOLS`` tool (search QA: ``search``,
+  registry: ``reset`` and one method per tool of its ``EnvSpec`` (search QA: ``search``,
   backed by the env's retriever: an in-process index or a ``rlvr retrieval-serve`` URL through
   the env's ``retriever=`` argument). Single-turn envs (K&K, math) get ``reset`` alone.
 - ``environment_factory(env, **env_kwargs)``: the zero-argument factory TRL takes.
@@ -31,7 +31,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Sequence
 
-from rlvr.envs import Tool, env_tools
+from rlvr.envs import Tool, env_spec
 from rlvr.integrations.episodes import Episode, Transition, check_env_name, episode_rows
 
 
@@ -99,7 +99,7 @@ def environment_class(env: str) -> type:
             "__module__": __name__,
             "__doc__": f"rlvr's {env} environment for TRL's GRPOTrainer.",
         }
-        for tool in env_tools(env):
+        for tool in env_spec(env).tools:
             members[tool.name] = _tool_method(tool)
         name = "".join(part.capitalize() for part in env.split("_")) + "Environment"
         _CLASSES[env] = type(name, (RlvrEnvironment,), members)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlvr.config import ConfigError
 from rlvr.models.micro import build_micro, byte_level_tokenizer
 from rlvr.repro import install_kernels
 
@@ -39,18 +40,72 @@ def load_model(spec: str, *, seed: int = 0, dtype=None):
     local = Path(spec).expanduser()
     kwargs = {"local_files_only": True} if local.exists() else {}
     src = str(local) if local.exists() else spec
+    if local.exists():
+        check_model_folder(local)
+    part = "tokenizer"
     try:
         tokenizer = AutoTokenizer.from_pretrained(src, **kwargs)
+        part = "weights"
         model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, **kwargs)
     except OSError as e:
+        if local.exists():
+            raise _unusable(f"the {part} in {local}", e) from None
         raise OSError(
             f"could not load model {spec!r}: not 'micro', not a local directory, and not "
             f"reachable on the Hugging Face hub ({e})"
         ) from e
+    except Exception as e:  # noqa: BLE001 - tokenizers and transformers raise anything
+        if not local.exists():
+            raise
+        raise _unusable(f"the {part} in {local}", e) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return model, tokenizer
 
 
-__all__ = ["build_micro", "byte_level_tokenizer", "load_model"]
+def _unusable(what, exc: BaseException) -> ConfigError:
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    return ConfigError(f"model: cannot load {what} ({type(exc).__name__}: {first})")
+
+
+def check_model_folder(folder: Path) -> None:
+    """Refuse (``ConfigError``, one line) a local model folder that ``from_pretrained`` would fail
+    on with a traceback or a report, before any weight is read: no folder, no ``config.json`` or
+    an unreadable one, no weights, a safetensors file whose header does not parse,
+    or a tensor whose shape differs from the one ``config.json`` implies (``hidden_size``,
+    ``vocab_size``...). Only the safetensors headers are read (``safe_open``), and the model the
+    configuration describes is built on the meta device, so the check costs no weight memory."""
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if not folder.is_dir():
+        raise ConfigError(f"model: {folder} is not a folder")
+    if not (folder / "config.json").is_file():
+        raise ConfigError(f"model: {folder} has no config.json (not a save_pretrained folder)")
+    weights = sorted(folder.glob("*.safetensors"))
+    if not weights and not any(folder.glob("pytorch_model*.bin")):
+        raise ConfigError(f"model: {folder} has no weights (*.safetensors)")
+    try:
+        config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
+        with torch.device("meta"):
+            skeleton = AutoModelForCausalLM.from_config(config)
+    except Exception as e:  # noqa: BLE001 - a config transformers cannot use, whatever it raises
+        raise _unusable(folder / "config.json", e) from None
+    expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    for path in weights:
+        try:
+            with safe_open(str(path), "pt") as f:
+                shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        except Exception as e:  # noqa: BLE001 - SafetensorError is not an OSError
+            raise _unusable(path, e) from None
+        for key, shape in shapes.items():
+            if key in expected and expected[key] != shape:
+                raise ConfigError(
+                    f"model: {path} holds {key} of shape {list(shape)}, but its config.json "
+                    f"describes {list(expected[key])} (weights and config.json do not match)"
+                )
+
+
+__all__ = ["build_micro", "byte_level_tokenizer", "check_model_folder", "load_model"]

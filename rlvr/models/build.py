@@ -26,6 +26,7 @@ import torch
 
 from rlvr.config import ConfigError, merge, parse_overrides, to_dict
 from rlvr.data_paths import rlvr_home
+from rlvr.locks import hold
 from rlvr.models import traces
 from rlvr.models.sft import SFTConfig, sft
 from rlvr.models.tiny import ArchConfig, build_tiny, count_parameters
@@ -65,11 +66,11 @@ class BuildConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.task not in traces.TASKS:
+        if self.task not in traces.tasks():
             raise ConfigError(
-                f"BuildConfig.task must be one of {sorted(traces.TASKS)}, got {self.task!r}"
+                f"BuildConfig.task must be one of {sorted(traces.tasks())}, got {self.task!r}"
             )
-        unknown = set(self.tokenizer.tasks) - set(traces.TASKS)
+        unknown = set(self.tokenizer.tasks) - set(traces.tasks())
         if unknown:
             raise ConfigError(f"BuildConfig.tokenizer.tasks has unknown task(s) {sorted(unknown)}")
         if not self.name or "/" in self.name:
@@ -169,31 +170,22 @@ def ensure_built(
     final = root / build_key(cfg)
     if (final / "build.json").exists() and not rebuild:
         return final
-    tmp = root / f".{final.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    if progress:
-        print(f"building base model {cfg.name} -> {final}", flush=True)
-    try:
-        build(cfg, tmp, progress=progress)
-        if final.exists():
-            if (final / "build.json").exists() and not rebuild:
-                return final  # another process finished the same build first
-            shutil.rmtree(final, ignore_errors=True)
-        publish(tmp, final)
-    finally:
+    # One builder per key (the folder is renamed into place, so the lock sits beside it): a
+    # second process waits, then finds the model built instead of building it again.
+    with hold(root / f"{final.name}.lock", wait=True, what=f"model {final}"):
+        if (final / "build.json").exists() and not rebuild:
+            return final
+        tmp = root / f".{final.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
+        if progress:
+            print(f"building base model {cfg.name} -> {final}", flush=True)
+        try:
+            build(cfg, tmp, progress=progress)
+            shutil.rmtree(final, ignore_errors=True)  # a rebuild, or a build a kill left partial
+            os.replace(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return final
-
-
-def publish(tmp: Path, final: Path) -> None:
-    """Rename the finished folder ``tmp`` into place as ``final`` (atomic on one file system).
-    When another process published the same key first (``final/build.json`` exists), theirs is
-    identical and stays."""
-    try:
-        os.replace(tmp, final)
-    except OSError:
-        if not (final / "build.json").exists():
-            raise
 
 
 def with_overrides(cfg: BuildConfig, overrides: list[str] | dict[str, Any] | None) -> BuildConfig:

@@ -12,22 +12,18 @@ from collections import defaultdict
 from typing import Any
 
 from rlvr.agents.rollout import SamplingParams, make_backend
+from rlvr.envs import env_spec
 from rlvr.eval.loop import plan, play, task_runs
 from rlvr.models import traces
-
-#: Response budget per task (tokens; search QA: the whole episode, observations included).
-#: K&K answers of 5 people are 42 tokens, worked math solutions up to ~70.
-MAX_NEW_TOKENS = {"kk": 96, "math": 160, "searchqa": 512}
-SEARCH_STOP = ("</search>", "</answer>")
-#: The env keyword argument that tells the groups of ``traces.eval_items`` apart.
-GROUP_KEY = {"kk": "n_people", "math": "difficulty"}
 
 
 def _item_envs(task: str, settings: dict[str, Any], items: list, split: str):
     """``envs_for`` over ``items``: an env reset to each job's item (``traces.eval_items`` draws
     item ``i`` of a group with ``reset(seed=0, options={"index": i})``). Single-turn jobs of one
-    item share an env, which scores any number of responses after one ``reset``."""
-    key = GROUP_KEY.get(task)
+    item share an env, which scores any number of responses after one ``reset``; a multi-turn
+    episode needs an env of its own. Items are told apart by the env's ``group_key``."""
+    spec = env_spec(task)
+    key = spec.group_key or None
     index: list[int] = []
     seen: dict[str, int] = defaultdict(int)
     for item in items:
@@ -40,7 +36,7 @@ def _item_envs(task: str, settings: dict[str, Any], items: list, split: str):
             j = part[start].task
             kwargs = {**settings, key: items[j].info[key]} if key else settings
             for n in range(end - start):
-                if n == 0 or task == "searchqa":  # search QA episodes each need their own env
+                if n == 0 or spec.multi_turn:
                     env = traces.make_env(task, kwargs, split)
                     env.reset(seed=0, options={"index": index[j]})
                 envs.append(env)
@@ -51,7 +47,7 @@ def _item_envs(task: str, settings: dict[str, Any], items: list, split: str):
 
 
 def _format(info: dict[str, Any]) -> float:
-    """The format reward: search QA reports it in ``info``, the others among its components."""
+    """The format reward: in ``info`` (search QA) or among the reward components."""
     if "format" in info:
         return info["format"]
     return (info.get("reward_components") or {}).get("format", 0.0)
@@ -76,18 +72,15 @@ def evaluate_base(
         raise ValueError(f"k must be >= 1, got {k}")
     if k > 1 and temperature == 0:
         raise ValueError("k > 1 samples need temperature > 0 (greedy samples are identical)")
+    spec = env_spec(task)
     items = traces.eval_items(task, settings, n, split)
-    budget = max_new_tokens or MAX_NEW_TOKENS[task]
-    params = SamplingParams(
-        max_new_tokens=budget,
-        temperature=temperature,
-        stop=SEARCH_STOP if task == "searchqa" else (),
-    )
+    budget = max_new_tokens or traces.builder(task).max_new_tokens
+    params = SamplingParams(max_new_tokens=budget, temperature=temperature, stop=spec.stop)
     mode = "greedy" if temperature == 0 else "sample"
     jobs = plan(len(items), greedy=mode == "greedy", k=0 if mode == "greedy" else k)
-    # Search QA plays every episode in one driver call seeded with ``seed``; the single-turn
-    # tasks go ``batch_size`` responses at a time, seeded ``seed + chunk``.
-    chunk = 0 if task == "searchqa" else batch_size
+    # A multi-turn task plays every episode in one driver call seeded with ``seed``; the
+    # single-turn tasks go ``batch_size`` responses at a time, seeded ``seed + chunk``.
+    chunk = 0 if spec.multi_turn else batch_size
     played = play(
         make_backend("hf", model, tokenizer),
         tokenizer,
@@ -105,8 +98,8 @@ def evaluate_base(
             "format": _format(ep.info),
             "reward": ep.reward,
         }
-        if task == "searchqa":
-            r.update(length=ep.n_generated, searches=ep.info.get("n_searches", 0))
+        if spec.multi_turn:
+            r.update(length=ep.n_generated, searches=spec.tool_calls(ep.response_text))
         else:  # the response text's tokens (an end token is not text)
             r["length"] = len(tokenizer.encode(ep.response_text))
         groups[items[job.task].group].append(r)

@@ -36,7 +36,7 @@ from typing import Any
 
 from rlvr.config import ConfigError
 from rlvr.data_paths import rlvr_home
-from rlvr.models.build import publish
+from rlvr.locks import hold
 from rlvr.repro import machine_info, weights_sha256
 
 #: Bump when the conversion itself changes meaning (a new cache folder, not a stale one).
@@ -179,7 +179,8 @@ def pretrained_dir(name: str, home: str | Path | None = None, progress: bool = T
     """The cached float32 folder of pretrained model ``name``, converted first when missing.
 
     The folder is named by the GGUF file's SHA-256 (another wheel version gives another folder),
-    written under a temporary name and renamed into place; a finished one has ``build.json``.
+    written under a temporary name and renamed into place under a lock; a finished one has
+    ``build.json``.
     """
 
     src = PRETRAINED[name]
@@ -192,33 +193,39 @@ def pretrained_dir(name: str, home: str | Path | None = None, progress: bool = T
         return final
     _require_converters(name)
     root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{final.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    if progress:
-        print(f"de-quantizing {path.name} -> {final} (once)", flush=True)
-    t0 = time.perf_counter()
-    try:
-        converted = dequantize(path, tmp)
-        record = {
-            "name": name,
-            "source": {
-                "distribution": src.distribution,
-                "version": source_version(name),
-                "file": src.file,
-                "file_sha256": sha,
-                "file_bytes": path.stat().st_size,
-                "upstream": src.upstream,
-                "license": src.license,
-                "quantization": converted["gguf"]["file_type"].removeprefix("MOSTLY_"),
-            },
-            **converted,
-            "convert_format": CONVERT_FORMAT,
-            "seconds": round(time.perf_counter() - t0, 2),
-            "weights_sha256": weights_sha256(tmp),
-            "machine": machine_info(),
-        }
-        (tmp / "build.json").write_text(json.dumps(record, indent=2, default=str))
-        publish(tmp, final)
-    finally:
+    # One converter per key, as for the tiny bases (rlvr.models.build.ensure_built): a second
+    # process waits, then finds the folder converted.
+    with hold(root / f"{final.name}.lock", wait=True, what=f"model {final}"):
+        if (final / "build.json").exists():
+            return final
+        tmp = root / f".{final.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
+        if progress:
+            print(f"de-quantizing {path.name} -> {final} (once)", flush=True)
+        t0 = time.perf_counter()
+        try:
+            converted = dequantize(path, tmp)
+            record = {
+                "name": name,
+                "source": {
+                    "distribution": src.distribution,
+                    "version": source_version(name),
+                    "file": src.file,
+                    "file_sha256": sha,
+                    "file_bytes": path.stat().st_size,
+                    "upstream": src.upstream,
+                    "license": src.license,
+                    "quantization": converted["gguf"]["file_type"].removeprefix("MOSTLY_"),
+                },
+                **converted,
+                "convert_format": CONVERT_FORMAT,
+                "seconds": round(time.perf_counter() - t0, 2),
+                "weights_sha256": weights_sha256(tmp),
+                "machine": machine_info(),
+            }
+            (tmp / "build.json").write_text(json.dumps(record, indent=2, default=str))
+            shutil.rmtree(final, ignore_errors=True)  # a conversion a kill left partial
+            os.replace(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return final

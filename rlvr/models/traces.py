@@ -34,20 +34,13 @@ import queue
 import random
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlvr.envs import ENVS, env_spec, load
 from rlvr.models.sft import Segment
 
-TASKS = ("kk", "math", "searchqa")
-
-#: Trace options per task (everything else in ``settings`` goes to the environment).
-TRACE_OPTIONS = {
-    "kk": ("think", "copy_aux"),
-    "math": ("slip_frac",),
-    "searchqa": ("trace_worlds", "direct_frac"),
-}
 KK_THINK = ("none", "names", "solver")
 
 #: The tiny profile's settings per task: the ``plain`` template and no system turn. A model
@@ -148,31 +141,38 @@ def _share(settings: dict[str, Any], key: str) -> float:
     return value
 
 
-def _check_task(task: str) -> None:
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+@dataclass(frozen=True)
+class TraceBuilder:
+    """The warm start of one task (``EnvSpec.traces``): an endless seeded stream of training
+    examples, the held-out items a base is checked on, the trace options (``settings`` keys that
+    are not env arguments) and the response budget of that check (``rlvr.models.evaluate``)."""
+
+    examples: Callable[[dict[str, Any], int, str], Iterator[list[Segment]]]
+    eval_items: Callable[[dict[str, Any], int, str], list[EvalItem]]
+    options: tuple[str, ...] = ()
+    max_new_tokens: int = 256
+
+
+def tasks() -> list[str]:
+    """The registered environments with a warm start."""
+    return [name for name, spec in ENVS.items() if spec.traces is not None]
+
+
+def builder(task: str) -> TraceBuilder:
+    if task not in tasks():
+        raise ValueError(f"task must be one of {tuple(tasks())}, got {task!r}")
+    return load(env_spec(task).traces)
 
 
 def env_kwargs(task: str, settings: dict[str, Any]) -> dict[str, Any]:
     """The environment's keyword arguments in ``settings`` (trace options removed)."""
-    _check_task(task)
-    return {k: v for k, v in settings.items() if k not in TRACE_OPTIONS[task]}
+    options = builder(task).options
+    return {k: v for k, v in settings.items() if k not in options}
 
 
 def make_env(task: str, settings: dict[str, Any], split: str = "train"):
-    _check_task(task)
-    kwargs = env_kwargs(task, settings)
-    if task == "kk":
-        from rlvr.envs.kk.env import KnightsKnavesEnv
-
-        return KnightsKnavesEnv(split=split, **kwargs)
-    if task == "math":
-        from rlvr.envs.math.env import MathEnv
-
-        return MathEnv(split=split, **kwargs)
-    from rlvr.envs.searchqa.env import SearchQAEnv
-
-    return SearchQAEnv(split=split, **kwargs)
+    """The environment itself (not a Gymnasium wrapper: traces read its attributes)."""
+    return env_spec(task).entry()(split=split, **env_kwargs(task, settings))
 
 
 # -- K&K ------------------------------------------------------------------------------------------
@@ -424,17 +424,21 @@ def _searchqa_eval_items(settings: dict[str, Any], n: int, split: str) -> list[E
     return items
 
 
-# -- dispatch -------------------------------------------------------------------------------------
-_EXAMPLES = {"kk": _kk_examples, "math": _math_examples, "searchqa": _searchqa_examples}
-_EVAL_ITEMS = {"kk": _kk_eval_items, "math": _math_eval_items, "searchqa": _searchqa_eval_items}
+# -- the builders (``EnvSpec.traces``) ------------------------------------------------------------
+#: K&K answers of 5 people are 42 tokens, worked math solutions up to ~70; search QA's budget is
+#: the whole episode, observations included.
+KK = TraceBuilder(_kk_examples, _kk_eval_items, ("think", "copy_aux"), max_new_tokens=96)
+MATH = TraceBuilder(_math_examples, _math_eval_items, ("slip_frac",), max_new_tokens=160)
+SEARCHQA = TraceBuilder(
+    _searchqa_examples, _searchqa_eval_items, ("trace_worlds", "direct_frac"), max_new_tokens=512
+)
 
 
 def example_stream(
     task: str, settings: dict[str, Any], seed: int = 0, split: str = "train"
 ) -> Iterator[list[Segment]]:
     """An endless, seeded stream of training examples for ``task``."""
-    _check_task(task)
-    return _EXAMPLES[task](settings, seed, split)
+    return builder(task).examples(settings, seed, split)
 
 
 def tokenizer_texts(task: str, settings: dict[str, Any], n: int, seed: int = 0) -> list[str]:
@@ -445,5 +449,4 @@ def tokenizer_texts(task: str, settings: dict[str, Any], n: int, seed: int = 0) 
 def eval_items(task: str, settings: dict[str, Any], n: int, split: str = "test") -> list[EvalItem]:
     """The first ``n`` held-out items per group (K&K: per size; math: per level; search QA: all
     questions together) of ``task``."""
-    _check_task(task)
-    return _EVAL_ITEMS[task](settings, n, split)
+    return builder(task).eval_items(settings, n, split)

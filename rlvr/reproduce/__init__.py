@@ -1,3 +1,9 @@
 """One script per figure and table of the paper (``rlvr reproduce <name>``): ``fig1``..``fig4``,
 ``table_kk``, ``table_math``, ``table_qa``, ``sweep`` and ``all`` (every one, then REPORT.md).
-Shared pieces: ``profiles`` (tiny / paper), ``runs`` (the run cache), ``report``."""
+
+Imports point one way: the core (``grid``: the grids; ``runs``: the run cache; ``plan``: every
+run the named figures need, each identity computed once; ``pool``: ``--jobs``; ``common``:
+outputs with provenance) imports no figure; the figures (named in ``figures``, each declaring
+``needs(ctx)``) read their runs from the plan; the report part (``report``, ``compare``,
+``check``) reads what they wrote; ``cli`` and ``parallel`` sit on top
+(``tests/test_imports.py`` holds the direction)."""

@@ -3,7 +3,7 @@
 Every ``<name>.meta.json`` of a reproduction lists its runs (``run_records``: label -> config
 hash, SHA-256 of the final weights, the evaluation's numbers over all items) and its bases
 (``bases``: model -> build, weights SHA-256). The check rebuilds the configuration of each
-sampled run from this checkout's profile, verifies that its config hash is the recorded one,
+sampled run from this checkout's grid, verifies that its config hash is the recorded one,
 trains it (or takes it from the run cache, which the check shares with ``rlvr reproduce``),
 evaluates it, and says per number:
 
@@ -24,8 +24,20 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rlvr.data_paths import rlvr_home
 from rlvr.eval.stats import hierarchical_bootstrap_ci
+from rlvr.repro import machine_info, machine_line
 from rlvr.reproduce.common import markdown_table
+from rlvr.reproduce.grid import get_grid
+from rlvr.reproduce.runs import (
+    DONE,
+    base_weights,
+    ensure_eval,
+    ensure_run,
+    eval_config,
+    run_key,
+    train_config,
+)
 
 _LABEL = re.compile(
     r"^(?P<setting>[\w-]+)/(?P<what>[\w-]+)/(?:base(?P<base>\d+)/)?seed(?P<seed>\d+)$"
@@ -118,21 +130,9 @@ def run_check(
     """Rerun ``sample`` runs recorded in ``folder`` and print the comparison. Returns 1 when a
     number lies outside its interval or a run's config no longer matches, else 0 (differing
     weight hashes alone are reported, not failed: other machines may differ in threads)."""
-    from rlvr.data_paths import rlvr_home
-    from rlvr.repro import machine_info, machine_line
-    from rlvr.reproduce.profiles import get_profile
-    from rlvr.reproduce.runs import (
-        DONE,
-        base_weights,
-        ensure_eval,
-        ensure_run,
-        eval_config,
-        run_key,
-        train_config,
-    )
-
     meta, records, bases = load_records(folder)
-    profile = get_profile(meta["profile"], smoke=bool(meta.get("smoke")))
+    # "profile": what reproductions written before the grid had its name recorded
+    grid = get_grid(meta.get("grid", meta.get("profile")), smoke=bool(meta.get("smoke")))
     cache = cache or rlvr_home()
     rows: list[list[str]] = []
     outside = 0
@@ -142,7 +142,7 @@ def run_check(
     for label in sample_labels(records, sample):
         p = parse_label(label)
         rec = records[label]
-        setting = profile.settings[p["setting"]]
+        setting = grid.settings[p["setting"]]
         cfg = train_config(setting, p["what"], p["seed"], base_seed=p["base"])
         if run_key(cfg) != rec["key"]:
             rows.append(

@@ -1,35 +1,49 @@
-"""``rlvr reproduce <name> --profile tiny|paper [--seeds N] [--base-seeds B] [--smoke] [--out DIR]``
+"""``rlvr reproduce <name> --grid tiny|paper [--seeds N] [--base-seeds B] [--smoke] [--out DIR]``
 and ``rlvr reproduce --check DIR``.
 
-``--engine verl --profile paper --out DIR`` trains nothing: it writes one verl launch folder per
-training run of the figures and tables named (``rlvr.reproduce.verl_scripts``).
+The direction of the package: the core (``grid``, ``runs``: the run cache, ``plan``, ``pool``,
+``common``: outputs) imports no figure; the figures and tables (``figures`` names them) read
+their runs from the plan; the report part (``report``, ``compare``, ``check``) reads what they
+wrote; this module ties them together. ``--profile`` is the old name of ``--grid`` (deprecated).
+
+``--engine verl --grid paper --out DIR`` trains nothing: it writes one verl launch folder per
+training run of the figures and tables named (``rlvr.integrations.verl.scripts``).
 
 Outputs are named after the script (``fig2.png``, ``fig2.csv``, ``table_kk.md``...) in ``--out``
-(default ``rlvr-results/<profile>/`` in the working directory; ``rlvr-results/<profile>-smoke/``
+(default ``rlvr-results/<grid>/`` in the working directory; ``rlvr-results/<grid>-smoke/``
 with ``--smoke``): the committed ``results/`` are written only when ``--out`` names them.
 ``--check DIR`` reruns a sample of the runs recorded in DIR and compares (``rlvr.reproduce.check``);
 ``--compare OLD NEW`` sets two reports' claim verdicts side by side (``rlvr.reproduce.compare``).
 ``--from-verl DIR`` takes the training runs from a folder verl trained
-(``rlvr.reproduce.verl_results``) and writes to ``DIR/results`` by default.
+(``rlvr.integrations.verl.results``) and writes to ``DIR/results`` by default.
 Training runs and
 evaluations are cached under ``--cache`` (default ``rlvr_home()``; with ``--smoke``,
 ``<out>/.cache``) by config hash, shared by every script and resumed when interrupted. With
-``--profile paper`` on a machine without GPUs the configs are validated and the plan is printed
+``--grid paper`` on a machine without GPUs the configs are validated and the plan is printed
 instead of training.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
+from rlvr.config import ConfigError
+from rlvr.data_paths import rlvr_home
+from rlvr.integrations.verl.results import VerlRuns, VerlRunsMissing
+from rlvr.integrations.verl.scripts import write
+from rlvr.models.presets import parse_spec
+from rlvr.reproduce.check import run_check
 from rlvr.reproduce.common import Context, command_line, markdown_table
-
-NAMES = ("fig1", "fig2", "fig3", "fig4", "table_kk", "table_math", "table_qa", "sweep", "all")
+from rlvr.reproduce.compare import run_compare
+from rlvr.reproduce.figures import FIGURES, NAMES, plan_for
+from rlvr.reproduce.grid import PLAN_NOTE, check_engines, get_grid, grid_names, plan_rows, validate
+from rlvr.reproduce.pool import prefetch
+from rlvr.reproduce.report import write_report
 
 
 def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,20 +75,22 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
         "by side, verdict changes marked",
     )
     parser.add_argument(
-        "--profile",
-        default="tiny",
-        choices=("tiny", "paper"),
+        "--grid",
+        default=None,
+        choices=grid_names(),
         help="tiny: CPU, locally built models (default); paper: the paper's models on GPUs",
     )
     parser.add_argument(
-        "--seeds", type=int, default=None, help="RL seeds per base (default: the profile's)"
+        "--profile", default=None, choices=grid_names(), help="deprecated name of --grid"
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="RL seeds per base (default: the grid's)"
     )
     parser.add_argument(
         "--base-seeds",
         type=int,
         default=None,
-        help="base builds per task, each trained on with every seed (default: the "
-        "profile's; tiny: 3)",
+        help="base builds per task, each trained on with every seed (default: the grid's; tiny: 3)",
     )
     parser.add_argument(
         "--smoke",
@@ -84,7 +100,7 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         default=None,
-        help="output folder (default rlvr-results/<profile>/; the committed "
+        help="output folder (default rlvr-results/<grid>/; the committed "
         "results/tiny/ only when named here)",
     )
     parser.add_argument(
@@ -92,7 +108,7 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
         default="native",
         choices=("native", "verl"),
         help="native: train here (default); verl: write one verl launch folder per run of the "
-        "paper grid into --out (rlvr.reproduce.verl_scripts; --profile paper only)",
+        "paper grid into --out (rlvr.integrations.verl.scripts; --grid paper only)",
     )
     parser.add_argument("--cache", default=None, help="run cache folder (default RLVR_HOME)")
     parser.add_argument(
@@ -101,7 +117,7 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="read the training runs from a folder generated with --engine verl and trained "
         "by verl (metrics, last checkpoint) instead of training them; evaluate and build the "
-        "outputs as usual (pass the --profile it was generated with; --out default DIR/results)",
+        "outputs as usual (pass the --grid it was generated with; --out default DIR/results)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument(
@@ -109,7 +125,7 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="processes that train and evaluate side by side before the script runs "
-        "(rlvr.reproduce.parallel; default: one per CPU core up to 4, 1 with --smoke)",
+        "(rlvr.reproduce.pool; default: one per CPU core up to 4, 1 with --smoke)",
     )
 
 
@@ -120,14 +136,12 @@ def has_gpu() -> bool:
 
 
 def print_plan(ctx: Context, name: str) -> int:
-    from rlvr.reproduce.profiles import PLAN_NOTE, plan_rows, validate
-
-    n = validate(ctx.profile)
-    rows = plan_rows(ctx.profile)
+    n = validate(ctx.grid)
+    rows = plan_rows(ctx.grid)
     header = list(rows[0])
     text = "\n".join(
         [
-            f"# Plan for `rlvr reproduce {name} --profile paper` "
+            f"# Plan for `rlvr reproduce {name} --grid paper` "
             "(not started: no GPU on this machine)",
             "",
             f"{n} training configs validated. The configs are the public recipes the paper "
@@ -147,24 +161,20 @@ def print_plan(ctx: Context, name: str) -> int:
 
 def write_verl(args: argparse.Namespace) -> int:
     """``--engine verl``: the launch folder of every run ``args.name`` needs (no training)."""
-    from rlvr.config import ConfigError
-    from rlvr.reproduce.profiles import get_profile
-    from rlvr.reproduce.verl_scripts import write
-
-    if args.profile != "paper" or args.smoke:
-        raise SystemExit("--engine verl: writes the paper grid; use --profile paper, no --smoke")
+    if args.grid != "paper" or args.smoke:
+        raise SystemExit("--engine verl: writes the paper grid; use --grid paper, no --smoke")
     if not args.out:
         raise SystemExit("--engine verl: name the launch folder with --out DIR")
     if getattr(args, "from_verl", None):
         raise SystemExit("--engine verl writes launch folders, --from-verl reads them: use one")
     if args.base_seeds not in (None, 1):
         raise SystemExit("--engine verl: the paper's models are fixed (no --base-seeds)")
-    profile = get_profile("paper")
-    n_seeds = args.seeds if args.seeds is not None else profile.seeds
+    grid = get_grid("paper")
+    n_seeds = args.seeds if args.seeds is not None else grid.seeds
     if n_seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {n_seeds}")
     try:
-        rows = write(profile, [args.name], list(range(n_seeds)), Path(args.out), command_line())
+        rows = write(grid, [args.name], list(range(n_seeds)), Path(args.out), command_line())
     except ConfigError as e:
         raise SystemExit(f"--engine verl: {e}") from None
     print(
@@ -181,18 +191,33 @@ def write_verl(args: argparse.Namespace) -> int:
     return 0
 
 
+def grid_name(args: argparse.Namespace) -> str:
+    """``--grid``, else the deprecated ``--profile`` (with a warning), else ``tiny``."""
+    if args.profile is not None:
+        print("rlvr reproduce: --profile is deprecated, use --grid", file=sys.stderr)
+        if args.grid not in (None, args.profile):
+            raise SystemExit(f"--grid {args.grid} and --profile {args.profile} disagree")
+    args.grid = args.grid or args.profile or "tiny"
+    return args.grid
+
+
+def run_all(ctx: Context) -> dict:
+    """Every figure and table in ``FIGURES`` order, then REPORT.md (they share the run cache, so
+    each run is trained once)."""
+    metas = {}
+    for name, figure in FIGURES.items():
+        ctx.say(f"[reproduce] == {name} ==")
+        metas[name] = figure.run(ctx)
+    path = write_report(ctx, time.perf_counter() - ctx.started)
+    ctx.say(f"[reproduce] wrote {path}")
+    return {"name": "all", "scripts": list(metas), "report": str(path)}
+
+
 def run_reproduce(args: argparse.Namespace) -> int:
-    from rlvr.data_paths import rlvr_home
-    from rlvr.models.presets import parse_spec
-    from rlvr.reproduce.profiles import get_profile
-
+    grid_name(args)
     if args.compare:
-        from rlvr.reproduce.compare import run_compare
-
         return run_compare(Path(args.compare[0]), Path(args.compare[1]))
     if args.check:
-        from rlvr.reproduce.check import run_check
-
         return run_check(
             Path(args.check),
             sample=args.sample,
@@ -206,22 +231,22 @@ def run_reproduce(args: argparse.Namespace) -> int:
         )
     if getattr(args, "engine", "native") == "verl":
         return write_verl(args)
-    profile = get_profile(args.profile, smoke=args.smoke)
-    n_seeds = args.seeds if args.seeds is not None else profile.seeds
-    n_bases = args.base_seeds if args.base_seeds is not None else profile.base_seeds
+    grid = get_grid(args.grid, smoke=args.smoke)
+    n_seeds = args.seeds if args.seeds is not None else grid.seeds
+    n_bases = args.base_seeds if args.base_seeds is not None else grid.base_seeds
     if n_seeds < 1 or n_bases < 1:
         raise SystemExit(f"--seeds and --base-seeds must be >= 1, got {n_seeds} and {n_bases}")
-    if n_bases > 1 and any(parse_spec(s.model) is None for s in profile.settings.values()):
+    if n_bases > 1 and any(parse_spec(s.model) is None for s in grid.settings.values()):
         raise SystemExit(
             "--base-seeds > 1 needs tiny presets as bases (built locally); this "
-            "profile's models are fixed"
+            "grid's models are fixed"
         )
-    out = Path(args.out or f"rlvr-results/{args.profile}{'-smoke' if args.smoke else ''}")
+    out = Path(args.out or f"rlvr-results/{args.grid}{'-smoke' if args.smoke else ''}")
     if args.from_verl and not args.out:
         out = Path(args.from_verl) / "results"
     cache = Path(args.cache) if args.cache else (out / ".cache" if args.smoke else rlvr_home())
     ctx = Context(
-        profile,
+        grid,
         out,
         cache,
         list(range(n_seeds)),
@@ -230,22 +255,18 @@ def run_reproduce(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         base_seeds=list(range(n_bases)),
     )
+    ctx.plan = plan_for(ctx, [args.name])  # every run the figures need, each identity once
     if args.from_verl:
-        from rlvr.reproduce.verl_results import VerlRuns, VerlRunsMissing
-
         try:
             ctx.run_source = VerlRuns(args.from_verl)
-            ctx.run_source.check(ctx, [args.name])
+            ctx.run_source.check(ctx.plan)
         except VerlRunsMissing as e:
             raise SystemExit(str(e)) from None
-    elif profile.needs_gpu and not has_gpu():
+    elif grid.needs_gpu and not has_gpu():
         return print_plan(ctx, args.name)
-    if profile.needs_gpu and not args.from_verl:
-        from rlvr.config import ConfigError
-        from rlvr.reproduce.profiles import check_engines
-
+    if grid.needs_gpu and not args.from_verl:
         try:
-            check_engines(profile)
+            check_engines(grid)
         except ConfigError as e:
             raise SystemExit(str(e)) from None
     if args.quiet:
@@ -255,13 +276,9 @@ def run_reproduce(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     jobs = args.jobs or (1 if args.smoke else min(4, os.cpu_count() or 1))
     if jobs > 1 and not args.from_verl:  # prefetching trains: nothing to train here
-        from rlvr.reproduce.parallel import prefetch
-
-        prefetch(ctx, [args.name], jobs)
-    meta = importlib.import_module(f"rlvr.reproduce.{args.name}").run(ctx)
+        prefetch(ctx, ctx.plan, jobs)
+    meta = run_all(ctx) if args.name == "all" else FIGURES[args.name].run(ctx)
     if args.name != "all":
-        from rlvr.reproduce.report import write_report
-
         write_report(ctx)
     print(
         json.dumps(

@@ -1,9 +1,11 @@
-"""Glue shared by the scripts: train/evaluate a method over its draws, and reduce to statistics.
+"""Glue shared by the scripts: a method's runs over its draws from the plan, their evaluations, and
+the reduction to statistics.
 
-A method is trained once per draw ``(base seed, RL seed)`` (``Context.units``). Intervals over
-draws are hierarchical (``rlvr.eval.stats.hierarchical_bootstrap_ci``): bases, runs on each base
-and items are resampled, so they cover the variance of building another base as well as of
-training another seed.
+A method is trained once per draw ``(base seed, RL seed)`` (``Context.units``); the run of each
+draw, its configuration and key come from the plan (``rlvr.reproduce.plan``), computed once.
+Intervals over draws are hierarchical (``rlvr.eval.stats.hierarchical_bootstrap_ci``): bases,
+runs on each base and items are resampled, so they cover the variance of building another base as
+well as of training another seed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from rlvr.eval.stats import Interval, hierarchical_bootstrap_ci, verdict_close, verdict_greater
+from rlvr.repro import weights_sha256
 from rlvr.reproduce.common import Context, Output
 from rlvr.reproduce.runs import (
     Evaluation,
@@ -24,7 +27,6 @@ from rlvr.reproduce.runs import (
     ensure_run,
     ensure_sft_reference,
     eval_config,
-    train_config,
 )
 
 
@@ -41,16 +43,16 @@ def runs_for(
     extra: dict[str, Any] | None = None,
     tag: str = "",
 ) -> list[Run]:
-    """One finished run per draw of ``algo`` on the setting (trained or taken from the cache;
-    with ``ctx.run_source``, read from the runs another engine trained)."""
-    setting = ctx.profile.settings[setting_key]
+    """One finished run per draw of ``algo`` on the setting (the plan's; trained or taken from
+    the cache, or with ``ctx.run_source`` read from the runs another engine trained)."""
     runs = []
     for base_seed, seed in ctx.units():
-        cfg = train_config(setting, algo, seed, extra, base_seed=base_seed)
+        planned = ctx.plan.run(setting_key, algo, extra, base_seed, seed)
+        cfg = planned.config
         if ctx.run_source is None:
             run = ensure_run(cfg, ctx.cache, say=ctx.say, progress=ctx.progress)
         else:
-            run = ctx.run_source.run(cfg, setting_key)
+            run = ctx.run_source.run(planned)
         label = unit_label(setting_key, tag or algo, base_seed, seed)
         out.runs[label] = run.key
         out.run_records.setdefault(label, {})
@@ -75,7 +77,7 @@ def evals_for(
     eval_set: tuple[str, dict[str, Any]] | None = None,
 ) -> list[Evaluation]:
     """The cached evaluation of each run's final model (evaluation seed = training seed)."""
-    setting = ctx.profile.settings[setting_key]
+    setting = ctx.grid.settings[setting_key]
     evs = []
     labels = {key: label for label, key in out.runs.items()}
     for run in runs:
@@ -100,10 +102,10 @@ def base_evals(
 ) -> list[Evaluation]:
     """Each untrained base, evaluated once per draw (greedy is identical per base, samples
     differ with the seed)."""
-    setting = ctx.profile.settings[setting_key]
+    setting = ctx.grid.settings[setting_key]
     evs = []
     for base_seed, seed in ctx.units():
-        cfg = train_config(setting, "grpo", seed, base_seed=base_seed)
+        cfg = ctx.plan.references["base"][(setting_key, (base_seed, seed))]
         ecfg = eval_config(
             setting, cfg, cfg.model, seed=seed, eval_set=eval_set[1] if eval_set else None
         )
@@ -121,7 +123,7 @@ def sft_evals(
 ) -> list[Evaluation]:
     """Continued SFT of each draw's base on the update tokens of the matching RL run (equal
     compute, ``rlvr.reproduce.runs.ensure_sft_reference``), evaluated."""
-    setting = ctx.profile.settings[setting_key]
+    setting = ctx.grid.settings[setting_key]
     evs = []
     for run in reference_runs:
         path = ensure_sft_reference(
@@ -139,8 +141,6 @@ def sft_evals(
         ev.unit = (run.base_seed, run.config.seed)
         label = unit_label(setting_key, "sft", run.base_seed, run.config.seed)
         out.evals[label] = ev.key
-        from rlvr.repro import weights_sha256
-
         out.run_records[label] = {
             "key": path.name,
             "weights_sha256": weights_sha256(path),

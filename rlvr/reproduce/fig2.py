@@ -21,16 +21,23 @@ from rlvr.reproduce.collect import (
     sft_evals,
 )
 from rlvr.reproduce.common import METHOD_COLORS, METHOD_LABELS, Context, Output, markdown_table, plt
+from rlvr.reproduce.plan import Need
 
 NAME = "fig2"
 RL_METHODS = ("grpo", "grpo_sg", "reverse")
+
+
+def needs(ctx: Context) -> list[Need]:
+    """The base, continued SFT (when the grid has it) and the RL methods on K&K."""
+    refs = ("base", "sft") if ctx.grid.sft_reference else ("base",)
+    return [Need.of("kk", m) for m in (*refs, *RL_METHODS)]
 
 
 def collect(ctx: Context, out: Output) -> dict[str, list]:
     """Evaluations per method (``base``, ``sft``, then the RL methods), one per seed."""
     evs = {"base": base_evals(ctx, out, "kk")}
     runs = {m: runs_for(ctx, out, "kk", m) for m in RL_METHODS}
-    if ctx.profile.sft_reference:
+    if ctx.grid.sft_reference:
         evs["sft"] = sft_evals(ctx, out, "kk", runs["grpo"])
     for m in RL_METHODS:
         evs[m] = evals_for(ctx, out, "kk", runs[m])
@@ -38,7 +45,7 @@ def collect(ctx: Context, out: Output) -> dict[str, list]:
 
 
 def rows(ctx: Context, evs: dict[str, list]) -> list[dict]:
-    setting = ctx.profile.settings["kk"]
+    setting = ctx.grid.settings["kk"]
     avg_key = sample_metric(evs["grpo"])
     out = []
     for mode, metric in (("greedy", "greedy"), (avg_key, avg_key)):
@@ -65,7 +72,7 @@ def rows(ctx: Context, evs: dict[str, list]) -> list[dict]:
 def plot(ctx: Context, table: list[dict], out: Output) -> None:
     modes = list(dict.fromkeys(r["mode"] for r in table))
     methods = list(dict.fromkeys(r["method"] for r in table))
-    sizes = [str(v) for v in ctx.profile.settings["kk"].group_values]
+    sizes = [str(v) for v in ctx.grid.settings["kk"].group_values]
     fig, axes = plt.subplots(
         1, len(modes), figsize=(6.2 * len(modes), 4.2), sharey=True, squeeze=False
     )
@@ -100,7 +107,7 @@ def plot(ctx: Context, table: list[dict], out: Output) -> None:
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
     fig.suptitle(
-        f"Knights & Knaves accuracy by puzzle size ({ctx.profile.name} profile, "
+        f"Knights & Knaves accuracy by puzzle size ({ctx.grid.name} grid, "
         f"{len(ctx.units())} run(s) per method)"
     )
     fig.tight_layout(rect=(0, 0.06, 1, 1))
@@ -109,10 +116,10 @@ def plot(ctx: Context, table: list[dict], out: Output) -> None:
 
 def markdown(ctx: Context, table: list[dict]) -> str:
     """The figure's numbers: one table per mode, methods x sizes, mean [95% CI] over seeds."""
-    sizes = [str(v) for v in ctx.profile.settings["kk"].group_values] + ["all"]
+    sizes = [str(v) for v in ctx.grid.settings["kk"].group_values] + ["all"]
     md = [
-        f"# K&K accuracy by puzzle size ({ctx.profile.name} profile, {ctx.draws()}, "
-        f"model {ctx.profile.settings['kk'].model})",
+        f"# K&K accuracy by puzzle size ({ctx.grid.name} grid, {ctx.draws()}, "
+        f"model {ctx.grid.settings['kk'].model})",
         "",
     ]
     for mode in dict.fromkeys(r["mode"] for r in table):

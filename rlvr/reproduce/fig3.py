@@ -28,12 +28,13 @@ import numpy as np
 from rlvr.eval.stats import hierarchical_bootstrap_ci
 from rlvr.reproduce.collect import paired_seed_claim
 from rlvr.reproduce.common import METHOD_COLORS, METHOD_LABELS, Context, Output, plt
-from rlvr.reproduce.trajectories import (
+from rlvr.reproduce.trajectories import (  # noqa: F401  (needs: what fig3 reads)
     METHODS,
-    SETTING_TITLES,
     collect,
     long_rows,
+    needs,
     plot_trajectories,
+    title,
 )
 
 NAME = "fig3"
@@ -119,7 +120,7 @@ def run(ctx: Context) -> dict:
                     label=METHOD_LABELS[m],
                 )
             ax.set_xticks(range(len(METHODS)), [METHOD_LABELS[m] for m in METHODS])
-            ax.set_title(f"{SETTING_TITLES.get(setting, setting)}: {titles[measure]}", fontsize=10)
+            ax.set_title(f"{title(setting)}: {titles[measure]}", fontsize=10)
             ax.grid(axis="y", alpha=0.3)
         std_a = [s["std"] for s in stats["grpo"]]
         std_b = [s["std"] for s in stats["grpo_sg"]]
@@ -127,7 +128,7 @@ def run(ctx: Context) -> dict:
         paired_seed_claim(
             out,
             "GRPO-SG has smoother gradient norms",
-            SETTING_TITLES.get(setting, setting),
+            title(setting),
             std_a[:n],
             std_b[:n],
             "std of the gradient norm, GRPO - GRPO-SG",
@@ -138,15 +139,14 @@ def run(ctx: Context) -> dict:
         paired_seed_claim(
             out,
             "GRPO-SG has smoother gradient norms (scale-free, beyond the paper)",
-            SETTING_TITLES.get(setting, setting),
+            title(setting),
             cv_a,
             cv_b,
             "coefficient of variation of the gradient norm, GRPO - GRPO-SG",
             bases=[b for b, _ in ctx.units()][:n],
         )
     fig.suptitle(
-        f"Gradient norms, GRPO vs GRPO-SG ({ctx.profile.name} profile, "
-        f"{len(ctx.units())} run(s) each)"
+        f"Gradient norms, GRPO vs GRPO-SG ({ctx.grid.name} grid, {len(ctx.units())} run(s) each)"
     )
     fig.tight_layout()
     out.save_fig(fig)

@@ -13,7 +13,13 @@ import numpy as np
 
 from rlvr.reproduce.collect import paired_seed_claim
 from rlvr.reproduce.common import Context, Output, plt
-from rlvr.reproduce.trajectories import SETTING_TITLES, collect, long_rows, plot_trajectories
+from rlvr.reproduce.trajectories import (  # noqa: F401  (needs: what fig4 reads)
+    collect,
+    long_rows,
+    needs,
+    plot_trajectories,
+    title,
+)
 
 NAME = "fig4"
 
@@ -37,15 +43,14 @@ def run(ctx: Context) -> dict:
         paired_seed_claim(
             out,
             "GRPO-SG reaches a higher training reward",
-            SETTING_TITLES.get(setting, setting),
+            title(setting),
             a[:n],
             b[:n],
             "mean reward over the second half of training, GRPO-SG - GRPO",
             bases=[b for b, _ in ctx.units()][:n],
         )
     fig.suptitle(
-        f"Training reward, GRPO vs GRPO-SG ({ctx.profile.name} profile, "
-        f"{len(ctx.units())} run(s) each)"
+        f"Training reward, GRPO vs GRPO-SG ({ctx.grid.name} grid, {len(ctx.units())} run(s) each)"
     )
     fig.tight_layout()
     out.save_fig(fig)

@@ -64,8 +64,7 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
         else sum(m.get("wall_seconds", 0) for m in metas.values())
     )
     lines = [
-        f"# Reproduction report — profile `{ctx.profile.name}`"
-        + (" (smoke run)" if ctx.smoke else ""),
+        f"# Reproduction report — grid `{ctx.grid.name}`" + (" (smoke run)" if ctx.smoke else ""),
         "",
         "Paper: arXiv 2511.00066, *Sharpness-Guided Group Relative Policy Optimization via "
         "Probability Shaping* (GRPO-SG).",
@@ -88,9 +87,9 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
             f"runs were read from `{src.get('verl_dir', '')}/runs/` (metrics and final "
             "checkpoints); evaluations, statistics and figures are rlvr's own"
         ]
-    if ctx.profile.name == "paper":
+    if ctx.grid.name == "paper":
         lines += [
-            "The paper profile's configs are the public recipes the paper builds on (Logic-RL / "
+            "The paper grid's configs are the public recipes the paper builds on (Logic-RL / "
             "AR-Lopti for K&K and math, verl-tool for search QA); the paper's own training "
             "settings are unpublished.",
             "",

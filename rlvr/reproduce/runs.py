@@ -22,10 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlvr.agents.algorithms import get_algorithm
 from rlvr.config import config_hash, nest
 from rlvr.eval.metrics import summarize_by_group
 from rlvr.eval.runner import EvalConfig, EvalResult, evaluate, read_jsonl, save_result
-from rlvr.reproduce.profiles import Setting, setting_overrides
+from rlvr.integrations.verl.checkpoints import checkpoint_identity, is_verl_checkpoint
+from rlvr.locks import LOCK_FILE, hold
+from rlvr.reproduce.grid import Setting, setting_overrides
 
 DONE = "run.json"
 
@@ -68,8 +71,8 @@ class Run:
 def train_config(
     setting: Setting, algo: str, seed: int, extra: dict[str, Any] | None = None, base_seed: int = 0
 ):
-    """The ``TrainConfig`` of one run (profile overrides + env/algo/seed + ``extra``), from base
-    build ``base_seed`` of the setting's model (``tiny-kk@1``; 0 is the model itself)."""
+    """The ``TrainConfig`` of one run (the setting's overrides + env/algo/seed + ``extra``), from
+    base build ``base_seed`` of the setting's model (``tiny-kk@1``; 0 is the model itself)."""
     from rlvr.agents.train_config import load_train_config
     from rlvr.models.presets import base_spec, parse_spec
 
@@ -94,7 +97,8 @@ def model_identity(model: str) -> str:
     cache (``runs/<key>/final``, ``sft/<key>``), so evaluation keys do not depend on where the
     cache lives. A checkpoint verl saved (``.../checkpoints/global_step_<N>/actor/huggingface``
     of a generated run folder) stands for its weights' hash
-    (``rlvr.reproduce.verl_results.checkpoint_identity``). Any other name or path is used as given.
+    (``rlvr.integrations.verl.checkpoints.checkpoint_identity``). Any other name or path is used as
+    given.
     """
     from rlvr.models.presets import parse_spec
 
@@ -104,11 +108,8 @@ def model_identity(model: str) -> str:
             return f"runs/{p.parent.name}/final"
         if p.parent.name == "sft" and (p / "sft.json").exists():
             return f"sft/{p.name}"
-        if p.name == "huggingface":
-            from rlvr.reproduce.verl_results import checkpoint_identity, is_verl_checkpoint
-
-            if is_verl_checkpoint(p):
-                return checkpoint_identity(p)
+        if p.name == "huggingface" and is_verl_checkpoint(p):
+            return checkpoint_identity(p)
         return model
     return _preset_build_key(model)
 
@@ -164,11 +165,12 @@ def update_tokens(metrics: list[dict[str, Any]], cfg=None) -> int:
     """Tokens that went through forward and backward passes in a run's policy updates.
 
     Per step: the real (attention-mask) tokens of the rollout batch, prompts included, times
-    the passes over it (``ppo_epochs``, twice for Lopti's two stages). The trainer logs the
-    batch's size as a rate, ``perf/update_tokens_s = tokens / time/update_s``, so the product
-    recovers the integer count (rounded: the quotient and product are exact to ~1e-16).
+    the passes over it (``ppo_epochs`` times the algorithm's stages: twice for Lopti). The
+    trainer logs the batch's size as a rate, ``perf/update_tokens_s = tokens / time/update_s``,
+    so the product recovers the integer count (rounded: the quotient and product are exact to
+    ~1e-16).
     """
-    passes = 1 if cfg is None else cfg.ppo_epochs * (2 if cfg.algo == "lopti" else 1)
+    passes = 1 if cfg is None else cfg.ppo_epochs * get_algorithm(cfg.algo).n_stages
     total = 0
     for m in metrics:
         if "tokens/update" in m:
@@ -197,39 +199,45 @@ def _read_metrics(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _train_run(cfg, key: str, path: Path, *, say, progress: bool) -> None:
+    from rlvr.agents.trainer import Trainer
+
+    resuming = (path / "checkpoints").exists()
+    say(
+        f"[reproduce] {'resuming' if resuming else 'training'} {cfg.env}/{cfg.algo} "
+        f"seed {cfg.seed} -> {path}"
+    )
+    run_cfg = dataclasses.replace(cfg, out=str(path), resume=True, progress=progress)
+    start = time.perf_counter()
+    Trainer(run_cfg).train()
+    metrics = _read_metrics(path / "metrics.jsonl")
+    from rlvr.repro import machine_info, weights_sha256
+
+    (path / DONE).write_text(
+        json.dumps(
+            {
+                "key": key,
+                **run_summary(cfg, metrics),
+                "update_tokens": update_tokens(metrics, cfg),
+                "compute_seconds": round(compute_seconds(metrics), 2),
+                "last_invocation_seconds": round(time.perf_counter() - start, 2),
+                "weights_sha256": weights_sha256(path / "final"),
+                "machine": machine_info(),
+            },
+            indent=2,
+        )
+    )
+
+
 def ensure_run(cfg, cache: Path, *, say=print, progress: bool = True) -> Run:
     """The finished run of ``cfg`` from the cache, trained (or resumed) first when needed."""
     key = run_key(cfg)
     path = Path(cache) / "runs" / key
     done = path / DONE
-    if not done.exists():
-        from rlvr.agents.trainer import Trainer
-
-        resuming = (path / "checkpoints").exists()
-        say(
-            f"[reproduce] {'resuming' if resuming else 'training'} {cfg.env}/{cfg.algo} "
-            f"seed {cfg.seed} -> {path}"
-        )
-        run_cfg = dataclasses.replace(cfg, out=str(path), resume=True, progress=progress)
-        start = time.perf_counter()
-        Trainer(run_cfg).train()
-        metrics = _read_metrics(path / "metrics.jsonl")
-        from rlvr.repro import machine_info, weights_sha256
-
-        done.write_text(
-            json.dumps(
-                {
-                    "key": key,
-                    **run_summary(cfg, metrics),
-                    "update_tokens": update_tokens(metrics, cfg),
-                    "compute_seconds": round(compute_seconds(metrics), 2),
-                    "last_invocation_seconds": round(time.perf_counter() - start, 2),
-                    "weights_sha256": weights_sha256(path / "final"),
-                    "machine": machine_info(),
-                },
-                indent=2,
-            )
-        )
+    if not done.exists():  # another process training the same run is waited for, not joined
+        with hold(path / LOCK_FILE, wait=True, what=f"run {path}", say=say):
+            if not done.exists():
+                _train_run(cfg, key, path, say=say, progress=progress)
     metrics = _read_metrics(path / "metrics.jsonl")
     return Run(key, path, cfg, metrics, compute_seconds(metrics))
 
@@ -283,9 +291,11 @@ def ensure_eval(ecfg: EvalConfig, cache: Path, *, say=print, progress: bool = Tr
     key = eval_key(ecfg)
     path = Path(cache) / "evals" / key
     if not (path / "summary.json").exists():
-        say(f"[reproduce] evaluating {ecfg.model} on {ecfg.env} -> {path}")
-        result: EvalResult = evaluate(ecfg, progress=progress)
-        save_result(result, path)
+        with hold(path / LOCK_FILE, wait=True, what=f"evaluation {path}", say=say):
+            if not (path / "summary.json").exists():
+                say(f"[reproduce] evaluating {ecfg.model} on {ecfg.env} -> {path}")
+                result: EvalResult = evaluate(ecfg, progress=progress)
+                save_result(result, path)
     records = read_jsonl(path / "responses.jsonl")
     ks = sorted(set(ecfg.pass_ks) | ({ecfg.k} if ecfg.k else set()))
     return Evaluation(key, path, records, summarize_by_group(records, ks=ks))
@@ -315,7 +325,7 @@ def ensure_sft_reference(
     import hashlib
 
     from rlvr.models import traces
-    from rlvr.models.sft import SFTConfig, sft
+    from rlvr.models.sft import SFTConfig
 
     model = model or setting.model
     base_dir, build_cfg = _base_build(model)
@@ -354,6 +364,17 @@ def ensure_sft_reference(
     path = Path(cache) / "sft" / hashlib.sha256(blob.encode()).hexdigest()[:12]
     if (path / "sft.json").exists():
         return path
+    # renamed into place when complete, so the lock sits beside the folder
+    with hold(path.with_name(f"{path.name}.lock"), wait=True, what=f"SFT {path}", say=say):
+        if not (path / "sft.json").exists():
+            _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, progress)
+    return path
+
+
+def _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, progress) -> None:
+    from rlvr.models import traces
+    from rlvr.models.sft import sft
+
     say(f"[reproduce] continued SFT of {model} for {sft_cfg.steps} steps -> {path}")
     from rlvr.models import load_model
     from rlvr.repro import machine_info, weights_sha256
@@ -387,12 +408,8 @@ def ensure_sft_reference(
             default=str,
         )
     )
-    if (path / "sft.json").exists():  # another process finished the same reference first
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        shutil.rmtree(path, ignore_errors=True)
-        tmp.rename(path)
-    return path
+    shutil.rmtree(path, ignore_errors=True)  # a reference left incomplete by a killed process
+    tmp.rename(path)
 
 
 def _base_build(model: str):

@@ -1,11 +1,11 @@
 """Sweep (beyond the paper): GRPO-SG's sensitivity to tau, mu and alpha on K&K.
 
 The paper does not publish tau, mu, alpha, L, U (docs/design.md §5). Each parameter is varied on
-its own around the defaults of ``rlvr.agents.config.GRPO_SG_DEFAULTS`` (the others held at
-their defaults); every point is a full training run per seed. Cells: greedy accuracy and avg@k
-over all K&K sizes, mean over seeds [95% bootstrap CI]; the last column is the paired per-item
-difference to the default GRPO-SG run. The profile's ``sweep_seeds`` sets how many seeds each
-point gets (default: every seed; a single seed shows no interval).
+its own around the defaults of ``rlvr.agents.algorithms.grpo_sg.GRPO_SG_DEFAULTS`` (the others
+held at their defaults); every point is a full training run per seed. Cells: greedy accuracy and
+avg@k over all K&K sizes, mean over seeds [95% bootstrap CI]; the last column is the paired
+per-item difference to the default GRPO-SG run. The grid's ``sweep_seeds`` sets how many seeds
+each point gets (default: every seed; a single seed shows no interval).
 """
 
 from __future__ import annotations
@@ -16,20 +16,34 @@ import numpy as np
 
 from rlvr.reproduce.collect import evals_for, paired_items, runs_for, sample_metric, seed_ci
 from rlvr.reproduce.common import Context, Output, fmt_ci, markdown_table, plt
+from rlvr.reproduce.plan import Need
 
 NAME = "sweep"
 
 
-def defaults(ctx: Context) -> dict[str, float]:
-    from rlvr.reproduce.runs import train_config
+def sweep_seeds(ctx: Context) -> list[int]:
+    """Seeds of the sweep's non-default points (the grid's ``sweep_seeds`` first seeds)."""
+    n = ctx.grid.sweep_seeds or len(ctx.seeds)
+    return ctx.seeds[:n]
 
-    cfg = train_config(ctx.profile.settings["kk"], "grpo_sg", ctx.seeds[0])
-    return cfg.weights.params("grpo_sg")
+
+def needs(ctx: Context) -> list[Need]:
+    """GRPO-SG on K&K at its defaults and at every sweep point, on the sweep's seeds."""
+    units = tuple((b, s) for b in ctx.base_seeds for s in sweep_seeds(ctx))
+    points = [{}] + [
+        {f"weights.{param}": float(v)} for param, values in ctx.grid.sweep.items() for v in values
+    ]
+    return [Need.of("kk", "grpo_sg", extra, units=units) for extra in points]
+
+
+def defaults(ctx: Context) -> dict[str, float]:
+    """The default point's parameters (the first draw's run: the defaults are a property of the
+    recipe, not of the draw)."""
+    b, s = ctx.base_seeds[0], sweep_seeds(ctx)[0]
+    return ctx.plan.run("kk", "grpo_sg", {}, b, s).config.weights.params("grpo_sg")
 
 
 def run(ctx: Context) -> dict:
-    from rlvr.reproduce.parallel import sweep_seeds
-
     out = Output(ctx, NAME)
     base = defaults(ctx)
     seeds = sweep_seeds(ctx)
@@ -39,7 +53,7 @@ def run(ctx: Context) -> dict:
     avg_key = sample_metric(default_evs)
     rows, md_rows = [], []
     points: dict[str, list[tuple[float, list]]] = {}
-    for param, values in ctx.profile.sweep.items():
+    for param, values in ctx.grid.sweep.items():
         pts = [(float(base[param]), default_evs)]
         for v in values:
             tag = f"grpo_sg[{param}={v:g}]"
@@ -109,7 +123,7 @@ def run(ctx: Context) -> dict:
     out.write_md(
         "\n".join(
             [
-                f"# GRPO-SG sensitivity on K&K ({ctx.profile.name} profile, {point_ctx.draws()})",
+                f"# GRPO-SG sensitivity on K&K ({ctx.grid.name} grid, {point_ctx.draws()})",
                 "",
                 f"Defaults: {', '.join(f'{k}={v}' for k, v in base.items())}. "
                 "One parameter varies at a time.",

@@ -4,7 +4,7 @@ Cells are the mean over seeds with a 95% bootstrap interval over seeds; greedy a
 paper's metric) first, avg@k at the training temperature second. The paper's claims on K&K are
 decided here from paired per-item differences (each item's accuracy averaged over seeds):
 "GRPO-SG beats GRPO" holds when the interval of GRPO-SG - GRPO lies above 0; "Reverse is close
-to GRPO" holds when the interval of Reverse - GRPO lies within the profile's ``close_margin``.
+to GRPO" holds when the interval of Reverse - GRPO lies within the grid's ``close_margin``.
 """
 
 from __future__ import annotations
@@ -12,14 +12,21 @@ from __future__ import annotations
 from rlvr.reproduce import paper_numbers
 from rlvr.reproduce.collect import compare, evals_for, runs_for, sample_metric, seed_ci
 from rlvr.reproduce.common import METHOD_LABELS, Context, Output, fmt_ci, markdown_table
-from rlvr.reproduce.profiles import KK_METHODS
+from rlvr.reproduce.plan import Need
 
 NAME = "table_kk"
+#: The six methods of the K&K table (docs/design.md, "Optimizer math"), in the paper's order.
+KK_METHODS = ("grpo", "entropy_top", "ar", "lopti", "reverse", "grpo_sg")
 
 
 def kk_settings(ctx: Context) -> list[str]:
-    """The profile's K&K settings in order (the paper's table has one per model: 3B and 7B)."""
-    return [key for key, s in ctx.profile.settings.items() if s.env == "kk"]
+    """The grid's K&K settings in order (the paper's table has one per model: 3B and 7B)."""
+    return [key for key, s in ctx.grid.settings.items() if s.env == "kk"]
+
+
+def needs(ctx: Context) -> list[Need]:
+    """The six methods on every K&K setting."""
+    return [Need.of(key, m) for key in kk_settings(ctx) for m in KK_METHODS]
 
 
 def run(ctx: Context) -> dict:
@@ -27,7 +34,7 @@ def run(ctx: Context) -> dict:
     csv_rows, md, results = [], [], {}
     keys = kk_settings(ctx)
     for key in keys:
-        where = "K&K" if key == keys[0] else f"K&K, {ctx.profile.settings[key].model}"
+        where = "K&K" if key == keys[0] else f"K&K, {ctx.grid.settings[key].model}"
         tables, evs = _setting_table(ctx, out, key, csv_rows)
         md += tables
         suffix = "" if key == keys[0] else f"[{key}]"
@@ -46,12 +53,12 @@ def run(ctx: Context) -> dict:
 def _setting_table(ctx: Context, out: Output, key: str, csv_rows: list) -> tuple[list, dict]:
     """The greedy and avg@k tables of one K&K setting as markdown lines (rows added to
     ``csv_rows``), and its evaluations per method."""
-    setting = ctx.profile.settings[key]
+    setting = ctx.grid.settings[key]
     evs = {m: evals_for(ctx, out, key, runs_for(ctx, out, key, m)) for m in KK_METHODS}
     sizes = [str(v) for v in setting.group_values]
     avg_key = sample_metric(evs["grpo"])
     md = [
-        f"# K&K accuracy by number of people ({ctx.profile.name} profile, "
+        f"# K&K accuracy by number of people ({ctx.grid.name} grid, "
         f"{ctx.draws()}, model {setting.model})",
         "",
     ]
@@ -98,7 +105,7 @@ def _claims(ctx: Context, out: Output, evs: dict, where: str):
         where,
         evs["reverse"],
         evs["grpo"],
-        close_margin=ctx.profile.close_margin,
+        close_margin=ctx.grid.close_margin,
         label="Reverse - GRPO",
     )
     yield "reverse_minus_grpo", rv.as_dict()

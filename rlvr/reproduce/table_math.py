@@ -1,22 +1,26 @@
 """Table: math accuracy, GRPO vs GRPO-SG (and the base model).
 
-Paper profile: MATH-500, Minerva, OlympiadBench (greedy accuracy), AIME24 and AMC23 (avg@16 and
-pass@16 at temperature 1.0, docs/design.md §6). Tiny profile: the synthetic math task by difficulty.
+Paper grid: MATH-500, Minerva, OlympiadBench (greedy accuracy), AIME24 and AMC23 (avg@16 and
+pass@16 at temperature 1.0, docs/design.md §6). Tiny grid: the synthetic math task by difficulty.
 See ``rlvr.reproduce.tables`` for cells and the claim.
 """
 
 from __future__ import annotations
 
-from rlvr.reproduce import paper_numbers
+from rlvr.reproduce import paper_numbers, tables
 from rlvr.reproduce.common import Context, Output
 from rlvr.reproduce.tables import build
 
 NAME = "table_math"
 
 
+def needs(ctx: Context):
+    return tables.needs(ctx, "math")
+
+
 def run(ctx: Context) -> dict:
     out = Output(ctx, NAME)
-    k = ctx.profile.settings["math"].k
+    k = ctx.grid.settings["math"].k
     build(
         ctx,
         out,

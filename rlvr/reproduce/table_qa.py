@@ -1,6 +1,6 @@
 """Table: search-QA exact match, GRPO vs GRPO-SG (and the base model).
 
-Paper profile: NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue, Bamboogle. Tiny profile: the
+Paper grid: NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue, Bamboogle. Tiny grid: the
 synthetic single- and two-hop questions. EM after SQuAD normalisation of the parsed answer
 (``rlvr.eval.metrics``), greedy; F1, EM at the training temperature and the share of
 sampled episodes that call the search tool beside it. See ``rlvr.reproduce.tables``.
@@ -8,11 +8,15 @@ sampled episodes that call the search tool beside it. See ``rlvr.reproduce.table
 
 from __future__ import annotations
 
-from rlvr.reproduce import paper_numbers
+from rlvr.reproduce import paper_numbers, tables
 from rlvr.reproduce.common import Context, Output
 from rlvr.reproduce.tables import build
 
 NAME = "table_qa"
+
+
+def needs(ctx: Context):
+    return tables.needs(ctx, "searchqa")
 
 
 def run(ctx: Context) -> dict:

@@ -2,11 +2,11 @@
 
 The paper's math and QA tables compare GRPO with GRPO-SG; the Reverse weighting (the opposite
 shaping, docs/design.md §5) is a row too, so each task reports the three
-methods. Where the profile has continued-SFT references (the tiny profile) and the task is one set
+methods. Where the grid has continued-SFT references (the tiny grid) and the task is one set
 of groups, an "SFT" row gives the base after continued SFT at the compute of the matching-seed
 GRPO run (RL against SFT at equal compute).
 
-Columns are the profile's evaluation sets (paper: one benchmark each) or, on the tiny profile,
+Columns are the grid's evaluation sets (paper: one benchmark each) or, on the tiny grid,
 the groups of the synthetic task (difficulty, hops). Cells: mean over seeds [95% bootstrap CI
 over seeds]. "GRPO-SG beats GRPO" is decided from the paired per-item difference over all
 columns together.
@@ -24,6 +24,7 @@ from rlvr.reproduce.collect import (
     sft_evals,
 )
 from rlvr.reproduce.common import METHOD_LABELS, Context, Output, fmt_ci, markdown_table
+from rlvr.reproduce.plan import Need
 
 METHODS = ("base", "grpo", "grpo_sg", "reverse")
 #: Table rows in order; "sft" only where ``has_sft_row``.
@@ -31,12 +32,20 @@ ROWS = ("base", "sft", "grpo", "grpo_sg", "reverse")
 
 
 def has_sft_row(ctx: Context, setting_key: str) -> bool:
-    return ctx.profile.sft_reference and not ctx.profile.settings[setting_key].eval_sets
+    return ctx.grid.sft_reference and not ctx.grid.settings[setting_key].eval_sets
+
+
+def needs(ctx: Context, setting_key: str) -> list[Need]:
+    """The table's rows on the setting (the SFT row where ``has_sft_row``)."""
+    if setting_key not in ctx.grid.settings:
+        return []
+    sft = ("sft",) if has_sft_row(ctx, setting_key) else ()
+    return [Need.of(setting_key, m) for m in (*METHODS, *sft)]
 
 
 def column_evals(ctx: Context, out: Output, setting_key: str):
     """``column -> method -> [evaluation per seed]`` and the summary group of each column."""
-    setting = ctx.profile.settings[setting_key]
+    setting = ctx.grid.settings[setting_key]
     runs = {m: runs_for(ctx, out, setting_key, m) for m in METHODS if m != "base"}
     if setting.eval_sets:
         cols = {}
@@ -71,8 +80,8 @@ def build(
     first = next(iter(cols.values()))
     csv_rows = []
     md = [
-        f"# {title} ({ctx.profile.name} profile, {ctx.draws()}, "
-        f"model {ctx.profile.settings[setting_key].model})",
+        f"# {title} ({ctx.grid.name} grid, {ctx.draws()}, "
+        f"model {ctx.grid.settings[setting_key].model})",
         "",
     ]
     for metric, heading in metrics:
@@ -125,7 +134,7 @@ def build(
 
 
 def _distinct(cols, method):
-    """Each column's evaluations once (tiny-profile columns share one evaluation)."""
+    """Each column's evaluations once (tiny-grid columns share one evaluation)."""
     seen, outl = set(), []
     for name, evs in cols.items():
         ids = tuple(id(e) for e in evs[method])

@@ -1,15 +1,30 @@
-"""Training-metric trajectories of GRPO vs GRPO-SG in the three settings (shared by fig3/fig4)."""
+"""Training-metric trajectories of GRPO vs GRPO-SG in every setting named as its environment
+(K&K, math and search QA; shared by fig3/fig4)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from rlvr.envs import env_names, env_spec
 from rlvr.reproduce.collect import runs_for
 from rlvr.reproduce.common import METHOD_COLORS, METHOD_LABELS, Context, Output
+from rlvr.reproduce.plan import Need
 
-SETTINGS = ("kk", "math", "searchqa")
-SETTING_TITLES = {"kk": "Knights & Knaves", "math": "math", "searchqa": "search QA"}
 METHODS = ("grpo", "grpo_sg")
+
+
+def settings(ctx: Context) -> list[str]:
+    """The grid's settings named as a registered environment, in registration order."""
+    return [name for name in env_names() if name in ctx.grid.settings]
+
+
+def title(setting: str) -> str:
+    return env_spec(setting).title or setting
+
+
+def needs(ctx: Context) -> list[Need]:
+    """The training metrics (no evaluation) of GRPO and GRPO-SG in each setting."""
+    return [Need.of(s, m, evaluate=False) for s in settings(ctx) for m in METHODS]
 
 
 def series(run, key: str) -> np.ndarray:
@@ -21,8 +36,7 @@ def collect(ctx: Context, out: Output, key: str) -> dict[str, dict[str, list[np.
     """``setting -> method -> [series per seed]``."""
     return {
         s: {m: [series(r, key) for r in runs_for(ctx, out, s, m)] for m in METHODS}
-        for s in SETTINGS
-        if s in {st.env for st in ctx.profile.settings.values()}
+        for s in settings(ctx)
     }
 
 
@@ -56,7 +70,7 @@ def plot_trajectories(axes, data, ylabel: str, window: int) -> None:
                     alpha=0.18,
                     lw=0,
                 )
-        ax.set_title(SETTING_TITLES.get(setting, setting))
+        ax.set_title(title(setting))
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(ylabel)

@@ -15,14 +15,20 @@ import pytest
 import uvicorn
 from openenv.core import GenericEnvClient
 
-from rlvr.envs import ENV_NAMES
+from rlvr.envs import ENVS, env_spec, register_env
 from rlvr.integrations.episodes import env_names
 from rlvr.integrations.openenv_server import RlvrEnvClient, TextAction, make_app
+
+from _rlvr_toys import TOY
+
+# An env registered outside rlvr (tests/_rlvr_toys.TOY) is served like the built-in ones.
+register_env(TOY)
 
 ENV_KWARGS = {
     "searchqa": {"dataset": "synthetic", "max_turns": 3},
     "kk": {"n_people": 2},
     "math": {"dataset": "synthetic"},
+    TOY.name: {"strict": True},
 }
 
 
@@ -40,7 +46,7 @@ def scripted_actions(name: str, info: dict) -> list[str]:
         return [f"solve</think><answer>{info['solution_text_format']}</answer>"]
     if name == "math":
         return [f"The answer is \\boxed{{{gt}}}."]
-    return ["<answer>x</answer>"]
+    return [str(gt)]
 
 
 def free_port() -> int:
@@ -74,9 +80,9 @@ def test_version_pinned():
     assert version("openenv") == "0.10.0"
 
 
-@pytest.mark.parametrize("name", sorted(ENV_NAMES))
+@pytest.mark.parametrize("name", sorted(ENVS))
 def test_client_episode_equals_gym_env(servers, name):
-    ref = gym.make(ENV_NAMES[name][0], **ENV_KWARGS.get(name, {}))
+    ref = gym.make(env_spec(name).id, **ENV_KWARGS.get(name, {}))
     prompt, info = ref.reset(seed=7, options={"index": 3})
     with RlvrEnvClient(base_url=servers[name]).sync() as client:
         result = client.reset(seed=7, index=3)

@@ -19,9 +19,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rlvr.envs.kk import score as kk_score
 from rlvr.integrations.trl_rewards import (
-    SearchToolEnvironment,
     kk_reward,
-    search_environment_factory,
     trl_dataset,
 )
 from rlvr.models import build_micro
@@ -38,6 +36,28 @@ def test_reward_signature_matches_trl():
     assert {"prompts", "completions"} <= set(params)
     assert any(p.kind is p.VAR_KEYWORD for p in params.values())
     assert "environment_factory" in inspect.signature(GRPOTrainer.__init__).parameters
+
+
+def grpo_args(tmp_path, max_completion_length: int, **more) -> GRPOConfig:
+    """Two GRPO steps of one prompt x four generations on the CPU, in fp32."""
+    return GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=max_completion_length,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        seed=0,
+        dataloader_num_workers=0,
+        **more,
+    )
 
 
 def test_grpo_trainer_two_steps_on_micro_model_with_kk_reward(tmp_path):
@@ -68,23 +88,7 @@ def test_grpo_trainer_two_steps_on_micro_model_with_kk_reward(tmp_path):
         )
         return rewards
 
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=12,
-        learning_rate=1e-3,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
-        gradient_checkpointing=False,
-        seed=0,
-        dataloader_num_workers=0,
-    )
+    args = grpo_args(tmp_path, 12)
     trainer = GRPOTrainer(
         model=str(model_dir),
         reward_funcs=kk,
@@ -108,20 +112,35 @@ def test_grpo_trainer_two_steps_on_micro_model_with_kk_reward(tmp_path):
     assert len(logged) == 2 and all(-3.0 <= h["reward"] <= 3.0 for h in logged)
 
 
-def test_search_environment_shape_for_trl():
-    """The class TRL would instantiate per rollout: ``reset`` plus one public tool method."""
-    public = [
-        n
-        for n, _ in inspect.getmembers(SearchToolEnvironment, predicate=inspect.isfunction)
-        if not n.startswith("_") and n != "reset"
-    ]
-    assert public == ["search"]
-    doc = inspect.getdoc(SearchToolEnvironment.search)
-    assert "Args:" in doc and "query" in doc and "Returns:" in doc
-    factory = search_environment_factory(retriever=None)
-    assert factory() is not factory()
-    with pytest.raises(ValueError, match="max_calls"):
-        SearchToolEnvironment(None, max_calls=0)
+def test_an_env_registered_outside_rlvr_trains_with_trl(tmp_path):
+    """One registration (``tests/_rlvr_toys.TOY``) and GRPOTrainer trains on it: its dataset, its
+    reward function, and its episodes through ``environment_factory``."""
+    from rlvr.integrations.trl_env import environment_factory, episode_reward
+    from rlvr.integrations.trl_rewards import reward_func
+
+    from _rlvr_toys import TOY, registered
+
+    torch.set_num_threads(2)
+    model, tokenizer = build_micro(seed=0)
+    model.save_pretrained(tmp_path / "micro")
+    tokenizer.save_pretrained(tmp_path / "micro")
+    with registered(TOY):
+        dataset = trl_dataset(TOY.name, 4, conversational=False, env_kwargs={"strict": True})
+        assert dataset["strict"] == [True] * 4 and dataset["ground_truth"][1] == "10"
+        trainer = GRPOTrainer(
+            model=str(tmp_path / "micro"),
+            reward_funcs=reward_func(TOY.name),
+            args=grpo_args(tmp_path, 8),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+        )
+        trainer.train()
+        env = environment_factory(TOY.name, strict=True)()
+        env.reset(index=1)
+        finished = [[{"role": "assistant", "content": "10"}]]
+        assert episode_reward(["p"], finished, environments=[env]) == [1.0]
+    assert trainer.state.global_step == 2
+    assert any(k.startswith("rewards/toy_reward") for h in trainer.state.log_history for k in h)
 
 
 # -- rlvr.integrations.trl_env: the environments through environment_factory ------------------
@@ -144,7 +163,7 @@ def micro_tool_model(path):
 def test_environment_classes_come_from_the_registry():
     from transformers.utils import get_json_schema
 
-    from rlvr.envs import env_tools
+    from rlvr.envs import env_spec
     from rlvr.integrations.episodes import env_names
     from rlvr.integrations.trl_env import environment_class
 
@@ -155,13 +174,13 @@ def test_environment_classes_come_from_the_registry():
             for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
             if not n.startswith("_")
         )
-        assert public == sorted(["reset", *[t.name for t in env_tools(name)]])
+        assert public == sorted(["reset", *[t.name for t in env_spec(name).tools]])
     schema = get_json_schema(environment_class("searchqa").search)["function"]
     assert schema["name"] == "search" and schema["parameters"]["required"] == ["query"]
 
 
 def test_grpo_trainer_runs_the_search_environment_and_logs_our_rewards(tmp_path):
-    from rlvr.envs import get_scorer
+    from rlvr.envs import env_spec
     from rlvr.integrations.trl_env import (
         environment_factory,
         episode_reward,
@@ -182,24 +201,7 @@ def test_grpo_trainer_runs_the_search_environment_and_logs_our_rewards(tmp_path)
         calls.append((list(completions), gts, actions, rewards))
         return rewards
 
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=48,
-        learning_rate=1e-3,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
-        gradient_checkpointing=False,
-        seed=0,
-        dataloader_num_workers=0,
-        max_tool_calling_iterations=2,
-    )
+    args = grpo_args(tmp_path, 48, max_tool_calling_iterations=2)
     trainer = GRPOTrainer(
         model=str(tmp_path / "micro"),
         reward_funcs=searchqa,
@@ -212,7 +214,7 @@ def test_grpo_trainer_runs_the_search_environment_and_logs_our_rewards(tmp_path)
     trainer.train()
 
     assert trainer.state.global_step == 2 and len(calls) == 2
-    score = get_scorer("searchqa")
+    score = env_spec("searchqa").score
     logged = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logged) == 2
     for (completions, gts, actions, rewards), log in zip(calls, logged):

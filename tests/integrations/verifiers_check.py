@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from openai_stub import ScriptedChatServer
 
-from rlvr.envs import ENV_NAMES
+from rlvr.envs import ENVS
 from rlvr.integrations.episodes import Episode
 
 N_TASKS = 4
@@ -100,20 +100,25 @@ def test_version_pinned():
 
 
 def test_load_environment_returns_a_verifiers_env_per_registered_env():
+    """Every registered env, one registered outside rlvr included (``tests/_rlvr_toys.TOY``)."""
     import verifiers.v1 as vf
 
     from rlvr.integrations.verifiers_env import RlvrEnv, load_environment
 
-    for name in sorted(ENV_NAMES):
-        env = load_environment(name, n=2, **ENV_KWARGS.get(name, {}))
-        assert isinstance(env, vf.Env) and isinstance(env, RlvrEnv)
-        tasks = list(env.taskset)
-        assert [t.data.name for t in tasks] == [f"{name}#0", f"{name}#1"]
+    from _rlvr_toys import TOY, registered
+
+    with registered(TOY):
+        for name in sorted(ENVS):
+            env = load_environment(name, n=2, **ENV_KWARGS.get(name, {}))
+            assert isinstance(env, vf.Env) and isinstance(env, RlvrEnv)
+            tasks = list(env.taskset)
+            assert [t.data.name for t in tasks] == [f"{name}#0", f"{name}#1"]
+        assert tasks[1].data.prompt == "Write the number 10.\n"  # the toy's, last by name
     with pytest.raises(Exception, match="env"):
         load_environment("chess")
 
 
-@pytest.mark.parametrize("name", sorted(ENV_NAMES))
+@pytest.mark.parametrize("name", sorted(ENVS))
 def test_vf_eval_rewards_equal_the_gym_env(name, tmp_path):
     table = task_table(name)
     with ScriptedChatServer(scripted_reply(name, table)) as server:

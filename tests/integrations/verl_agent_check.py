@@ -30,15 +30,15 @@ from verl.workers.rollout.replica import TokenOutput
 
 import rlvr
 from rlvr.cli import main as rlvr_main
-from rlvr.integrations import verl_agent_loop
-from rlvr.integrations.verl_agent_loop import (
+from rlvr.integrations.verl import agent_loop as verl_agent_loop
+from rlvr.integrations.verl.agent_loop import (
     AGENT_NAME,
     STOP,
     VERL_OVERRIDES,
     searchqa_settings,
     stop_cut,
 )
-from rlvr.integrations.verl_data import verl_rows, write_parquet
+from rlvr.integrations.verl.data import verl_rows, write_parquet
 from rlvr.models.micro import byte_level_tokenizer, micro_config
 from rlvr.models.tokenizer import TAG_TOKENS
 
@@ -234,9 +234,9 @@ def unpadded(output, i):
 # -- tests ------------------------------------------------------------------------------------
 def test_registered_through_the_plugin():
     assert _agent_loop_registry[AGENT_NAME] == {
-        "_target_": "rlvr.integrations.verl_agent_loop.SearchQAAgentLoop"
+        "_target_": "rlvr.integrations.verl.agent_loop.SearchQAAgentLoop"
     }
-    assert verl_agent_loop.SearchQAAgentLoop.__module__ == "rlvr.integrations.verl_agent_loop"
+    assert verl_agent_loop.SearchQAAgentLoop.__module__ == "rlvr.integrations.verl.agent_loop"
 
 
 def test_overrides_compose_with_verls_config(model_dir, retrieval_url):

@@ -19,10 +19,13 @@ from verl.utils.import_utils import load_extern_object
 from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
+from rlvr.agents.algorithms.entropy_top import entropy_top_weights
+from rlvr.agents.algorithms.lopti import lopti_masks
 from rlvr.agents.losses import policy_loss
-from rlvr.agents.weights import lopti_masks, token_weights
-from rlvr.integrations import verl_actor, verl_plugin
-from rlvr.integrations.verl_data import verl_rows
+from rlvr.agents.weights import token_weights
+from rlvr.integrations.verl import actor as verl_actor
+from rlvr.integrations.verl import plugin as verl_plugin
+from rlvr.integrations.verl.data import verl_rows
 
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 
@@ -40,7 +43,7 @@ def actor_config(loss_mode="vanilla", agg="token-mean", **policy_loss_keys):
         "clip_ratio_c": 3.0,
         "loss_agg_mode": agg,
         "policy_loss": {
-            "_target_": "rlvr.integrations.verl_plugin.RlvrPolicyLossConfig",
+            "_target_": "rlvr.integrations.verl.plugin.RlvrPolicyLossConfig",
             "loss_mode": loss_mode,
             **policy_loss_keys,
         },
@@ -62,16 +65,16 @@ def tensors(seed=0, b=6, t=9):
 def test_versions_and_entry_point():
     assert version("verl") == "0.9.1"
     names = {ep.name: ep.value for ep in entry_points(group="verl.plugins")}
-    assert names.get("rlvr") == "rlvr.integrations.verl_plugin", (
+    assert names.get("rlvr") == "rlvr.integrations.verl.plugin", (
         'pyproject.toml needs [project.entry-points."verl.plugins"] '
-        'rlvr = "rlvr.integrations.verl_plugin"'
+        'rlvr = "rlvr.integrations.verl.plugin"'
     )
 
 
 @pytest.mark.parametrize("name", verl_plugin.PLUGIN_LOSSES)
 def test_losses_found_by_name_after_import_verl(name):
     assert name in POLICY_LOSS_REGISTRY
-    assert get_policy_loss_fn(name).__module__ == "rlvr.integrations.verl_plugin"
+    assert get_policy_loss_fn(name).__module__ == "rlvr.integrations.verl.plugin"
 
 
 @pytest.mark.parametrize("agg", AGG_MODES)
@@ -167,8 +170,8 @@ def test_rollout_is_weights_multiply_the_surrogate():
 
 # --- reward ------------------------------------------------------------------------------------
 def test_reward_loads_like_verl_and_scores_gold_answers():
-    compute_score = load_extern_object("pkg://rlvr.integrations.verl_reward", "compute_score")
-    batch = load_extern_object("pkg://rlvr.integrations.verl_reward", "compute_score_batch")
+    compute_score = load_extern_object("pkg://rlvr.integrations.verl.reward", "compute_score")
+    batch = load_extern_object("pkg://rlvr.integrations.verl.reward", "compute_score_batch")
     kk = list(verl_rows("kk", 4, split="test", env_kwargs={"n_people": 4}))
     math = list(verl_rows("math", 4, split="test"))
     sources, responses, golds, extras = [], [], [], []
@@ -200,6 +203,23 @@ def test_reward_loads_like_verl_and_scores_gold_answers():
         )
         == singles
     )
+
+
+def test_an_env_registered_outside_rlvr_exports_and_scores_through_verl():
+    """One registration (``tests/_rlvr_toys.TOY``): its rows score back through the reward
+    function as verl loads it."""
+    from _rlvr_toys import TOY, registered
+
+    compute_score = load_extern_object("pkg://rlvr.integrations.verl.reward", "compute_score")
+    with registered(TOY):
+        rows = list(verl_rows(TOY.name, 3, env_kwargs={"strict": True}))
+        for row in rows:
+            gt = row["reward_model"]["ground_truth"]
+            args = dict(
+                data_source=row["data_source"], ground_truth=gt, extra_info=row["extra_info"]
+            )
+            assert compute_score(solution_str=gt, **args)["acc"] == 1.0
+            assert compute_score(solution_str=f"it is {gt}", **args)["acc"] == 0.0  # strict
 
 
 # --- actor loss (set_loss_fn) ------------------------------------------------------------------
@@ -315,7 +335,7 @@ def test_actor_loss_entropy_top_and_lopti():
     )
     e_pad = no_padding_2_padding(nested(ent, td), td)
     # 80/20 as the native trainer and the official code: the surrogate averaged over the kept tokens
-    kept = token_weights("entropy_top", logprobs=new, mask=mask, entropy=e_pad, fraction=0.2).bool()
+    kept = entropy_top_weights(logprobs=new, mask=mask, entropy=e_pad, fraction=0.2).bool()
     native, _ = policy_loss(
         new,
         td["old_log_probs"],

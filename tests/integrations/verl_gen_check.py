@@ -1,15 +1,15 @@
-"""Every launch folder of ``rlvr reproduce all --profile paper --engine verl`` against verl 0.9.1.
+"""Every launch folder of ``rlvr reproduce all --grid paper --engine verl`` against verl 0.9.1.
 
 Run in verl's own venv by ``scripts/test_integrations.sh verl``. For each generated run:
 
 - ``run.sh`` parses (``bash -n``) and runs under bash with ``PYTHON`` pointing at a recorder that
   stands in for the interpreter: it fakes the data steps (no hub access here) and records the
-  Hydra overrides run.sh hands to ``rlvr.integrations.verl_main``;
+  Hydra overrides run.sh hands to ``rlvr.integrations.verl.main``;
 - ``config.yaml`` composes with verl's packaged ``ppo_trainer`` (Hydra compose API) under exactly
   those overrides, and passes what ``verl.trainer.main_ppo.main`` runs before training
   (``validate_config``), plus the typed configs verl's workers build (``omega_conf_to_dataclass``
   of actor, reference, rollout, algorithm, checkpoint engine), the reward function verl loads,
-  and full interpolation; and, where ``rlvr.integrations.verl_main`` imports, its ``prepare``
+  and full interpolation; and, where ``rlvr.integrations.verl.main`` imports, its ``prepare``
   (the ``rlvr`` section, the policy-loss keys it implies, verl's validation);
 - every key the file sets exists in verl's own composed config (Hydra would silently add a
   misspelled key to a section that verl never turns into a dataclass), except the ``rlvr``
@@ -34,12 +34,11 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass, validate_config
 from verl.utils.import_utils import load_extern_object
 
-from rlvr.agents.algorithms import algorithm_names
-from rlvr.agents.config import WeightConfig
-from rlvr.integrations.verl_plugin import RlvrPolicyLossConfig
-from rlvr.reproduce.profiles import get_profile
-from rlvr.reproduce.verl_config import PLUGIN_LOSS_CONFIG
-from rlvr.reproduce.verl_scripts import write
+from rlvr.agents.algorithms import WeightConfig, algorithm_names
+from rlvr.integrations.verl.config import PLUGIN_LOSS_CONFIG
+from rlvr.integrations.verl.plugin import RlvrPolicyLossConfig
+from rlvr.integrations.verl.scripts import write
+from rlvr.reproduce.grid import get_grid
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 
@@ -48,12 +47,12 @@ RECORDER = """#!/usr/bin/env bash
 set -euo pipefail
 module="$2"; shift 2
 case "$module" in
-  rlvr.reproduce.verl_scripts) echo 64 ;;
+  rlvr.integrations.verl.scripts) echo 64 ;;
   rlvr.cli)
     if [[ "$1" == prepare-verl ]]; then
       while [[ $# -gt 0 ]]; do [[ "$1" == --out ]] && touch "$2"; shift; done
     fi ;;
-  rlvr.integrations.verl_main) printf '%s\\n' "$@" > "$RECORD" ;;
+  rlvr.integrations.verl.main) printf '%s\\n' "$@" > "$RECORD" ;;
   *) echo "unexpected module $module" >&2; exit 3 ;;
 esac
 """
@@ -62,7 +61,7 @@ esac
 @pytest.fixture(scope="module")
 def launch(tmp_path_factory):
     out = tmp_path_factory.mktemp("verl-launch")
-    rows = write(get_profile("paper"), ["all"], [0, 1, 2], out, "rlvr reproduce all (check)")
+    rows = write(get_grid("paper"), ["all"], [0, 1, 2], out, "rlvr reproduce all (check)")
     return out, rows
 
 
@@ -188,9 +187,9 @@ def test_every_generated_run_composes_and_validates(launch, base, composed):
 
 
 def test_verl_main_prepares_every_run(composed):
-    """rlvr's entry point (``rlvr.integrations.verl_main``) takes every run as generated: its
+    """rlvr's entry point (``rlvr.integrations.verl.main``) takes every run as generated: its
     ``rlvr`` section, the policy-loss keys it implies, then verl's validation."""
-    verl_main = pytest.importorskip("rlvr.integrations.verl_main")
+    verl_main = pytest.importorskip("rlvr.integrations.verl.main")
     for _, composed_cfg, record in composed:
         setup = verl_main.prepare(copy.deepcopy(composed_cfg))
         assert setup.algo == record["algo"] and setup.params == record["params"]

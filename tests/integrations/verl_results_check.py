@@ -1,4 +1,5 @@
-"""Reading verl's results back (``rlvr.reproduce.verl_results``) from files verl 0.9.1 itself wrote.
+"""Reading verl's results back (``rlvr.integrations.verl.results``) from files verl 0.9.1 itself
+wrote.
 
 Run inside verl's venv by ``scripts/test_integrations.sh verl``. The metrics come from verl's own
 metric functions (``verl/trainer/ppo/metric_utils.py``) and are written by its own
@@ -28,9 +29,10 @@ from verl.utils.metric import reduce_metrics
 from verl.utils.py_functional import rename_dict
 from verl.utils.tracking import FileLogger
 
+from rlvr.integrations.verl.results import METRIC_NAMES, VerlRuns, folder_name, read_metrics
 from rlvr.models import build_micro, load_model
-from rlvr.reproduce import profiles, runs
-from rlvr.reproduce.verl_results import METRIC_NAMES, VerlRuns, folder_name, read_metrics
+from rlvr.reproduce import grid, runs
+from rlvr.reproduce.plan import PlannedRun
 
 P, R, B = 4, 6, 4  # prompt and response widths, batch size
 
@@ -159,8 +161,8 @@ def test_file_logger_output_reads_back_as_native_metrics(tmp_path, monkeypatch):
 
 
 def test_checkpoint_saved_by_verl_is_the_run_final_model(tmp_path, process_group):
-    profile = profiles.tiny_profile(smoke=True)
-    cfg = runs.train_config(profile.settings["kk"], "grpo", 0)
+    g = grid.tiny_grid(smoke=True)
+    cfg = runs.train_config(g.settings["kk"], "grpo", 0)
     folder = tmp_path / "runs" / folder_name("kk", "grpo", 0)
     folder.mkdir(parents=True)
     (folder / "rlvr_run.json").write_text(
@@ -197,7 +199,7 @@ def test_checkpoint_saved_by_verl_is_the_run_final_model(tmp_path, process_group
         source.problem(folder.name, cfg)
     )
     save_with_verl(model, tokenizer, folder, 2, ["model", "hf_model"])
-    run = VerlRuns(tmp_path).run(cfg, "kk")
+    run = VerlRuns(tmp_path).run(PlannedRun("kk", "grpo", {}, 0, 0, cfg, runs.run_key(cfg)))
     assert run.final == folder / "checkpoints/global_step_2/actor/huggingface"
     assert [m["grad_norm"] for m in run.metrics] == [0.5, 1.0]
     loaded, _ = load_model(str(run.final))

@@ -35,16 +35,15 @@ from verl.utils.torch_functional import entropy_from_logits
 from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import left_right_2_no_padding
 
-from rlvr.agents.algorithms import get_algorithm
-from rlvr.agents.config import LossConfig, WeightConfig
+from rlvr.agents.algorithms import WeightConfig, get_algorithm
+from rlvr.agents.algorithms.entropy_top import n_kept
 from rlvr.agents.policy import TokenStats, head_token_stats
 from rlvr.agents.rollout.base import RolloutBatch
-from rlvr.agents.train_config import TrainConfig
+from rlvr.agents.train_config import LossConfig, TrainConfig
 from rlvr.agents.update import MicroBatch, Normalisers, Precision, Updater
-from rlvr.agents.weights import n_kept
-from rlvr.integrations import verl_main
-from rlvr.integrations.verl_actor import LOPTI_STAGE_KEY, SAMPLED_LOGIT_KEY, RlvrActorLoss
-from rlvr.integrations.verl_trainer import (
+from rlvr.integrations.verl import main as verl_main
+from rlvr.integrations.verl.actor import LOPTI_STAGE_KEY, SAMPLED_LOGIT_KEY, RlvrActorLoss
+from rlvr.integrations.verl.trainer import (
     RlvrConfigError,
     RlvrPPOTrainer,
     apply_rlvr,
@@ -476,7 +475,7 @@ def test_verl_main_prepares_every_algorithm(base_config, algo, params, stage):
     policy_loss = cfg.actor_rollout_ref.actor.policy_loss
     if setup.path == "policy_loss":
         assert policy_loss.loss_mode == algo
-        assert policy_loss._target_ == "rlvr.integrations.verl_plugin.RlvrPolicyLossConfig"
+        assert policy_loss._target_ == "rlvr.integrations.verl.plugin.RlvrPolicyLossConfig"
         wanted = {k: v for k, v in params.items() if k != "shaping_input"}
         assert {k: policy_loss[k] for k in wanted} == wanted
     else:
@@ -544,10 +543,10 @@ def test_no_rlvr_section_is_plain_verl(base_config):
 
 
 def verl_main_cli(run: str, *args: str) -> subprocess.CompletedProcess:
-    """``python -m rlvr.integrations.verl_main --config-path <relative> --config-name config``."""
+    """``python -m rlvr.integrations.verl.main --config-path <relative> --config-name config``."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
     return subprocess.run(
-        [sys.executable, "-m", "rlvr.integrations.verl_main", "--config-path",
+        [sys.executable, "-m", "rlvr.integrations.verl.main", "--config-path",
          os.path.basename(run), "--config-name", "config", "--check", *args],
         cwd=os.path.dirname(run), env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -580,7 +579,7 @@ def test_task_runner_builds_the_rlvr_trainer(tmp_path, model_dir, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rlvr.integrations.verl_data import verl_rows
+    from rlvr.integrations.verl.data import verl_rows
 
     data = tmp_path / "kk.parquet"
     rows = list(verl_rows("kk", 8, split="train", env_kwargs={"n_people": 3}))

@@ -1,103 +1,38 @@
-"""The algorithm registry: one registered ``Algorithm`` per method, one file per algorithm.
+"""The algorithm registry: one registered ``Algorithm`` per method, one file per method.
 
-An ``Algorithm`` says everything the update loop (``rlvr.agents.update``), the verl actor
-extension, the reproduce grid and the plots need to know about a method:
+A method's file holds everything every engine needs (``base.Algorithm``): its weight function
+(the math, named as in its paper), the ``WeightConfig`` fields it reads with their defaults and
+intervals, its stages or token selection, and what verl needs. Every module of this package is
+imported with it, so a new method is one file here that calls ``register_algorithm`` (see
+``docs/algorithms.md``); a module elsewhere registers the same way once imported
+(``rlvr train ... plugins=my.module``, its parameters in ``weights.extra``).
 
-- ``weight``: the per-token weight on the clipped surrogate (a scheme of ``rlvr.agents.weights``,
-  or ``None`` for ``w = 1``) and ``params``, which ``WeightConfig`` fields it reads;
-- ``stages``: the token stages of one batch, each a full pass of optimizer steps (Lopti's two);
-- ``select_tokens``: a token selection made on the current training forward (80/20);
-- ``needs_old_logprobs``: whether old-policy log-probs are needed even when the update is
-  on-policy (the weight or the stages read them);
-- ``label`` and ``color`` for tables and figures.
-
-Every module of this package is imported when the registry is first read, so a new method is one
-file here that calls ``register_algorithm`` (see ``docs/algorithms.md``). A module outside the
-package registers the same way once imported (``rlvr train ... plugins=my.module``).
+``WeightConfig`` is generated from the registered fields: the typed ``weights.*`` section of
+``rlvr train`` (``rlvr.agents.train_config``), of verl's ``rlvr.params`` and of the verl plugin's
+policy-loss config.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
-import torch
+from rlvr.agents.algorithms.base import ALGORITHMS, Algorithm, Param, Stage, register_algorithm
 
-#: ``params(weight_config) -> dict`` of keyword arguments for the weight scheme / selection.
-ParamsFn = Callable[[Any], dict[str, Any]]
-#: ``stages(old_logprobs, mask, params) -> [Stage, ...]`` (masks ``[B, T]``).
-StagesFn = Callable[[torch.Tensor, torch.Tensor, Mapping[str, Any]], list["Stage"]]
-#: ``select_tokens(entropy, mask, params) -> bool mask [B, T]`` on the current forward.
-SelectFn = Callable[[torch.Tensor, torch.Tensor, Mapping[str, Any]], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One pass of optimizer steps over the whole batch restricted to ``tokens`` (bool ``[B, T]``).
-
-    Outside ``tokens`` the advantage is zero and KL does not count, while the loss is still
-    averaged over every response token (the normaliser stays the full response mask).
-    """
-
-    name: str
-    tokens: torch.Tensor
-
-
-@dataclass(frozen=True)
-class Algorithm:
-    name: str
-    label: str
-    color: str
-    #: A scheme registered in ``rlvr.agents.weights`` (``None``: every token weighs 1).
-    weight: str | None = None
-    #: ``WeightConfig`` -> keyword parameters of ``weight`` and of ``select_tokens``/``stages``.
-    params: ParamsFn = field(default=lambda wc: {})
-    #: Stages of one batch in order (``None``: one stage over all response tokens).
-    stages: StagesFn | None = None
-    #: Number of stages ``stages`` returns (optimizer steps per mini-batch and epoch).
-    n_stages: int = 1
-    #: Token selection on the current training forward (``None``: all response tokens).
-    select_tokens: SelectFn | None = None
-    #: Old-policy log-probs are needed even on-policy (the weight or the stages read them).
-    needs_old_logprobs: bool = False
-    #: Where the method and its constants come from (shown by ``rlvr algorithms``).
-    source: str = ""
-
-
-ALGORITHMS: dict[str, Algorithm] = {}
-_discovered = False
-
-
-def register_algorithm(algorithm: Algorithm) -> Algorithm:
-    """Add ``algorithm`` to the registry (a second, different one under the same name raises)."""
-    known = ALGORITHMS.get(algorithm.name)
-    if known is not None and known != algorithm:
-        raise ValueError(f"algo: {algorithm.name!r} is already registered")
-    ALGORITHMS[algorithm.name] = algorithm
-    return algorithm
-
-
-def _discover() -> None:
-    global _discovered
-    if _discovered:
-        return
-    _discovered = True
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name != "base":
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def algorithm_names() -> list[str]:
     """Registered algorithm names (registration order: the built-ins by module name)."""
-    _discover()
     return list(ALGORITHMS)
 
 
 def get_algorithm(name: str) -> Algorithm:
     """The registered algorithm ``name`` (``ValueError`` naming the known ones otherwise)."""
-    _discover()
     algo = ALGORITHMS.get(name)
     if algo is None:
         raise ValueError(f"algo: {name!r} is not one of {sorted(ALGORITHMS)}")
@@ -113,12 +48,74 @@ def load_plugins(modules: list[str] | tuple[str, ...]) -> None:
             raise ValueError(f"plugins: cannot import {name!r}: {e}") from e
 
 
+def registered_fields(algorithms=None) -> dict[str, Param]:
+    """Every ``WeightConfig`` field the ``algorithms`` (default: all registered) read, once each
+    (two methods sharing a field must declare the same ``Param``)."""
+    out: dict[str, Param] = {}
+    for algo in ALGORITHMS.values() if algorithms is None else algorithms:
+        for p in algo.fields:
+            if out.setdefault(p.name, p) != p:
+                raise ValueError(f"weights.{p.name}: declared differently by {algo.name!r}")
+    return out
+
+
+def _weight_params(self, algo: str) -> dict:
+    """Keyword parameters algorithm ``algo`` passes to its weight / selection / stages."""
+    return get_algorithm(algo).parameters(self)
+
+
+def _check_fields(self, prefix: str = "weights.") -> None:
+    """Every field inside its interval (``ConfigError`` naming ``<prefix><field>``)."""
+    for p in FIELDS.values():
+        p.check(getattr(self, p.name), prefix + p.name)
+
+
+#: The fields of the built-in methods, in registration order.
+FIELDS = registered_fields()
+
+WeightConfig = dataclasses.make_dataclass(
+    "WeightConfig",
+    [(p.name, p.type, dataclasses.field(default=p.default)) for p in FIELDS.values()]
+    + [("extra", dict[str, float], dataclasses.field(default_factory=dict))],
+    namespace={"params": _weight_params, "check": _check_fields},
+)
+WeightConfig.__module__ = __name__
+WeightConfig.__doc__ = """Parameters of the token weights and selections, for every algorithm:
+the fields the registered methods declare (``Algorithm.fields``), each algorithm reading its own
+(``params(algo)``); ``extra`` holds the parameters of methods registered outside this package."""
+
+
+def policy_loss_fields() -> dict[str, Any]:
+    """``name -> Optional[type]`` of the fields of the methods verl runs as a policy loss (the
+    keys of the verl plugin's loss config; ``None``: rlvr's default)."""
+    loss_methods = [a for a in ALGORITHMS.values() if a.policy_loss]
+    return {p.name: Optional[p.type] for p in registered_fields(loss_methods).values()}
+
+
+def resolved_fields(weights, algo: str) -> dict[str, Any]:
+    """The ``WeightConfig`` fields ``algo`` reads at their resolved values (GRPO-SG's ``alpha``:
+    the default of its shaping input), plus ``extra`` when set: what a verl config carries, and
+    rebuilding a ``WeightConfig`` from it gives the same parameters."""
+    algorithm = get_algorithm(algo)
+    params = algorithm.parameters(weights)
+    out = {p.name: params.get(p.arg, getattr(weights, p.name)) for p in algorithm.fields}
+    if weights.extra:
+        out["extra"] = dict(weights.extra)
+    return out
+
+
 __all__ = [
     "ALGORITHMS",
+    "FIELDS",
     "Algorithm",
+    "Param",
     "Stage",
+    "WeightConfig",
     "algorithm_names",
     "get_algorithm",
     "load_plugins",
+    "policy_loss_fields",
     "register_algorithm",
+    "registered_fields",
+    "resolved_fields",
 ]

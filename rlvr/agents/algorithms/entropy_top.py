@@ -11,8 +11,52 @@ the denominator is the mini-batch's number of selected tokens (the global-batch 
 ``rlvr.agents.losses.agg_loss``), which is the same when a mini-batch is one forward.
 """
 
-from rlvr.agents.algorithms import Algorithm, register_algorithm
-from rlvr.agents.weights import entropy_top_weights
+from __future__ import annotations
+
+import math
+
+import torch
+
+from rlvr.agents.algorithms.base import Algorithm, Param, register_algorithm, require
+
+#: Keep the top 20 % entropy tokens (the paper's ``entropy_top_ratio``).
+ENTROPY_TOP_FRACTION = 0.2
+FRACTION = Param("fraction", ENTROPY_TOP_FRACTION, float, "(0, 1]")
+
+
+def n_kept(fraction: float, n_valid: int) -> int:
+    """``ceil(fraction * n_valid)``, robust to float noise (``0.2 * 15`` is 3.0000000000000004)."""
+    return min(n_valid, math.ceil(round(fraction * n_valid, 9)))
+
+
+def entropy_top_weights(
+    *,
+    logprobs,
+    mask,
+    logits=None,
+    old_logprobs=None,
+    entropy=None,
+    fraction: float = ENTROPY_TOP_FRACTION,
+):
+    """A 0/1 mask keeping the top-``fraction`` entropy tokens.
+
+    ``I[H_t >= tau_rho]`` with ``tau_rho`` the batch's (1 - rho) entropy quantile, implemented as
+    exactly ``k = ceil(fraction * n_valid)`` tokens (ties broken by ``torch.topk``) over all valid
+    tokens of the tensors passed, so call it on the whole forward, not on a part of it.
+    ``entropy`` is the per-position entropy of the policy's next-token distribution.
+    """
+    FRACTION.check(fraction)
+    ent = require("entropy", entropy, logprobs, "entropy_top")
+    flat_valid = mask.reshape(-1).to(torch.bool)
+    n_valid = int(flat_valid.sum())
+    keep = torch.zeros(flat_valid.shape, dtype=logprobs.dtype, device=logprobs.device)
+    if n_valid == 0:
+        return keep.reshape(logprobs.shape)
+    k = n_kept(fraction, n_valid)
+    scores = ent.reshape(-1).to(torch.float64).masked_fill(~flat_valid, -math.inf)
+    top = torch.topk(scores, k).indices
+    keep[top] = 1.0
+    return keep.reshape(logprobs.shape)
 
 
 def select_top_entropy(entropy, mask, params):
@@ -26,8 +70,9 @@ ENTROPY_TOP = register_algorithm(
         name="entropy_top",
         label="80/20 (entropy top)",
         color="#e377c2",
-        params=lambda wc: {"fraction": wc.fraction},
+        fields=(FRACTION,),
         select_tokens=select_top_entropy,
+        selected=lambda params, n: n_kept(params["fraction"], n),
         source="arXiv 2506.01939; Shenzhi-Wang/Beyond-the-80-20-Rule-RLVR@6f5dda6 dp_actor.py",
     )
 )

@@ -1,6 +1,6 @@
 """GRPO (Shao et al. 2024, DeepSeekMath): every response token weighs 1."""
 
-from rlvr.agents.algorithms import Algorithm, register_algorithm
+from rlvr.agents.algorithms.base import Algorithm, register_algorithm
 
 GRPO = register_algorithm(
     Algorithm(

@@ -9,12 +9,58 @@ while the loss keeps the full response mask as its normaliser. The reverse order
 collapses training (the paper's ablation). Both stages always run, empty or not, as there.
 """
 
-from rlvr.agents.algorithms import Algorithm, Stage, register_algorithm
-from rlvr.agents.weights import lopti_stages
+from __future__ import annotations
+
+import torch
+
+from rlvr.agents.algorithms.base import Algorithm, Param, Stage, register_algorithm
+
+#: The threshold eta (AR-Lopti's ``seperate_prob``).
+LOPTI_ETA = 0.5
+ETA = Param("eta", LOPTI_ETA, float, "(0, 1)")
+
+
+def lopti_masks(
+    old_logprobs: torch.Tensor, mask: torch.Tensor, eta: float = LOPTI_ETA
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(low_mask, high_mask)`` with ``low = mask & (pi_old < eta)``,
+    ``high = mask & (pi_old >= eta)``; they partition the response tokens. Float masks shaped like
+    ``old_logprobs``.
+    """
+    ETA.check(eta)
+    if mask.shape != old_logprobs.shape:
+        raise ValueError(
+            f"mask: shape {tuple(mask.shape)} != old_logprobs shape {tuple(old_logprobs.shape)}"
+        )
+    with torch.no_grad():
+        valid = mask.to(torch.bool)
+        low = valid & (old_logprobs.detach().exp() < eta)
+        high = valid & ~low
+    return low.to(old_logprobs.dtype), high.to(old_logprobs.dtype)
+
+
+def lopti_stages(
+    old_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    eta: float = LOPTI_ETA,
+    *,
+    drop_empty: bool = True,
+) -> list[tuple[str, torch.Tensor]]:
+    """The ordered Lopti updates for one mini-batch: ``[("low", low_mask), ("high", high_mask)]``.
+
+    First the low-probability tokens (``pi_old < eta``), then the rest. ``drop_empty`` omits a
+    stage with no tokens, since an optimizer step on a zero gradient still moves AdamW's moments
+    and applies weight decay (the algorithm keeps both, as the reference does).
+    """
+    low, high = lopti_masks(old_logprobs, mask, eta)
+    stages = [("low", low), ("high", high)]
+    if drop_empty:
+        stages = [(name, m) for name, m in stages if bool(m.sum() > 0)]
+    return stages
 
 
 def stages(old_logprobs, mask, params) -> list[Stage]:
-    """``[low, high]`` from ``weights.lopti_stages`` (empty stages kept, as the reference)."""
+    """``[low, high]`` from ``lopti_stages`` (empty stages kept, as the reference)."""
     return [
         Stage(name, m.bool())
         for name, m in lopti_stages(old_logprobs, mask, params["eta"], drop_empty=False)
@@ -26,7 +72,7 @@ LOPTI = register_algorithm(
         name="lopti",
         label="Lopti",
         color="#8c564b",
-        params=lambda wc: {"eta": wc.eta},
+        fields=(ETA,),
         stages=stages,
         n_stages=2,
         needs_old_logprobs=True,

@@ -91,9 +91,12 @@ def run_episodes(
     n = len(envs)
     err_r = list(error_reward) if isinstance(error_reward, (list, tuple)) else [error_reward] * n
     episodes = []
+    encoded: dict[str, tuple[list[int], bool]] = {}  # a group's envs share one prompt
     for p in prompts:
-        ids, cut = encode_prompt(tokenizer, p, max_prompt_tokens)
-        ep = Episode(prompt_ids=ids)
+        if p not in encoded:
+            encoded[p] = encode_prompt(tokenizer, p, max_prompt_tokens)
+        ids, cut = encoded[p]
+        ep = Episode(prompt_ids=list(ids))
         ep.info["prompt_truncated"] = cut
         episodes.append(ep)
     live = list(range(n))

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from rlvr.envs.kk.cot import solver_cot
-from rlvr.envs.kk.logic import parse_statements_repr
+from rlvr.envs.kk.logic import MAX_PEOPLE, parse_statements_repr
 from rlvr.envs.kk.prompts import kk_prompt
 from rlvr.envs.kk.render import solution_text_format
 from rlvr.envs.kk.reward import parse_solution_text_format
@@ -39,25 +39,55 @@ def _prompt_text(prompt: Any) -> str | None:
     return None
 
 
-def record_from_row(row: dict[str, Any], source: str) -> dict[str, Any]:
-    """Normalise one K&K / Logic-RL row (fields ``quiz``, ``names``, ``solution``, ...)."""
-    names = [str(n) for n in row["names"]]
+class RowError(ValueError):
+    """A dataset row that cannot be used; the message names the file, the row and the field."""
+
+
+def _field_error(where: str, field: str, problem: str) -> RowError:
+    return RowError(f"{where}: field {field!r} {problem}")
+
+
+def record_from_row(row: dict[str, Any], source: str, where: str | None = None) -> dict[str, Any]:
+    """Normalise one K&K / Logic-RL row (fields ``quiz``, ``names``, ``solution``, ...).
+
+    A row that cannot be used raises ``RowError`` naming ``where`` (the file and line; default
+    ``source``) and the field at fault."""
+    where = where or source
+    if not isinstance(row, dict):
+        raise RowError(f"{where}: a row must be an object, got {type(row).__name__}")
+    names = row.get("names")
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise _field_error(where, "names", "is missing or not a list of names")
+    if not 1 <= len(names) <= MAX_PEOPLE:
+        raise _field_error(where, "names", f"must name 1..{MAX_PEOPLE} people, got {len(names)}")
+    names = list(names)
     if row.get("solution") is not None:
+        if not isinstance(row["solution"], (list, tuple)):
+            raise _field_error(where, "solution", "is not a list of knight flags")
         knights = [bool(k) for k in row["solution"]]
     else:
-        gold = row.get("solution_text_format") or (row.get("reward_model") or {}).get(
-            "ground_truth", {}
-        ).get("solution_text_format", "")
-        roles = parse_solution_text_format(gold)
+        reward_model = row.get("reward_model")
+        gt = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
+        gold = row.get("solution_text_format") or (
+            gt.get("solution_text_format", "") if isinstance(gt, dict) else ""
+        )
+        roles = parse_solution_text_format(str(gold))
+        if set(names) - set(roles):
+            raise _field_error(where, "solution_text_format", "does not give every name a role")
         knights = [roles[n] == "knight" for n in names]
     if len(knights) != len(names):
-        raise ValueError(f"{source}: {len(names)} names but {len(knights)} roles")
+        raise _field_error(where, "solution", f"has {len(knights)} roles for {len(names)} names")
     statements = None
-    if isinstance(row.get("statements"), str):
-        statements = parse_statements_repr(row["statements"], len(names))
-    elif row.get("statements") is not None:
-        statements = parse_statements_repr(repr(row["statements"]), len(names))
-    quiz = str(row["quiz"])
+    try:
+        if isinstance(row.get("statements"), str):
+            statements = parse_statements_repr(row["statements"], len(names))
+        elif row.get("statements") is not None:
+            statements = parse_statements_repr(repr(row["statements"]), len(names))
+    except (ValueError, RecursionError) as e:  # repr of a nested list may recurse too deeply
+        raise _field_error(where, "statements", f"is malformed: {str(e)[:160]}") from None
+    if not isinstance(row.get("quiz"), str):
+        raise _field_error(where, "quiz", "is missing or not text")
+    quiz = row["quiz"]
     prompt = _prompt_text(row.get("prompt")) or kk_prompt(quiz)[0]
     return {
         "prompt": prompt,
@@ -74,16 +104,24 @@ def record_from_row(row: dict[str, Any], source: str) -> dict[str, Any]:
     }
 
 
-def _rows_from_file(path: Path) -> Iterator[dict[str, Any]]:
+def _rows_from_file(path: Path) -> Iterator[tuple[str, Any]]:
+    """``(where, row)`` for each row: ``where`` is ``"<file> line <n>"`` (``row <n>`` in a
+    parquet file), for error messages."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        yield from pq.read_table(path).to_pylist()
+        for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
+            yield f"{path} row {i}", row
     elif path.suffix in (".jsonl", ".json"):
-        with path.open(encoding="utf-8") as f:
-            for line in f:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            for lineno, line in enumerate(f, 1):
                 if line.strip():
-                    yield json.loads(line)
+                    try:
+                        row = json.loads(line)
+                    except (ValueError, RecursionError) as e:  # incl. the int-string limit
+                        reason = str(e)[:160] or "nested too deeply"
+                        raise RowError(f"{path} line {lineno}: not a JSON row ({reason})") from None
+                    yield f"{path} line {lineno}", row
     else:
         raise ValueError(f"unsupported K&K data file {path} (expected .parquet or .jsonl)")
 
@@ -119,7 +157,9 @@ def load_dataset(
         )
         if not files:
             raise FileNotFoundError(f"no .parquet or .jsonl files under {path}")
-        records = (record_from_row(row, str(f)) for f in files for row in _rows_from_file(f))
+        records = (
+            record_from_row(row, str(f), where) for f in files for where, row in _rows_from_file(f)
+        )
     elif (
         path.suffix in (".parquet", ".jsonl", ".json")
         or text.count("/") != 1

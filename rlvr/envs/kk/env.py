@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Sequence
 
-from rlvr.envs.base import Score, SingleTurnEnv
+from rlvr.envs.base import Score, SingleTurnEnv, drop_oversized
 from rlvr.envs.kk.cot import solver_cot
 from rlvr.envs.kk.data import load_dataset
 from rlvr.envs.kk.generator import DEFAULT_TEST_SIZE, SPLITS, check_params, puzzle_at
@@ -82,6 +82,9 @@ class KnightsKnavesEnv(SingleTurnEnv):
                 raise ValueError(
                     f"dataset {dataset!r} has no puzzles with n_people in {self.sizes}"
                 )
+            self.records = drop_oversized(
+                self.records, lambda r: self._render(r["quiz"])[0], max_prompt_chars, repr(dataset)
+            )
 
     @property
     def num_tasks(self) -> int | None:
@@ -114,6 +117,14 @@ class KnightsKnavesEnv(SingleTurnEnv):
             "seed": puzzle.seed,
         }
 
+    def _render(self, quiz: str):
+        return kk_prompt(
+            quiz,
+            template=self.template,
+            prefill_think=self.prefill_think,
+            system_prompt=self.system_prompt,
+        )
+
     def _sample_task(self, rng, options: dict[str, Any]):
         index = options.get("index")
         bound = self.num_tasks
@@ -122,12 +133,7 @@ class KnightsKnavesEnv(SingleTurnEnv):
         elif not isinstance(index, int) or index < 0 or (bound is not None and index >= bound):
             raise ValueError(f"options['index'] must be an int in [0, {bound}), got {index!r}")
         task = self._task(index)
-        prompt, messages = kk_prompt(
-            task["quiz"],
-            template=self.template,
-            prefill_think=self.prefill_think,
-            system_prompt=self.system_prompt,
-        )
+        prompt, messages = self._render(task["quiz"])
         info = {
             "names": list(task["names"]),
             "n_people": task["n_people"],

@@ -24,6 +24,9 @@ KNAVE = "lying"
 LEAVES = (KNIGHT, KNAVE)
 OPERATORS = ("not", "and", "or", "->", "<=>")
 MAX_PEOPLE = 8
+#: The longest ``statements`` text parsed: eight people's depth-2 statements take about 2,000
+#: characters; a longer field is refused before ``ast`` sees it.
+MAX_STATEMENTS_CHARS = 100_000
 
 Statement = tuple
 
@@ -157,9 +160,19 @@ def validate_statement(stmt: Any, n_people: int) -> Statement:
 def parse_statements_repr(text: str, n_people: int) -> tuple[Statement, ...]:
     """Parse Logic-RL's ``statements`` field (a Python tuple literal) safely.
 
-    ``ast.literal_eval`` only builds literals, so no code runs; the result is validated.
+    ``ast.literal_eval`` only builds literals, so no code runs; the result is validated. Text it
+    cannot take (too long, nested past the parser's limit, an integer past Python's int-string
+    limit, not a literal) raises ``ValueError`` like any malformed statement.
     """
-    value = ast.literal_eval(text)
+    if len(text) > MAX_STATEMENTS_CHARS:
+        raise ValueError(
+            f"statements text of {len(text)} characters (at most {MAX_STATEMENTS_CHARS})"
+        )
+    try:
+        value = ast.literal_eval(text)
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError) as e:
+        reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+        raise ValueError(f"statements are not a tuple literal ({reason})") from None
     if not isinstance(value, (tuple, list)) or len(value) != n_people:
         raise ValueError(f"expected {n_people} statements, got {value!r:.200}")
     return tuple(validate_statement(s, n_people) for s in value)

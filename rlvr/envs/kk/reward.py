@@ -165,3 +165,22 @@ def compute_score(
     prefilled = bool((extra_info or {}).get("prefilled_think", True))
     result = score(solution_str, ground_truth, prefilled_think=prefilled)
     return {"score": result.reward, "acc": float(result.correct), **result.components}
+
+
+# -- how exported rows carry a task (rlvr.envs.registry: the K&K spec) ---------------------------
+def gold_text(info: Mapping[str, Any]) -> str:
+    """A reset ``info``'s gold in Logic-RL's text layout ``(1) Name is a knight`` (one line per
+    person), which ``score`` reads back."""
+    text = info.get("solution_text_format")
+    if text:
+        return str(text)
+    gt = info["ground_truth"]
+    return "\n".join(
+        f"({i}) {name} is a {role}" for i, (name, role) in enumerate(gt.items(), start=1)
+    )
+
+
+def row_options(env_kwargs: Mapping[str, Any], prompt: str | None) -> dict[str, bool]:
+    """``prefilled_think``: whether the exported prompt ends with ``<think>`` (a chat export,
+    ``prompt=None``, is rendered by the consumer's chat template and never is)."""
+    return {"prefilled_think": prompt is not None and prompt.rstrip().endswith(THINK_OPEN)}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from rlvr.envs.base import Score, SingleTurnEnv
+from rlvr.envs.base import Score, SingleTurnEnv, drop_oversized
 from rlvr.envs.math.data import load_dataset
 from rlvr.envs.math.pool import check_timeout
 from rlvr.envs.math.reward import DEFAULT_TIMEOUT_S, score
@@ -77,6 +77,12 @@ class MathEnv(SingleTurnEnv):
             self.records = load_dataset(self.dataset, self.split, data_dir=data_dir)
             if not self.records:
                 raise ValueError(f"dataset {self.dataset!r} has no records")
+            self.records = drop_oversized(
+                self.records,
+                lambda r: render_prompt(self.system_prompt, r["problem"], self.template),
+                self.observation_space.max_length,
+                repr(self.dataset),
+            )
 
     def __len__(self) -> int:
         """Number of items (the synthetic stream is unbounded: its index space)."""

@@ -142,3 +142,14 @@ def compute_score(
 ) -> float:
     """verl's reward-function signature (``custom_reward_function``): the 1/0 reward."""
     return score(solution_str, ground_truth).reward
+
+
+# -- how exported rows carry a task (rlvr.envs.registry: the math spec) --------------------------
+def gold_of(info: dict) -> str:
+    """A reset ``info``'s gold answer as text (``gold_to_text``)."""
+    return gold_to_text(info["ground_truth"])
+
+
+def row_options(env_kwargs: dict, prompt: str | None) -> dict[str, bool]:
+    """``require_think``: the env's own setting (the DSR recipe's ``</think>`` requirement)."""
+    return {"require_think": bool(env_kwargs.get("require_think", False))}

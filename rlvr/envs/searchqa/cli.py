@@ -47,6 +47,7 @@ def add_index_arguments(p: argparse.ArgumentParser) -> None:
 def run_index(args) -> int:
     from rlvr.envs.searchqa.index import build_index
     from rlvr.envs.searchqa.synthetic import synthetic_task
+    from rlvr.locks import FolderInUse
 
     params = {
         "hnsw": {
@@ -73,7 +74,7 @@ def run_index(args) -> int:
         index = build_index(
             corpus, encoder=encoder, kind=args.kind, params=params, out_dir=args.out
         )
-    except (FileNotFoundError, ValueError, ImportError, OSError) as e:
+    except (FileNotFoundError, ValueError, ImportError, OSError, FolderInUse) as e:
         print(f"rlvr index: {e}", file=sys.stderr)
         return 2
     print(
@@ -92,6 +93,10 @@ def run_index(args) -> int:
 
 
 def add_retrieval_serve_arguments(p: argparse.ArgumentParser) -> None:
+    from dataclasses import fields
+
+    from rlvr.envs.searchqa.server import LIMITS
+
     p.add_argument("--index", required=True, help="folder written by `rlvr index`")
     p.add_argument("--corpus", help="passages JSONL, overriding the one recorded in the index")
     p.add_argument(
@@ -99,38 +104,58 @@ def add_retrieval_serve_arguments(p: argparse.ArgumentParser) -> None:
         default="127.0.0.1",
         help="bind address (default loopback; the service has no auth)",
     )
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="TCP port, 0-65535 (0: any free one)")
     p.add_argument("--topk", type=int, default=3, help="top-k when a request gives none")
     p.add_argument(
         "--no-mmap",
         action="store_true",
         help="read the index into memory instead of memory-mapping it",
     )
+    limits = p.add_argument_group("limits (what one client may cost the service)")
+    for f in fields(LIMITS):
+        default = getattr(LIMITS, f.name)
+        shown = f"{default:g}" if isinstance(default, float) else str(default)
+        if f.name.endswith("_bytes"):
+            shown += (
+                f" = {default / 2**10:g} KiB" if default < 2**20 else f" = {default / 2**20:g} MiB"
+            )
+        limits.add_argument(
+            "--" + f.name.replace("_", "-"),
+            type=type(default),
+            default=default,
+            metavar="N" if isinstance(default, int) else "S",
+            help=f"{f.metadata['help']} (default {shown})",
+        )
 
 
 def run_retrieval_serve(args) -> int:
-    from rlvr.envs.searchqa.index import load_index
-    from rlvr.envs.searchqa.server import LIMITS, make_server
+    from dataclasses import fields
 
-    if not 1 <= args.topk <= LIMITS.max_topk:
-        print(
-            f"rlvr retrieval-serve: --topk must be in [1, {LIMITS.max_topk}], got {args.topk}",
-            file=sys.stderr,
-        )
+    from rlvr.envs.searchqa.index import load_index
+    from rlvr.envs.searchqa.server import LIMITS, ServerLimits, make_server
+
+    def fail(message: str) -> int:
+        print(f"rlvr retrieval-serve: {message}", file=sys.stderr)
         return 2
+
+    try:
+        limits = ServerLimits(**{f.name: getattr(args, f.name) for f in fields(LIMITS)})
+    except ValueError as e:
+        return fail(f"--{str(e).replace('_', '-')}")
+    if not 1 <= args.topk <= limits.max_topk:
+        return fail(f"--topk must be in [1, {limits.max_topk}], got {args.topk}")
+    if not 0 <= args.port <= 65535:
+        return fail(f"--port must be in [0, 65535], got {args.port}")
     try:
         index = load_index(args.index, corpus=args.corpus, mmap=not args.no_mmap)
     except (FileNotFoundError, ValueError, ImportError, OSError) as e:
-        print(f"rlvr retrieval-serve: {e}", file=sys.stderr)
-        return 2
+        return fail(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
     try:
-        server = make_server(index, args.host, args.port, args.topk)
-    except OSError as e:  # port taken, address not local, no permission
-        print(
-            f"rlvr retrieval-serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}",
-            file=sys.stderr,
+        server = make_server(index, args.host, args.port, args.topk, limits)
+    except (OSError, OverflowError) as e:  # port taken, address not local, no permission
+        return fail(
+            f"cannot listen on {args.host}:{args.port}: {getattr(e, 'strerror', None) or e}"
         )
-        return 2
     host, port = server.server_address[:2]
     print(
         f"serving {len(index)} passages ({index.kind}) at http://{host}:{port}/retrieve", flush=True

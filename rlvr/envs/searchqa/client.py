@@ -20,6 +20,9 @@ from rlvr.envs.searchqa.index import Hit
 #: Queries are cut to this many characters before encoding (the service and the env both apply it);
 #: e5 reads at most 512 tokens anyway.
 MAX_QUERY_CHARS = 2000
+#: The most a response may hold: twice the service's own response limit (32 MiB); a larger one is
+#: refused instead of being read into memory.
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 
 
 class RetrievalError(RuntimeError):
@@ -52,15 +55,16 @@ def parse_response(payload, n_queries: int) -> list[list[Hit]]:
         )
     out = []
     for per_query in result:
+        if not isinstance(per_query, (list, type(None))):
+            raise RetrievalError(f"result entry is not a list: {str(per_query)[:200]}")
         hits = []
         for rank, entry in enumerate(per_query or []):
             if isinstance(entry, dict) and "document" in entry:
+                score = entry.get("score", 0.0)
+                if isinstance(score, bool) or not isinstance(score, (int, float)):
+                    raise RetrievalError(f"score is not a number: {str(score)[:200]}")
                 hits.append(
-                    Hit(
-                        _document_to_passage(entry["document"], str(rank)),
-                        float(entry.get("score", 0.0)),
-                        -1,
-                    )
+                    Hit(_document_to_passage(entry["document"], str(rank)), float(score), -1)
                 )
             else:
                 hits.append(Hit(_document_to_passage(entry, str(rank)), 0.0, -1))
@@ -87,9 +91,14 @@ class RemoteRetriever:
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as resp:
-                payload = json.loads(resp.read().decode("utf-8"))
+                raw = resp.read(MAX_RESPONSE_BYTES + 1)
+            if len(raw) > MAX_RESPONSE_BYTES:
+                raise RetrievalError(
+                    f"retrieval service at {self.url} sent more than {MAX_RESPONSE_BYTES} bytes"
+                )
+            payload = json.loads(raw.decode("utf-8"))
         except urllib.error.HTTPError as e:
-            detail = e.read().decode("utf-8", "replace")[:300]
+            detail = e.read(4096).decode("utf-8", "replace")[:300]
             raise RetrievalError(
                 f"retrieval service at {self.url} answered HTTP {e.code}: {detail}"
             ) from None
@@ -98,8 +107,8 @@ class RemoteRetriever:
             raise RetrievalError(
                 f"retrieval service at {self.url} is unreachable: {reason}"
             ) from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except (ValueError, RecursionError) as e:  # bad UTF-8 or JSON, the int-string limit
             raise RetrievalError(
-                f"retrieval service at {self.url} sent invalid JSON: {e}"
+                f"retrieval service at {self.url} sent invalid JSON: {str(e)[:200]}"
             ) from None
         return parse_response(payload, len(queries))

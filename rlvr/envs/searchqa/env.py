@@ -26,7 +26,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlvr.envs.base import MAX_RESPONSE_CHARS, AnyText, coerce_text
+from rlvr.envs.base import MAX_RESPONSE_CHARS, AnyText, coerce_text, drop_oversized
 from rlvr.envs.prompts import chat_messages, render_prompt
 from rlvr.envs.searchqa.client import MAX_QUERY_CHARS, RemoteRetriever
 from rlvr.envs.searchqa.data import QAItem, load_qa
@@ -95,6 +95,21 @@ def parse_action(response: str) -> tuple[str, str]:
     return "invalid", ""
 
 
+#: The retrieval service's usual address: what an export gives an env for a public QA set that
+#: names no retriever (exporting resets tasks and never searches, so it is never contacted).
+EXPORT_RETRIEVER = "http://127.0.0.1:8000"
+
+
+def export_kwargs(kwargs: dict) -> dict:
+    """``kwargs`` with ``EXPORT_RETRIEVER`` when a dataset other than the synthetic one has no
+    corpus, index or retriever."""
+    if kwargs.get("dataset") not in (None, "synthetic") and not any(
+        kwargs.get(k) for k in ("corpus", "index_path", "retriever")
+    ):
+        return {**kwargs, "retriever": EXPORT_RETRIEVER}
+    return kwargs
+
+
 @functools.lru_cache(maxsize=8)
 def _synthetic_retriever(seed: int, world_items: tuple, encoder: str):
     corpus, _ = synthetic_task(seed, "train", **dict(world_items))
@@ -161,6 +176,9 @@ class SearchQAEnv(gym.Env):
                 )
         if not self.items:
             raise ValueError(f"dataset {dataset!r} split {split!r} has no questions")
+        self.items = drop_oversized(
+            self.items, lambda it: self._render(it)[0], max_prompt_chars, repr(dataset)[:200]
+        )
         self.retriever = self._make_retriever(
             dataset, corpus, retriever, index_path, seed, synthetic or {}
         )
@@ -170,6 +188,11 @@ class SearchQAEnv(gym.Env):
         self.render_mode = render_mode
         self._item: QAItem | None = None
         self._prompt = ""
+
+    def _render(self, item: QAItem) -> tuple[str, str]:
+        """The prompt of ``item`` and its user message."""
+        user = SEARCH_R1_PROMPT.format(question=item.question)
+        return render_prompt(None, user, self.template), user
 
     @property
     def num_tasks(self) -> int:
@@ -228,8 +251,7 @@ class SearchQAEnv(gym.Env):
         else:
             index = int(self.np_random.integers(len(self.items)))
         self._item = self.items[index]
-        user = SEARCH_R1_PROMPT.format(question=self._item.question)
-        self._prompt = render_prompt(None, user, self.template)
+        self._prompt, user = self._render(self._item)
         self._responses: list[str] = []
         self._transcript = ""
         self._tool_spans: list[tuple[int, int]] = []

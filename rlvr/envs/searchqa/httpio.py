@@ -6,12 +6,24 @@ the caller bounds the whole read with one deadline (``asyncio.wait_for``), so a 
 slowly, or promises a body and never sends it, is cut off after that deadline however it trickles
 its bytes. Chunked bodies are refused (411): the clients of this protocol (Search-R1's
 ``requests.post(json=...)``, ``urllib``) always send a length.
+
+The grammar is RFC 9112's, strictly and in ASCII only: a header name is a token, a value holds no
+control characters, ``Content-Length`` is ASCII digits (``str.isdigit`` would also take ``"\xb2"``
+or Arabic-Indic digits), and two different lengths are refused; anything else is a 400, never
+another exception (``tests/test_searchqa_http.py`` feeds it arbitrary bytes).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
+
+#: RFC 9110 section 5.6.2 ``token`` (header names, methods) and a field value without control
+#: characters other than horizontal tab.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+_DIGITS = re.compile(r"[0-9]+")
 
 REASONS = {
     200: "OK",
@@ -54,10 +66,12 @@ class Request:
 @dataclass
 class ReadState:
     """What the current read has seen (so a timeout can tell an idle connection from a slow
-    request) and the body bytes it has reserved from the server's budget."""
+    request) and what the exchange holds of the server's budgets: body bytes while the request
+    is read and parsed (``reserved``), response bytes until they are sent (``held``)."""
 
     started: bool = False
     reserved: int = 0
+    held: int = 0
 
 
 async def read_request(
@@ -73,28 +87,34 @@ async def read_request(
     body is read (False: answer 503). The header block is bounded by the reader's ``limit``.
     """
     try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError as e:
-        if not e.partial:
+        # The first byte on its own: from here on the client has started a request, and a
+        # deadline that passes is a 408 however the rest trickles, not a quiet idle close.
+        first = await reader.readexactly(1)
+        state.started = True
+        head = first + await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        if not state.started:
             return None
         raise RequestError(400, "connection closed in the middle of the request headers") from None
     except asyncio.LimitOverrunError:
         raise RequestError(431, "request line and headers too large") from None
-    state.started = True
-    try:
-        lines = head.decode("latin-1").split("\r\n")
-        method, path, version = lines[0].split(" ")
-    except ValueError:
-        raise RequestError(400, "malformed request line") from None
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:
+        raise RequestError(400, "malformed request line")
+    method, path, version = parts
     if version not in ("HTTP/1.0", "HTTP/1.1"):
         raise RequestError(400, f"unsupported protocol version {version[:20]!r}")
-    headers = {}
+    headers: dict[str, str] = {}
     for line in lines[1:]:
         if line:
             name, sep, value = line.partition(":")
-            if not sep:
+            if not sep or not _TOKEN.fullmatch(name) or not _FIELD_VALUE.fullmatch(value):
                 raise RequestError(400, "malformed header line")
-            headers[name.strip().lower()] = value.strip()
+            name, value = name.lower(), value.strip(" \t")
+            if name == "content-length" and headers.get(name, value) != value:
+                raise RequestError(400, "conflicting Content-Length headers")
+            headers[name] = value
     request = Request(method, path, version, headers)
     if method != "POST":
         return request
@@ -103,26 +123,28 @@ async def read_request(
     length = headers.get("content-length")
     if length is None:
         raise RequestError(411, "Content-Length required")
-    if not length.isdigit():
+    if not _DIGITS.fullmatch(length):
         raise RequestError(400, "Content-Length is not a number")
-    if int(length) > max_body_bytes:
+    # Compared by digit count first: int() of more than 4,300 digits raises.
+    if len(length.lstrip("0")) > len(str(max_body_bytes)) or int(length) > max_body_bytes:
         raise RequestError(413, f"request body larger than {max_body_bytes} bytes")
-    if not reserve(int(length)):
+    size = int(length)
+    if not reserve(size):
         raise RequestError(503, "too many request bodies in flight; retry shortly")
-    state.reserved = int(length)
+    state.reserved = size
     if headers.get("expect", "").lower() == "100-continue":
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     try:
-        request.body = await reader.readexactly(int(length))
+        request.body = await reader.readexactly(size)
     except asyncio.IncompleteReadError:
         raise RequestError(400, "connection closed before the whole body arrived") from None
     return request
 
 
-def response_bytes(status: int, body: bytes, close: bool) -> bytes:
-    head = (
+def response_head(status: int, length: int, close: bool) -> bytes:
+    """Status line and headers of a JSON response of ``length`` bytes."""
+    return (
         f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\n"
         "Content-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if close else "") + "\r\n"
-    )
-    return head.encode("latin-1") + body
+        f"Content-Length: {length}\r\n" + ("Connection: close\r\n" if close else "") + "\r\n"
+    ).encode("latin-1")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -24,6 +25,7 @@ import numpy as np
 
 from rlvr.envs.searchqa.corpus import JsonlCorpus, Passage, load_corpus, write_corpus
 from rlvr.envs.searchqa.encoders import Encoder, HashedTfidfEncoder, encoder_from_spec, get_encoder
+from rlvr.locks import LOCK_FILE, hold
 
 INDEX_KINDS = ("flat", "hnsw", "ivfpq")
 
@@ -197,7 +199,12 @@ class SearchIndex:
         ]
 
     def save(self, out_dir: str | Path) -> Path:
+        """Write the index folder, holding its lock (a second writer: ``FolderInUse``)."""
         out = Path(out_dir)
+        with hold(out / LOCK_FILE, wait=False, what=f"index folder {out}"):
+            return self._save(out)
+
+    def _save(self, out: Path) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         faiss.write_index(self.index, str(out / "index.faiss"))
         if isinstance(self.corpus, JsonlCorpus):
@@ -237,8 +244,16 @@ def build_index(
     """Encode every passage of ``corpus`` (path, ``Corpus`` or list) and index it.
 
     A lexical encoder given by name is first fitted (IDF) on the corpus. Saved to ``out_dir``
-    when given.
+    when given, whose lock is held from the start: a second builder of the same folder is refused
+    (``FolderInUse``) before it encodes anything.
     """
+    if out_dir is not None:
+        with hold(Path(out_dir) / LOCK_FILE, wait=False, what=f"index folder {out_dir}"):
+            built = build_index(
+                corpus, encoder, kind, params, progress=progress, encode_batch=encode_batch
+            )
+            built.save(out_dir)
+            return built
     corpus = load_corpus(corpus, progress=progress)
     if len(corpus) == 0:
         raise ValueError("corpus is empty")
@@ -260,33 +275,77 @@ def build_index(
 
 
 def read_faiss(path: str | Path, mmap: bool = True) -> faiss.Index:
-    """Read an index file, memory-mapped where this FAISS build supports it for the index type."""
+    """Read an index file, memory-mapped where this FAISS build supports it for the index type.
+
+    A file FAISS cannot read (truncated, empty, not an index, a folder) raises ``ValueError``
+    naming it, with FAISS's own reason."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file; rebuild the index with `rlvr index`")
     if mmap:
         try:
             return faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
         except RuntimeError:
             pass
-    return faiss.read_index(str(path))
+    try:
+        return faiss.read_index(str(path))
+    except RuntimeError as e:
+        # "Error in <signature> at <file>.cpp:<line>: <reason>": keep the reason
+        reason = re.split(r"\.(?:cpp|h):\d+: ", " ".join(str(e).split()))[-1]
+        raise ValueError(
+            f"{path} is not a readable FAISS index ({path.stat().st_size} bytes; {reason[:160]}); "
+            "rebuild it with `rlvr index`"
+        ) from None
+
+
+def _read_meta(path: Path) -> dict:
+    """``meta.json`` of a saved index, checked field by field (``ValueError`` naming it)."""
+    try:
+        meta = json.loads(path.read_text())
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{path} is not valid JSON ({str(e)[:160]})") from None
+    fields = {"kind": str, "params": dict, "encoder": dict, "corpus": str}
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(meta).__name__}")
+    for key, kind in fields.items():
+        if not isinstance(meta.get(key), kind):
+            raise ValueError(
+                f"{path}: {key!r} must be a JSON {kind.__name__}, got {meta.get(key)!r:.80}"
+            )
+    if meta["kind"] not in INDEX_KINDS:
+        raise ValueError(f"{path}: 'kind' must be one of {INDEX_KINDS}, got {meta['kind']!r:.80}")
+    return meta
 
 
 def load_index(
     path: str | Path, corpus=None, *, mmap: bool = True, encoder: Encoder | None = None
 ) -> SearchIndex:
-    """Load a folder written by ``SearchIndex.save``; ``corpus`` overrides the recorded one."""
+    """Load a folder written by ``SearchIndex.save``; ``corpus`` overrides the recorded one.
+    A damaged folder raises ``ValueError`` (or ``FileNotFoundError``) naming the file at fault."""
     folder = Path(path)
     meta_path = folder / "meta.json"
     if not meta_path.is_file():
         raise FileNotFoundError(
             f"no index at {folder} (meta.json missing); build one with `rlvr index`"
         )
-    meta = json.loads(meta_path.read_text())
+    meta = _read_meta(meta_path)
     index = read_faiss(folder / "index.faiss", mmap=mmap)
-    apply_search_params(index, meta["kind"], meta["params"])
-    if encoder is None:
-        idf_path = folder / "idf.npy"
-        encoder = encoder_from_spec(
-            meta["encoder"], np.load(idf_path) if idf_path.is_file() else None
-        )
+    for key, value in (("ntotal", index.ntotal), ("dim", index.d)):
+        if key in meta and meta[key] != value:
+            raise ValueError(
+                f"{folder / 'index.faiss'} holds {key} {value} but meta.json says {meta[key]!r:.40}"
+            )
+    try:
+        apply_search_params(index, meta["kind"], meta["params"])
+        if encoder is None:
+            idf_path = folder / "idf.npy"
+            encoder = encoder_from_spec(
+                meta["encoder"], np.load(idf_path) if idf_path.is_file() else None
+            )
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(
+            f"{folder}: meta.json or idf.npy is damaged ({type(e).__name__}: {e})"[:300]
+        ) from None
     if corpus is None:
         ref = Path(meta["corpus"])
         corpus = ref if ref.is_absolute() else folder / ref

@@ -104,3 +104,14 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None) -> f
     """verl's reward signature; ``ground_truth`` may be a list, a string or
     ``{"target": [...]}``."""
     return score(solution_str, ground_truth).reward
+
+
+# -- how exported rows carry a task (rlvr.envs.registry: the search QA spec) ---------------------
+def gold_answers(info: dict) -> list[str]:
+    """A reset ``info``'s gold answers as a list of strings."""
+    return [str(a) for a in as_gold_list(info["ground_truth"])]
+
+
+def search_r1_gold(info: dict) -> dict[str, list[str]]:
+    """The gold in Search-R1's parquet layout, ``{"target": [answers]}``."""
+    return {"target": gold_answers(info)}

@@ -9,57 +9,109 @@ as ``json.dumps`` does. ``GET /health`` -> ``{"status": "ok", "passages": n}``.
 
 Malformed requests get 4xx with ``{"detail": ...}`` (400 bad JSON or nesting too deep, 404 unknown
 path, 405 method, 408 request not received in time, 411 no length, 413 too large, 422 wrong fields,
-431 headers too large; 503 when over the connection or in-flight body budget) and the server keeps
-serving. What one client can cost is bounded (``ServerLimits``): connections, the time to send one
-request (headers and body together, however slowly they trickle), body bytes (checked from
-``Content-Length`` before any is read, and in flight across all connections), JSON nesting,
-queries x topk per request, and response bytes. Searches run on one thread, a request's queries
-in chunks of ``search_chunk``, so the searches of other clients interleave with a large request's
-instead of waiting for all of it. Why a hand-written asyncio server and not FastAPI + uvicorn:
-``docs/reliability.md``. It binds to loopback by default: it has no authentication.
+431 headers too large; 503 when over the connection, in-flight body or response budget; 500 with
+one stderr line for an error of the service itself) and the server keeps serving. What one client
+can cost is bounded (``ServerLimits``): connections, the time to send one request (headers and
+body together, however slowly they trickle), body bytes (checked from ``Content-Length`` before
+any is read, and in flight across all connections), JSON nesting, queries x topk per request,
+response bytes, the time to read a response, and the response bytes built and not yet taken by
+their clients across all connections (``_searched``, ``_send``). Searches run on one thread, a
+request's queries in chunks of ``search_chunk``, so the searches of other clients interleave with
+a large request's instead of waiting for all of it. Why a hand-written asyncio server and not
+FastAPI + uvicorn, or h11: ``docs/reliability.md``. It binds to loopback by default: it has no
+authentication.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import ctypes
 import json
 import socket
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 from rlvr.envs.searchqa.client import MAX_QUERY_CHARS
-from rlvr.envs.searchqa.httpio import ReadState, RequestError, read_request, response_bytes
+from rlvr.envs.searchqa.httpio import ReadState, RequestError, read_request, response_head
+
+_LIBC = ctypes.CDLL(None)
 
 __all__ = ["RequestError", "RetrievalServer", "ServerLimits", "make_server", "serve_in_thread"]
+
+
+def _limit(default, help_: str):
+    return field(default=default, metadata={"help": help_})
 
 
 @dataclass(frozen=True)
 class ServerLimits:
     """What one client may cost the service. The defaults fit Search-R1's use (a batch of a few
-    hundred queries at top-3 per call) with wide margins."""
+    hundred queries at top-3 per call) with wide margins. Each field's ``help`` is its
+    ``rlvr retrieval-serve --help`` line (``--max-connections`` ...)."""
 
-    #: Open connections. At the cap a new connection closes the one that has waited longest for
-    #: its request (idle or trickling); when every connection is being served it gets 503.
-    max_connections: int = 256
-    #: Seconds to receive one whole request, and the most a kept-alive connection may idle.
-    request_timeout_s: float = 10.0
-    #: Seconds a client may take to read its response.
-    write_timeout_s: float = 30.0
-    max_header_bytes: int = 16 * 1024
-    max_body_bytes: int = 4 * 1024 * 1024
-    #: Body bytes being received or parsed across all connections (a memory bound).
-    max_inflight_body_bytes: int = 64 * 1024 * 1024
-    max_queries: int = 4096
-    max_topk: int = 1000
-    #: Queries x topk of one request: the search work and response size it may ask for.
-    max_results: int = 16384
-    max_response_bytes: int = 32 * 1024 * 1024
-    #: Queries per search call: other requests' searches run between a large request's chunks.
-    search_chunk: int = 64
+    max_connections: int = _limit(
+        256,
+        "open connections; at the cap a new one closes the connection that has waited longest "
+        "for its request (idle or trickling), or gets 503 when every one is being served",
+    )
+    request_timeout_s: float = _limit(
+        10.0,
+        "seconds to receive one whole request however it trickles (408 after), and the most a "
+        "kept-alive connection may idle",
+    )
+    write_timeout_s: float = _limit(30.0, "seconds a client may take to read its response")
+    max_header_bytes: int = _limit(16 * 1024, "request line and headers (431 beyond)")
+    max_body_bytes: int = _limit(
+        4 * 1024 * 1024, "one request body, refused from Content-Length unread (413)"
+    )
+    max_inflight_body_bytes: int = _limit(
+        64 * 1024 * 1024, "body bytes being received or parsed across all connections (503)"
+    )
+    max_queries: int = _limit(4096, "queries per request (413)")
+    max_topk: int = _limit(1000, "topk of a request (422 beyond)")
+    max_results: int = _limit(
+        16384, "queries x topk of one request: its search work and response size (413)"
+    )
+    max_response_bytes: int = _limit(32 * 1024 * 1024, "one response (413, checked as it is built)")
+    max_inflight_response_bytes: int = _limit(
+        96 * 1024 * 1024,
+        "response bytes built and not yet taken by their clients, across all connections: the "
+        "memory clients that ask and never read can pin (503 beyond; at least one response)",
+    )
+    search_chunk: int = _limit(
+        64, "queries per search call: other requests' searches run between a large one's chunks"
+    )
+
+    def __post_init__(self):
+        for f in fields(self):  # NaN fails 0 < value, as infinity fails value < inf
+            value, whole = getattr(self, f.name), type(f.default) is int
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 < value < float("inf")
+                or (whole and value != int(value))
+            ):
+                kind = "a whole number" if whole else "a finite number"
+                raise ValueError(f"{f.name} must be {kind} > 0, got {value!r}")
+        if self.max_inflight_response_bytes < self.max_response_bytes:
+            raise ValueError(
+                f"max_inflight_response_bytes ({self.max_inflight_response_bytes}) must hold at "
+                f"least one whole response (max_response_bytes = {self.max_response_bytes})"
+            )
 
 
 LIMITS = ServerLimits()
+#: A response goes out in slices of at most this size, each waiting for the client to take the
+#: previous one: the transport never holds a second copy of a large response.
+WRITE_CHUNK = 256 * 1024
+#: Encoded bytes per search result assumed before the first response is built (a Wikipedia
+#: passage with its score is ~700 bytes): sizes the first requests' admission to the budget.
+PRIOR_RESULT_BYTES = 1024
+#: Response bytes given back to the budget after which the heap is trimmed (``malloc_trim``).
+TRIM_AFTER_BYTES = 32 * 1024 * 1024
 MAX_BODY_BYTES, MAX_QUERIES, MAX_TOPK = LIMITS.max_body_bytes, LIMITS.max_queries, LIMITS.max_topk
 
 
@@ -107,20 +159,41 @@ def format_result(hits_per_query, return_scores: bool) -> dict:
     return {"result": result}
 
 
+def encode_queries(hits_per_query, return_scores: bool) -> list[bytes]:
+    """Each query's result list, as ``json.dumps`` writes it inside the response."""
+    return [
+        json.dumps(format_result([hits], return_scores)["result"][0]).encode("utf-8")
+        for hits in hits_per_query
+    ]
+
+
+def frame(parts: list[bytes]) -> collections.deque:
+    """The response body around the per-query ``parts``, as pieces to send in order (never
+    joined: a large response is not copied, and each piece is freed once it is sent)."""
+    out = collections.deque([b'{"result": ['])
+    for i, part in enumerate(parts):
+        out.extend((b", ", part) if i else (part,))
+    out.append(b"]}")
+    return out
+
+
+def _busy() -> RequestError:
+    return RequestError(503, "too many response bytes waiting for their clients; retry shortly")
+
+
+def _too_large(max_bytes: int) -> RequestError:
+    return RequestError(
+        413, f"response would exceed {max_bytes} bytes; ask for fewer queries or a smaller topk"
+    )
+
+
 def encode_result(hits_per_query, return_scores: bool, max_bytes: int) -> bytes:
-    """``json.dumps(format_result(...))`` as bytes, built query by query so that a response past
-    ``max_bytes`` is refused (413) before it is held in memory whole."""
-    parts, size = [], 0
-    for hits in hits_per_query:
-        part = json.dumps(format_result([hits], return_scores)["result"][0]).encode("utf-8")
-        size += len(part) + 2
-        if size > max_bytes:
-            raise RequestError(
-                413,
-                f"response would exceed {max_bytes} bytes; ask for fewer queries or a smaller topk",
-            )
-        parts.append(part)
-    return b'{"result": [' + b", ".join(parts) + b"]}"
+    """``json.dumps(format_result(...))`` as bytes (413 past ``max_bytes``): the bytes the
+    service sends, built the way it builds them."""
+    parts = encode_queries(hits_per_query, return_scores)
+    if sum(len(p) + 2 for p in parts) > max_bytes:
+        raise _too_large(max_bytes)
+    return b"".join(frame(parts))
 
 
 class RetrievalServer:
@@ -153,6 +226,10 @@ class RetrievalServer:
         self.evicted = 0
         self.connections = 0
         self.inflight_body_bytes = 0
+        self.inflight_response_bytes = 0
+        self._given_back = 0  # response bytes returned since the heap was last trimmed
+        self._encoded = [0, 0]  # bytes and results encoded so far (``_result_bytes``)
+        self._budget_lock = threading.Lock()
 
     # -- life cycle -----------------------------------------------------------------------------
     def serve_forever(self) -> None:
@@ -203,8 +280,8 @@ class RetrievalServer:
                 return
             while await self._one_request(reader, writer, task):
                 pass
-        except (ConnectionError, asyncio.TimeoutError, asyncio.CancelledError):
-            pass
+        except (OSError, asyncio.TimeoutError, asyncio.CancelledError):
+            pass  # the client went away or did not read its response in time
         finally:
             self.connections -= 1
             self._tasks.discard(task)
@@ -233,7 +310,7 @@ class RetrievalServer:
             self._waiting.pop(task, None)
             if request is None:
                 return False
-            status, body = await self._respond(request)
+            status, body = await self._respond(request, state)
             close = not request.keep_alive
         except asyncio.TimeoutError:
             if not state.started:
@@ -242,19 +319,85 @@ class RetrievalServer:
             body = {"detail": f"request not received within {lim.request_timeout_s:g} s"}
         except RequestError as e:
             status, body, close = e.status, {"detail": e.detail}, True
+        except ConnectionError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug costs this request a 500, not the server
+            print(
+                f"rlvr retrieval-serve: 500 on a request: {type(e).__name__}: {e}"[:300],
+                file=sys.stderr,
+            )
+            status, body, close = 500, {"detail": f"internal error ({type(e).__name__})"}, True
         finally:
             self._waiting.pop(task, None)
             self.inflight_body_bytes -= state.reserved
             state.reserved = 0
-        await self._write(writer, status, body, close)
+        if isinstance(body, dict):  # an error or /health: what a result held is given back now
+            self._give_back(state, state.held)
+        try:
+            await self._write(writer, status, body, close, state)
+        finally:
+            self._give_back(state, state.held)
         return not close
 
-    async def _write(self, writer, status: int, body, close: bool) -> None:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode("utf-8")
-        writer.write(response_bytes(status, data, close))
-        await asyncio.wait_for(writer.drain(), self.limits.write_timeout_s)
+    def _give_back(self, state: ReadState, n: int) -> None:
+        """Return ``n`` of the response bytes ``state`` holds to the budget (as they are sent, or
+        all of them when the exchange ends). When the budget is whole again after large
+        responses, freed heap pages go back to the OS once the current frames are gone: Python's
+        allocator (glibc's, whose mmap threshold grows with every large block freed) would
+        otherwise keep them, and a burst of slow readers would leave the service at its peak."""
+        with self._budget_lock:
+            n = min(n, state.held)
+            state.held -= n
+            self.inflight_response_bytes -= n
+        self._given_back += n
+        if self.inflight_response_bytes == 0 and self._given_back >= TRIM_AFTER_BYTES:
+            self._given_back = 0
+            asyncio.get_running_loop().call_soon(malloc_trim)
 
-    async def _respond(self, request) -> tuple[int, bytes | dict]:
+    async def _write(self, writer, status: int, body, close: bool, state=None) -> None:
+        """Send a response (a dict, or the pieces of ``frame``) within ``write_timeout_s``, in
+        slices of at most ``WRITE_CHUNK``; a client that does not take it in time (or leaves)
+        has its connection aborted, which drops at once whatever the transport still holds."""
+        parts = (
+            collections.deque([json.dumps(body).encode("utf-8")])
+            if isinstance(body, dict)
+            else body
+        )
+        head = response_head(status, sum(len(p) for p in parts), close)
+
+        def sent(n: int) -> None:  # bytes the transport has taken are no longer held here
+            if state is not None:
+                self._give_back(state, n)
+
+        try:
+            await asyncio.wait_for(_send(writer, head, parts, sent), self.limits.write_timeout_s)
+        except (OSError, asyncio.TimeoutError):
+            writer.transport.abort()
+            raise
+
+    def _result_bytes(self) -> float:
+        """Mean encoded bytes per search result so far (``PRIOR_RESULT_BYTES`` before any)."""
+        return self._encoded[0] / self._encoded[1] if self._encoded[1] else PRIOR_RESULT_BYTES
+
+    def _searched(self, queries: list[str], topk: int, admit) -> list:
+        """``retriever.search`` on the search thread. A request's first search first admits its
+        whole response to the budget (``admit = (state, estimated bytes)``, at the size of the
+        results sent so far): in turn, once the responses searched before it have gone to their
+        clients or not, so a burst of clients that never read costs no searches past the budget,
+        and an admitted request is never cut off half built by others interleaved with it."""
+        if admit is not None:
+            self._hold(*admit)
+        return self.retriever.search(queries, topk)
+
+    def _hold(self, state: ReadState, n: int) -> None:
+        """Take ``n`` bytes of the response budget for ``state``'s exchange, or answer 503."""
+        with self._budget_lock:  # taken on the search thread, given back on the event loop
+            if self.inflight_response_bytes + n > self.limits.max_inflight_response_bytes:
+                raise _busy()
+            self.inflight_response_bytes += n
+            state.held += n
+
+    async def _respond(self, request, state: ReadState) -> tuple[int, collections.deque | dict]:
         path = request.path.split("?", 1)[0].rstrip("/")
         if request.method == "GET" and path == "/health":
             return 200, {"status": "ok", "passages": len(self.retriever)}
@@ -268,24 +411,65 @@ class RetrievalServer:
         payload = await loop.run_in_executor(self._cpu, _decode_json, request.body)
         request.body = b""  # the parsed payload is all that is needed from here on
         queries, topk, return_scores = validate_request(payload, self.default_topk, self.limits)
-        hits: list = []
-        try:
-            for i in range(0, len(queries), self.limits.search_chunk):
-                chunk = queries[i : i + self.limits.search_chunk]
-                hits += await loop.run_in_executor(self._search, self.retriever.search, chunk, topk)
-        except Exception as e:  # noqa: BLE001 - keep serving: report the failure to this client
-            return 500, {"detail": f"retrieval failed: {type(e).__name__}: {e}"}
-        data = await loop.run_in_executor(
-            self._cpu, encode_result, hits, return_scores, self.limits.max_response_bytes
-        )
-        return 200, data
+        parts: list[bytes] = []
+        size, lim = 0, self.limits
+        estimate = int(min(len(queries) * topk * self._result_bytes(), lim.max_response_bytes))
+        for i in range(0, len(queries), lim.search_chunk):
+            chunk = queries[i : i + lim.search_chunk]
+            admit = (state, estimate) if i == 0 else None
+            try:
+                hits = await loop.run_in_executor(self._search, self._searched, chunk, topk, admit)
+            except RequestError:
+                raise
+            except Exception as e:  # noqa: BLE001 - keep serving: report the failure to this client
+                return 500, {"detail": f"retrieval failed: {type(e).__name__}: {e}"}
+            # Encoded chunk by chunk: a request holds bytes counted in the budget, never the
+            # passages of all its hits at once.
+            encoded = await loop.run_in_executor(self._cpu, encode_queries, hits, return_scores)
+            n = sum(len(p) + 2 for p in encoded)
+            self._encoded[0] += n
+            self._encoded[1] += sum(len(h) for h in hits)
+            del hits
+            if size + n > lim.max_response_bytes:
+                raise _too_large(lim.max_response_bytes)
+            size += n
+            if size > state.held:  # larger than estimated: the rest must fit the budget too
+                self._hold(state, size - state.held)
+            parts += encoded
+        self._give_back(state, state.held - size)  # what the estimate held beyond the response
+        return 200, frame(parts)
+
+
+async def _send(writer: asyncio.StreamWriter, head: bytes, parts: collections.deque, sent) -> None:
+    """Write ``parts`` in order, each piece freed once it is sent, and all of them when the client
+    fails or times out: the exception that ends the write (caught in a reference cycle with
+    ``wait_for``'s frames) must not keep the response alive until the next garbage collection."""
+    try:
+        writer.write(head)
+        while parts:
+            view = memoryview(parts.popleft())
+            for start in range(0, len(view), WRITE_CHUNK):
+                piece = view[start : start + WRITE_CHUNK]
+                writer.write(piece)
+                await writer.drain()
+                sent(len(piece))
+    finally:
+        parts.clear()
+
+
+def malloc_trim() -> None:
+    """glibc's ``malloc_trim(0)``: return every free heap page of every arena to the OS (a few
+    ms for hundreds of MB); nothing where the C library has no such call."""
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def _decode_json(raw: bytes):
     try:
         return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RequestError(400, f"request body is not valid UTF-8 JSON: {e}") from None
+    except ValueError as e:  # bad UTF-8, bad JSON, an integer past Python's int-string limit
+        raise RequestError(400, f"request body is not valid UTF-8 JSON: {str(e)[:200]}") from None
     except RecursionError:
         raise RequestError(400, "request body is nested too deeply") from None
 

@@ -5,18 +5,20 @@ verl 0.9.1 loads every entry point of the ``verl.plugins`` group at the end of `
 only the named entry points). rlvr declares::
 
     [project.entry-points."verl.plugins"]
-    rlvr = "rlvr.integrations.verl_plugin"
+    rlvr = "rlvr.integrations.verl.plugin"
 
-so importing this module registers, with ``verl.trainer.ppo.core_algos.register_policy_loss``:
+so importing this module registers, with ``verl.trainer.ppo.core_algos.register_policy_loss``,
+every algorithm of ``rlvr.agents.algorithms`` whose weight reads log-probs only
+(``Algorithm.policy_loss``):
 
 - ``grpo_sg``: TR-GRPO weights ``clip(alpha * (sigmoid(p / tau) - mu), L, U)`` on
   ``p = exp(log_prob)`` (GRPO-SG Eq. 20 with ``shaping_input="prob"``);
-- ``reverse``: the decreasing counterpart (``rlvr.agents.weights``);
+- ``reverse``: the decreasing counterpart;
 - ``ar``: advantage reweighting ``(alpha * p_old + 1 - alpha) * A`` (Yang et al. 2025).
 
 Select one with ``actor_rollout_ref.actor.policy_loss.loss_mode=grpo_sg``. A verl policy loss
 receives only log-probs, so logit-shaped GRPO-SG, 80/20 (entropy) and Lopti (two optimizer steps)
-cannot be policy losses: they go through ``rlvr.integrations.verl_actor`` and ``set_loss_fn``.
+cannot be policy losses: they go through ``rlvr.integrations.verl.actor`` and ``set_loss_fn``.
 
 Each loss has verl's exact signature ``(old_log_prob, log_prob, advantages, response_mask,
 loss_agg_mode, config, rollout_is_weights) -> (loss, metrics)``, computes the same per-token
@@ -26,60 +28,55 @@ rollout-correction weights when given, and aggregates with verl's own
 ``agg_loss(..., **config.global_batch_info)`` so the loss is invariant to data parallelism.
 
 Hyperparameters live in verl's policy-loss config. verl's ``PolicyLossConfig`` dataclass rejects
-unknown keys, so point its ``_target_`` at ``RlvrPolicyLossConfig`` (a subclass adding our keys)::
+unknown keys, so point its ``_target_`` at ``RlvrPolicyLossConfig`` (a subclass adding our keys:
+the ``WeightConfig`` fields of those algorithms, generated from the registry, and
+``weight_position``)::
 
-    actor_rollout_ref.actor.policy_loss._target_=rlvr.integrations.verl_plugin.RlvrPolicyLossConfig
+    actor_rollout_ref.actor.policy_loss._target_=rlvr.integrations.verl.plugin.RlvrPolicyLossConfig
     +actor_rollout_ref.actor.policy_loss.alpha=... (also tau, mu, lower, upper, ar_alpha,
     weight_position, shaping_input)
 
-Keys left unset take the defaults of ``rlvr.agents.config`` (``GRPO_SG_DEFAULTS`` etc.).
+Keys left unset take the algorithm's defaults (``rlvr.agents.algorithms.grpo_sg`` etc.).
 
-It also imports ``rlvr.integrations.verl_agent_loop``, which registers the search-QA agent loop
+It also imports ``rlvr.integrations.verl.agent_loop``, which registers the search-QA agent loop
 ``rlvr_searchqa`` in every verl process (a failed import is logged at debug level, as verl logs
 plugin failures, so the losses stay usable).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
 from verl.workers.config import PolicyLossConfig
 
-from rlvr.agents.config import WeightConfig
+from rlvr.agents.algorithms import (
+    ALGORITHMS,
+    WeightConfig,
+    get_algorithm,
+    policy_loss_fields,
+)
 from rlvr.agents.losses import clipped_surrogate
 from rlvr.agents.weights import token_weights
 
-#: The policy-loss names this plugin registers in verl (``loss_mode``) -> our weight scheme.
-PLUGIN_LOSSES = ("grpo_sg", "reverse", "ar")
-#: The keys read from ``config.policy_loss`` (fields of ``WeightConfig`` plus the weight position).
-CONFIG_KEYS = (
-    "shaping_input",
-    "alpha",
-    "tau",
-    "mu",
-    "lower",
-    "upper",
-    "ar_alpha",
-    "weight_position",
+#: The policy-loss names this plugin registers in verl (``loss_mode``): the algorithms whose
+#: weight reads log-probs only.
+PLUGIN_LOSSES = tuple(name for name, a in ALGORITHMS.items() if a.policy_loss)
+#: The keys read from ``config.policy_loss``: those algorithms' ``WeightConfig`` fields and the
+#: weight position.
+CONFIG_KEYS = (*policy_loss_fields(), "weight_position")
+
+#: verl's ``PolicyLossConfig`` plus rlvr's keys (None: rlvr's default).
+RlvrPolicyLossConfig = dataclasses.make_dataclass(
+    "RlvrPolicyLossConfig",
+    [(name, kind, dataclasses.field(default=None)) for name, kind in policy_loss_fields().items()]
+    + [("weight_position", str, dataclasses.field(default="surrogate"))],
+    bases=(PolicyLossConfig,),
 )
-
-
-@dataclass
-class RlvrPolicyLossConfig(PolicyLossConfig):
-    """verl's ``PolicyLossConfig`` plus rlvr's weight hyperparameters (None: rlvr's default)."""
-
-    shaping_input: str = "prob"
-    alpha: Optional[float] = None
-    tau: Optional[float] = None
-    mu: Optional[float] = None
-    lower: Optional[float] = None
-    upper: Optional[float] = None
-    ar_alpha: Optional[float] = None
-    weight_position: str = "surrogate"
+RlvrPolicyLossConfig.__module__ = __name__
 
 
 def _get(cfg: Any, key: str, default: Any = None) -> Any:
@@ -93,26 +90,23 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
 def weight_config(scheme: str, config: Any) -> tuple[WeightConfig, str]:
     """``(WeightConfig, weight_position)`` for ``scheme`` from ``config.policy_loss``.
 
-    Raises ``ValueError`` naming the key when ``shaping_input`` is not ``"prob"``: a verl policy
-    loss sees no logits (use ``rlvr.integrations.verl_actor`` for the logit form).
+    Raises ``ValueError`` naming the key when the method would read the sampled token's logit
+    (``shaping_input="logit"``): a verl policy loss sees no logits (use
+    ``rlvr.integrations.verl.actor`` for the logit form).
     """
     if scheme not in PLUGIN_LOSSES:
         raise ValueError(
             f"loss_mode: {scheme!r} is not an rlvr plugin loss; known: {list(PLUGIN_LOSSES)}"
         )
     pl = _get(config, "policy_loss")
-    shaping_input = _get(pl, "shaping_input", "prob")
-    if scheme in ("grpo_sg", "reverse") and shaping_input != "prob":
+    fields = {k: _get(pl, k) for k in policy_loss_fields()}
+    wc = WeightConfig(**{k: v for k, v in fields.items() if v is not None})
+    if get_algorithm(scheme).needs_logits(wc.params(scheme)):
         raise ValueError(
             f"policy_loss.shaping_input: verl passes a policy loss only log-probs, "
-            f"so {scheme!r} runs with shaping_input='prob' here, got {shaping_input!r}; use "
-            "rlvr.integrations.verl_actor (set_loss_fn) for logit-shaped GRPO-SG"
+            f"so {scheme!r} runs with shaping_input='prob' here, got {wc.shaping_input!r}; use "
+            "rlvr.integrations.verl.actor (set_loss_fn) for logit-shaped GRPO-SG"
         )
-    kwargs = {k: _get(pl, k) for k in ("alpha", "tau", "mu", "lower", "upper")}
-    ar_alpha = _get(pl, "ar_alpha")
-    if ar_alpha is not None:
-        kwargs["ar_alpha"] = float(ar_alpha)
-    wc = WeightConfig(shaping_input="prob", **kwargs)
     return wc, str(_get(pl, "weight_position", "surrogate"))
 
 
@@ -213,6 +207,6 @@ for _scheme in PLUGIN_LOSSES:
     _registered_loss(_scheme)
 
 try:  # the rlvr_searchqa agent loop (verl.experimental.agent_loop's registry)
-    from rlvr.integrations import verl_agent_loop  # noqa: F401
+    from rlvr.integrations.verl import agent_loop  # noqa: F401
 except Exception as _error:  # noqa: BLE001 - an experimental verl API must not break the losses
     logging.getLogger(__name__).debug("rlvr_searchqa agent loop not registered: %r", _error)

@@ -1,12 +1,11 @@
-"""``rlvr reproduce <fig|table|all> --profile paper --engine verl --out DIR``: one verl launch
+"""``rlvr reproduce <fig|table|all> --grid paper --engine verl --out DIR``: one verl launch
 folder per training run of the paper's grid.
 
-Which runs: exactly those the reproduce scripts train (``rlvr.reproduce.parallel.required_runs``,
-the enumeration ``--jobs`` prefetches), plus two families the native grid does not train:
-``table_kk`` on every further K&K model of the profile (Qwen2.5-7B-Instruct-1M beside the 3B),
-and GRPO-SG in its logit form (``weights.shaping_input=logit``, GRPO-SG Eq. 20) beside every
-default-point GRPO-SG run. Each run's values are its native ``TrainConfig``
-(``rlvr.reproduce.runs.train_config``) translated by ``rlvr.reproduce.verl_config``.
+Which runs: exactly those the named figures need (their plan, ``rlvr.reproduce.figures``, which
+``--jobs`` prefetches too), plus the variants the algorithms declare beside every default-point
+run (``Algorithm.variants``: GRPO-SG in its logit form, ``weights.shaping_input=logit``, Eq. 20),
+which the native grid does not train. Each run's values are its native ``TrainConfig`` (the
+plan's) translated by ``rlvr.integrations.verl.config``.
 
 Layout (the verl contract, §4)::
 
@@ -14,7 +13,7 @@ Layout (the verl contract, §4)::
     DIR/data/<task>/{train,test...}.parquet      written by run.sh when missing
     DIR/runs/<run_key>/{run.sh,config.yaml,rlvr_run.json}
 
-``python -m rlvr.reproduce.verl_scripts count ENV --split S --cap N [--env-arg k=v...]`` prints
+``python -m rlvr.integrations.verl.scripts count ENV --split S --cap N [--env-arg k=v...]`` prints
 ``min(N, tasks in the split)``: run.sh exports that many tasks (a dataset smaller than the run's
 ``steps x prompts_per_step`` is exported whole and verl cycles over it in epochs, as the native
 trainer does).
@@ -23,21 +22,26 @@ trainer does).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import yaml
 
-from rlvr.reproduce.verl_config import VERL_VERSION, config_document, gpu_layout, translate
+from rlvr.agents.algorithms import get_algorithm
+from rlvr.envs import env_spec
+from rlvr.integrations.verl.config import VERL_VERSION, config_document, translate
+from rlvr.integrations.verl.data import parse_env_args
+from rlvr.integrations.verl.results import folder_name
+from rlvr.reproduce import figures
+from rlvr.reproduce.common import Context, markdown_table
+from rlvr.reproduce.grid import param_count, verl_gpus
+from rlvr.reproduce.plan import Need, PlannedRun, build_plan
+from rlvr.reproduce.runs import eval_config
 
-#: Scripts in the order ``rlvr reproduce all`` runs them (``rlvr.reproduce.all.SCRIPTS``).
-ALL = ("table_kk", "fig2", "fig1", "fig3", "fig4", "table_math", "table_qa", "sweep")
-#: Added to GRPO-SG runs for the logit form (GRPO-SG Eq. 20 on the sampled token's logit).
-LOGIT = {"weights.shaping_input": "logit"}
 #: bf16 dense peak of one GPU (NVIDIA H100/H200 SXM datasheets: 989 TFLOP/s without sparsity).
 PEAK_FLOPS = {"H200-141GB": 989e12, "H100-80GB": 989e12}
 #: Assumed end-to-end model-FLOP utilisation of an RL step (generation is memory-bound, so RL
@@ -46,23 +50,18 @@ ASSUMED_MFU = 0.15
 
 
 @dataclass
-class VerlRun:
-    """One training run: a profile setting, algorithm, seed and native overrides."""
+class Launch:
+    """One run of the launch folder: a run of the plan, and whether the native grid trains it
+    (False: an algorithm's variant)."""
 
-    setting: str
-    algo: str
-    seed: int
-    extra: dict[str, Any] = field(default_factory=dict)
-    #: Figures and tables that use the run (``fig2``, ``table_kk``...).
-    figures: list[str] = field(default_factory=list)
-    #: Whether the native grid trains this run (False: the logit form, the 7B K&K table).
+    run: PlannedRun
     native: bool = True
 
     @property
     def tag(self) -> str:
         """``grpo_sg``, ``grpo_sg-logit``, ``grpo_sg-tau0.25``: the algorithm and its variant."""
-        parts = [self.algo]
-        for key, value in sorted(self.extra.items()):
+        parts = [self.run.algo]
+        for key, value in sorted(self.run.extra.items()):
             name = key.split(".")[-1]
             parts.append(
                 "logit" if (name, value) == ("shaping_input", "logit") else f"{name}{value:g}"
@@ -71,44 +70,27 @@ class VerlRun:
 
     @property
     def run_key(self) -> str:
-        return f"{self.setting}/{self.tag}/seed{self.seed}".replace("/", "__")
+        return folder_name(self.run.setting, self.tag, self.run.seed)
 
 
-def expand(names: list[str]) -> list[str]:
-    return list(ALL) if "all" in names else [n for n in ALL if n in names]
-
-
-def grid(profile, names: list[str], seeds: list[int]) -> list[VerlRun]:
-    """Every run the scripts ``names`` use (see the module docstring), each once."""
-    from rlvr.reproduce.common import Context
-    from rlvr.reproduce.parallel import required_runs
-
-    runs: dict[str, VerlRun] = {}
-
-    def add(prof, setting_key: str, name: str, native: bool) -> None:
-        ctx = Context(prof, Path("."), Path("."), list(seeds))
-        for (key, algo, extra), units in required_runs(ctx, [name]):
-            label = setting_key if key == "kk" else key
-            for base_seed, seed in units:
-                if base_seed:
-                    raise ValueError(f"base seed {base_seed}: verl runs start from hub models")
-                run = VerlRun(label, algo, seed, dict(extra), native=native)
-                run = runs.setdefault(run.run_key, run)
-                if name not in run.figures:
-                    run.figures.append(name)
-
-    scripts = expand(names)
-    for name in scripts:
-        add(profile, "kk", name, True)
-    if "table_kk" in scripts:  # the K&K table of every further K&K model (the paper's 7B row)
-        for key, s in profile.settings.items():
-            if s.env == "kk" and key != "kk":
-                add(dataclasses.replace(profile, settings={"kk": s}), key, "table_kk", False)
-    for run in list(runs.values()):
-        if run.algo == "grpo_sg" and not run.extra:
-            logit = VerlRun(run.setting, run.algo, run.seed, dict(LOGIT), list(run.figures), False)
-            runs.setdefault(logit.run_key, logit)
-    return list(runs.values())
+def grid(g, names: list[str], seeds: list[int]) -> list[Launch]:
+    """Every run the figures ``names`` use, then the algorithms' variants of each default-point
+    run (module docstring), each once."""
+    ctx = Context(g, Path("."), Path("."), list(seeds))
+    needs = figures.needs(ctx, names)
+    native = build_plan(ctx, needs).runs
+    for run in native.values():
+        if run.base_seed:
+            raise ValueError(f"base seed {run.base_seed}: verl runs start from hub models")
+    variants = [
+        Need.of(r.setting, r.algo, extra, units=((r.base_seed, r.seed),), figure=figure)
+        for r in native.values()
+        if not r.extra
+        for extra in get_algorithm(r.algo).variants.values()
+        for figure in r.figures
+    ]
+    plan = build_plan(ctx, needs + variants)
+    return [Launch(run, native=key in native) for key, run in plan.runs.items()]
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -127,7 +109,7 @@ class DataFile:
 
 
 def _kwargs(kwargs: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """Environment keyword arguments as ``--env-arg`` YAML values (``verl_data`` reads YAML)."""
+    """Environment keyword arguments as ``--env-arg`` YAML values (``verl.data`` reads YAML)."""
     out = []
     for k, v in sorted(kwargs.items()):
         if k == "split":
@@ -141,8 +123,6 @@ def data_files(setting, cfg) -> tuple[DataFile, list[DataFile]]:
     """The train file (the tasks the native run visits: ``steps x prompts_per_step``) and the
     validation files: one per evaluation set or group of the setting's protocol, which share the
     native periodic evaluation's ``eval.n_prompts`` tasks (at least one each)."""
-    from rlvr.reproduce.runs import eval_config
-
     train = DataFile(
         cfg.env, "train", cfg.steps * cfg.prompts_per_step, _kwargs(cfg.env_kwargs), "train"
     )
@@ -180,19 +160,14 @@ class DataLayout:
 
 # -- files of one run ----------------------------------------------------------------------------
 def eval_protocol(setting, cfg):
-    from rlvr.reproduce.runs import eval_config
-
     first = next(iter(setting.eval_sets.values()), None)
     return eval_config(setting, cfg, cfg.model, eval_set=first)
 
 
-def run_files(profile, run: VerlRun, layout: DataLayout) -> dict[str, Any]:
+def run_files(g, launch: Launch, layout: DataLayout) -> dict[str, Any]:
     """``config`` (the Hydra document), ``flat`` overrides, ``record`` (rlvr_run.json), data."""
-    from rlvr.reproduce.profiles import verl_gpus
-    from rlvr.reproduce.runs import run_key, train_config
-
-    setting = profile.settings[run.setting]
-    cfg = train_config(setting, run.algo, run.seed, run.extra)
+    run = launch.run
+    setting, cfg = g.settings[run.setting], run.config
     train, vals = data_files(setting, cfg)
     folder = layout.folder(run.setting, (train, *vals))
     rel = f"../../data/{folder}"
@@ -201,7 +176,7 @@ def run_files(profile, run: VerlRun, layout: DataLayout) -> dict[str, Any]:
         cfg,
         eval_protocol(setting, cfg),
         gpus=gpus,
-        run_name=run.run_key,
+        run_name=launch.run_key,
         train_files=[f"{rel}/{train.label}.parquet"],
         val_files=[f"{rel}/{v.label}.parquet" for v in vals],
     )
@@ -212,14 +187,14 @@ def run_files(profile, run: VerlRun, layout: DataLayout) -> dict[str, Any]:
         "seed": run.seed,
         "model": cfg.model,
         "params": cfg.weights.params(run.algo),
-        "native_config_hash": run_key(cfg),
+        "native_config_hash": run.key,
         "fig_or_table": list(run.figures),
-        "run_key": run.run_key,
+        "run_key": launch.run_key,
         "engine": "verl",
         "verl_version": VERL_VERSION,
-        "tag": run.tag,
+        "tag": launch.tag,
         "overrides": dict(run.extra),
-        "in_native_grid": run.native,
+        "in_native_grid": launch.native,
         "steps": cfg.steps,
         "gpus": gpus,
         "gpu": setting.gpu,
@@ -240,12 +215,10 @@ def estimate_hours(setting, cfg, gpus: int, flat: dict[str, Any], val_tasks: int
     generate, 2N each for the old and reference log-probs, 6N per update pass (Kaplan et al.
     2020, C = 6N per trained token), plus the validations' generation (``val_tasks`` tasks x
     ``val_kwargs.n`` at 2N), at ``ASSUMED_MFU`` of the GPUs' bf16 peak."""
-    from rlvr.reproduce.profiles import param_count
-
     n = param_count(setting.arch)
     length = cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens
     tokens = cfg.steps * cfg.prompts_per_step * cfg.group_size * length
-    passes = cfg.ppo_epochs * (2 if cfg.algo == "lopti" else 1)
+    passes = cfg.ppo_epochs * get_algorithm(cfg.algo).n_stages
     flops = tokens * n * (2 + 2 + (2 if cfg.loss.kl_coef > 0 else 0) + 6 * passes)
     every = flat["trainer.test_freq"]
     if every > 0:  # every ``test_freq`` steps and after the last one
@@ -273,7 +246,7 @@ prepare() {{  # OUT ENV SPLIT CAP [KEY=VALUE...]: rlvr prepare-verl, min(CAP, ta
   [[ -f "$out" ]] && return 0
   local args=()
   for kv in "$@"; do args+=(--env-arg "$kv"); done
-  n="$("$PYTHON" -m rlvr.reproduce.verl_scripts count "$env" --split "$split" --cap "$cap" \\
+  n="$("$PYTHON" -m rlvr.integrations.verl.scripts count "$env" --split "$split" --cap "$cap" \\
     ${{args[@]+"${{args[@]}}"}})"
   mkdir -p "$(dirname "$out")"
   tmp="$out.$$.tmp"
@@ -293,13 +266,13 @@ if [[ -s "$HERE/metrics.jsonl" ]]; then
   mv "$HERE/metrics.jsonl" "$(printf '%s/metrics.%03d.jsonl' "$HERE" "$n")"
 fi
 export VERL_FILE_LOGGER_PATH="$HERE/metrics.jsonl"
-"$PYTHON" -m rlvr.integrations.verl_main --config-path "$HERE" --config-name config \\
+"$PYTHON" -m rlvr.integrations.verl.main --config-path "$HERE" --config-name config \\
   "data.train_files=[{train}]" \\
   "data.val_files=[{val}]" \\
   "trainer.default_local_dir='$HERE/checkpoints'" \\
   "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='$VERL_FILE_LOGGER_PATH'" \\
   ${{OVERRIDES[@]+"${{OVERRIDES[@]}}"}} "$@"
-# --check (verl_main) composes and validates without training: not a finished run.
+# --check (verl.main) composes and validates without training: not a finished run.
 for arg in "$@"; do [[ "$arg" == --check ]] && exit 0; done
 touch "$HERE/DONE"
 """
@@ -335,11 +308,11 @@ def _prepare_lines(folder: str, files) -> str:
 
 
 def run_sh(files: dict[str, Any], command: str) -> str:
-    rec, setting = files["record"], files["setting"]
+    rec = files["record"]
     train, *vals = files["data"]
     folder = files["folder"]
     retrieval = ""
-    if setting.env == "searchqa":
+    if "searchqa" in files["config"].get("rlvr", {}):  # the search-QA agent loop's service
         from urllib.parse import urlsplit
 
         sq = files["config"]["rlvr"]["searchqa"]
@@ -378,8 +351,6 @@ done
 
 
 def readme(rows: list[dict[str, Any]], command: str) -> str:
-    from rlvr.reproduce.common import markdown_table
-
     header = ["run", "model", "GPUs", "steps", "bound (h)", "used by", "native grid"]
     body = [
         [
@@ -401,8 +372,8 @@ def readme(rows: list[dict[str, Any]], command: str) -> str:
             f"Generated by `{command}` for verl {VERL_VERSION}. Each `runs/<run>/` holds "
             "`config.yaml` (verl's `ppo_trainer` plus the run's values and the `rlvr:` "
             "section), `run.sh` and `rlvr_run.json` (what the run is, for `--from-verl`). "
-            "The values are the native paper recipe's (`rlvr/reproduce/profiles.py`), "
-            "translated by `rlvr/reproduce/verl_config.py`; see docs/paper/ for each "
+            "The values are the native paper recipe's (`rlvr/profiles/paper*.yaml`), "
+            "translated by `rlvr/integrations/verl/config.py`; see docs/paper/ for each "
             "experiment.",
             "",
             "## What to run, in order",
@@ -440,7 +411,7 @@ def readme(rows: list[dict[str, Any]], command: str) -> str:
             "",
             "`bound (h)`: an upper bound on wall time, every response at the full budget "
             f"at {ASSUMED_MFU:.0%} of the GPUs' bf16 peak "
-            "(`rlvr.reproduce.verl_scripts.estimate_hours`).",
+            "(`rlvr.integrations.verl.scripts.estimate_hours`).",
             "",
             markdown_table(header, body),
             "",
@@ -448,17 +419,17 @@ def readme(rows: list[dict[str, Any]], command: str) -> str:
     )
 
 
-def write(profile, names: list[str], seeds: list[int], out: Path, command: str) -> list[dict]:
+def write(g, names: list[str], seeds: list[int], out: Path, command: str) -> list[dict]:
     """Write the launch folder (module docstring); returns the runs' records."""
     out = Path(out)
     layout = DataLayout()
     rows = []
-    for run in grid(profile, names, seeds):
-        files = run_files(profile, run, layout)
-        folder = out / "runs" / run.run_key
+    for launch in grid(g, names, seeds):
+        files = run_files(g, launch, layout)
+        folder = out / "runs" / launch.run_key
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.yaml").write_text(
-            f"# {run.run_key}: verl {VERL_VERSION} ppo_trainer + the native paper recipe "
+            f"# {launch.run_key}: verl {VERL_VERSION} ppo_trainer + the native paper recipe "
             f"(generated by `{command}`)\n"
             + yaml.safe_dump(files["config"], sort_keys=False, width=100)
         )
@@ -481,12 +452,7 @@ def write(profile, names: list[str], seeds: list[int], out: Path, command: str) 
 # -- run.sh helper: how many tasks to export -----------------------------------------------------
 def task_count(env: str, split: str, env_kwargs: dict[str, Any]) -> int | None:
     """Tasks in ``env``'s ``split`` (None: a procedural, unbounded stream)."""
-    import gymnasium as gym
-
-    import rlvr  # noqa: F401  (registers the gymnasium ids)
-    from rlvr.envs import env_id
-
-    handle = gym.make(env_id(env), **{**env_kwargs, "split": split})
+    handle = gym.make(env_spec(env).id, **{**env_kwargs, "split": split})
     try:
         u = handle.unwrapped
         if hasattr(u, "num_tasks"):
@@ -499,9 +465,7 @@ def task_count(env: str, split: str, env_kwargs: dict[str, Any]) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rlvr.integrations.verl_data import parse_env_args
-
-    p = argparse.ArgumentParser(prog="python -m rlvr.reproduce.verl_scripts")
+    p = argparse.ArgumentParser(prog="python -m rlvr.integrations.verl.scripts")
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("count", help="print min(--cap, tasks in the split)")
     c.add_argument("env")
@@ -514,11 +478,6 @@ def main(argv: list[str] | None = None) -> int:
     n = task_count(args.env, args.split, parse_env_args(args.env_arg))
     print(args.cap if n is None else min(args.cap, n))
     return 0
-
-
-def gpus_line(gpus: int) -> str:
-    per_node, nodes = gpu_layout(gpus)
-    return f"{nodes} node(s) x {per_node} GPU(s)"
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """One native training config (``TrainConfig``) as the overrides of verl 0.9.1's ``ppo_trainer``.
 
 The paper profile's recipes are loaded into the typed ``TrainConfig`` once
-(``rlvr.reproduce.runs.train_config``) and translated here, so the native trainer and verl read
+(``rlvr.reproduce.plan``) and translated here, so the native trainer and verl read
 the same values. Every key is translated explicitly; a native setting that verl cannot express
 raises ``VerlTranslationError`` naming the key. What maps to what:
 
@@ -11,7 +11,7 @@ raises ``VerlTranslationError`` naming the key. What maps to what:
   micro-batch (episodes per forward) is verl's per-GPU micro-batch;
 - steps: ``trainer.total_training_steps`` = steps; verl's loop stops at the first of that and
   ``total_epochs`` (``RayPPOTrainer.fit`` in ``verl/trainer/ppo/ray_trainer.py``, which
-  ``rlvr.integrations.verl_main`` runs, and the V1 ``trainer_base.py`` alike), so
+  ``rlvr.integrations.verl.main`` runs, and the V1 ``trainer_base.py`` alike), so
   ``total_epochs`` is set to ``steps``, a bound never reached first: every epoch has at least one
   step. run.sh exports the tasks the native run visits (``steps x prompts_per_step``, or the
   whole split when it is smaller; verl then cycles over it in shuffled epochs);
@@ -22,15 +22,21 @@ raises ``VerlTranslationError`` naming the key. What maps to what:
 - validation: the evaluation protocol of the setting (``rlvr.reproduce.runs.eval_config``):
   ``k`` samples at the evaluation temperature and top-p (verl's defaults are greedy, so
   ``val_kwargs.n=16`` alone would give 16 greedy copies), greedy when ``k`` is 1;
-- the ``rlvr`` section read by ``rlvr.integrations.verl_main``: algorithm, the ``WeightConfig``
-  fields it reads (``weight_fields``), weight position, and for search QA the retrieval service.
+- the loss: verl's own, the plugin's policy loss or rlvr's actor loss, as the algorithm's
+  registry entry says (``Algorithm.verl_path``, the decision ``verl.trainer`` reads too);
+- the ``rlvr`` section read by ``rlvr.integrations.verl.main``: algorithm, the ``WeightConfig``
+  fields it reads (``rlvr.agents.algorithms.resolved_fields``), weight position, and for a
+  multi-turn env its agent loop's settings (search QA: the retrieval service).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rlvr.config import ConfigError
+from rlvr.agents.algorithms import get_algorithm, resolved_fields
+from rlvr.config import ConfigError, nest
+from rlvr.envs import env_spec
+from rlvr.integrations.verl.data import agent_loop_overrides, agent_loop_section
 
 #: The verl release these configs are written and checked for (``tests/integrations``).
 VERL_VERSION = "0.9.1"
@@ -38,12 +44,12 @@ VERL_VERSION = "0.9.1"
 GPUS_PER_NODE = 8
 #: verl's GRPO advantage epsilon (``core_algos.compute_grpo_outcome_advantage``, ``epsilon``).
 VERL_ADV_EPS = 1e-6
-#: Policy losses registered by ``rlvr.integrations.verl_plugin`` (probability-shaped weights).
-PLUGIN_LOSS_CONFIG = "rlvr.integrations.verl_plugin.RlvrPolicyLossConfig"
+#: The plugin's policy-loss config class (``rlvr.integrations.verl.plugin``).
+PLUGIN_LOSS_CONFIG = "rlvr.integrations.verl.plugin.RlvrPolicyLossConfig"
 #: verl's checkpoint contents plus Hugging Face weights (``actor/huggingface/``).
 SAVE_CONTENTS = ["model", "optimizer", "extra", "hf_model"]
-#: Reward function for every task (``rlvr.integrations.verl_reward``).
-REWARD_PATH = "pkg://rlvr.integrations.verl_reward"
+#: Reward function for every task (``rlvr.integrations.verl.reward``).
+REWARD_PATH = "pkg://rlvr.integrations.verl.reward"
 
 
 class VerlTranslationError(ConfigError):
@@ -65,14 +71,6 @@ def gpu_layout(gpus: int) -> tuple[int, int]:
             f"gpus={gpus}: more than one node needs a multiple of {GPUS_PER_NODE} GPUs"
         )
     return GPUS_PER_NODE, gpus // GPUS_PER_NODE
-
-
-def searchqa_overrides() -> dict[str, Any]:
-    """The agent-loop overrides a search-QA run needs
-    (``rlvr.integrations.verl_data.SEARCHQA_VERL_OVERRIDES``, which imports no verl)."""
-    from rlvr.integrations.verl_data import SEARCHQA_VERL_OVERRIDES
-
-    return dict(SEARCHQA_VERL_OVERRIDES)
 
 
 def _batches(cfg, n_gpus: int) -> dict[str, Any]:
@@ -148,44 +146,39 @@ def _loss(cfg) -> dict[str, Any]:
     }
 
 
+def plugin_loss_config(algo: str, weights, weight_position: str) -> dict[str, Any]:
+    """verl's ``policy_loss`` section of a method on the ``policy_loss`` path: the plugin's config
+    class, ``loss_mode`` and the ``WeightConfig`` fields the method reads (as given: ``None``
+    takes the method's default in the plugin)."""
+    return {
+        "_target_": PLUGIN_LOSS_CONFIG,
+        "loss_mode": algo,
+        "weight_position": weight_position,
+        **{p.name: getattr(weights, p.name) for p in get_algorithm(algo).fields},
+    }
+
+
 def _policy_loss(cfg, params: dict[str, Any]) -> dict[str, Any]:
-    """verl's ``policy_loss`` section: the plugin loss for probability-shaped weights and AR;
-    verl's ``vanilla`` surrogate where ``verl_main`` replaces the whole actor loss."""
+    """verl's ``policy_loss`` section: the plugin loss for weights of log-probs; verl's
+    ``vanilla`` surrogate where ``verl.main`` replaces the whole actor loss."""
     p = "actor_rollout_ref.actor.policy_loss."
-    algo = cfg.algo
-    plugin = algo in ("reverse", "ar") or (
-        algo == "grpo_sg" and params.get("shaping_input") == "prob"
-    )
-    if algo == "reverse" and params.get("shaping_input") != "prob":
-        _refuse(
-            "weights.shaping_input",
-            params.get("shaping_input"),
-            "Reverse runs on verl as the probability-shaped plugin loss only",
-        )
-    if not plugin:
+    algorithm = get_algorithm(cfg.algo)
+    if algorithm.verl_path(params) != "policy_loss":
         out: dict[str, Any] = {p + "loss_mode": "vanilla"}
-        if algo == "entropy_top":  # 80/20 selects tokens by the training forward's entropy
+        if algorithm.select_tokens is not None:  # 80/20 selects by the training forward's entropy
             out["actor_rollout_ref.actor.calculate_entropy"] = True
         return out
-    out = {
-        p + "_target_": PLUGIN_LOSS_CONFIG,
-        p + "loss_mode": algo,
-        p + "weight_position": cfg.loss.weight_position,
-    }
-    if algo == "ar":
-        out[p + "ar_alpha"] = params["alpha"]
-    else:
-        for name in ("shaping_input", "alpha", "tau", "mu", "lower", "upper"):
-            out[p + name] = params[name]
-    return out
+    resolved = resolved_fields(cfg.weights, cfg.algo)
+    section = plugin_loss_config(cfg.algo, cfg.weights, cfg.loss.weight_position)
+    return {p + k: resolved.get(k, v) for k, v in section.items()}
 
 
 def _rollout(cfg) -> dict[str, Any]:
     r = cfg.rollout
     if r.backend != "vllm":
         _refuse("rollout.backend", r.backend, "verl's rollouts here run on vLLM")
-    if r.stop and cfg.env != "searchqa":
-        _refuse("rollout.stop", r.stop, "only the search-QA agent loop ends turns at strings")
+    if r.stop and not env_spec(cfg.env).verl.agent_loop:
+        _refuse("rollout.stop", r.stop, "only an agent loop (search QA's) ends turns at strings")
     if r.max_turn_tokens:
         _refuse("rollout.max_turn_tokens", r.max_turn_tokens, "no per-turn budget on verl")
     if cfg.old_logprobs != "recompute":
@@ -237,7 +230,7 @@ def _precision(cfg) -> dict[str, Any]:
     if cfg.error_reward is not None:
         _refuse("error_reward", cfg.error_reward, "verl's reward loop has no error reward")
     if cfg.plugins:
-        _refuse("plugins", cfg.plugins, "verl_main knows rlvr's built-in algorithms only")
+        _refuse("plugins", cfg.plugins, "verl.main knows rlvr's built-in algorithms only")
     return {
         "actor_rollout_ref.model.path": cfg.model,
         "actor_rollout_ref.model.enable_gradient_checkpointing": cfg.gradient_checkpointing,
@@ -250,60 +243,18 @@ def _precision(cfg) -> dict[str, Any]:
     }
 
 
-def weight_fields(weights, algo: str) -> dict[str, Any]:
-    """The ``WeightConfig`` fields algorithm ``algo`` reads, at their resolved values (the
-    ``rlvr.params`` of the contract, which ``verl_main`` loads back into a ``WeightConfig``).
-
-    A field is read when changing it changes ``weights.params(algo)``; its value is the
-    resolved parameter of the same name (GRPO-SG's ``alpha``: the default for its shaping input)
-    or else the field itself (AR reads ``ar_alpha`` as its ``alpha``). Rebuilding a
-    ``WeightConfig`` from the result gives the same parameters, which is checked.
-    """
-    import dataclasses
-
-    from rlvr.agents.config import WeightConfig
-
-    base = weights.params(algo)
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(WeightConfig):
-        value = getattr(weights, f.name)
-        if f.name == "extra":
-            if value:
-                out["extra"] = dict(value)
-            continue
-        if f.name == "shaping_input":
-            probe: Any = "logit" if value == "prob" else "prob"
-        else:
-            probe = 0.123 if value is None else value / 2 + 0.01
-        if weights.params(algo) != dataclasses.replace(weights, **{f.name: probe}).params(algo):
-            out[f.name] = base.get(f.name, value)
-    if WeightConfig(**out).params(algo) != base:
-        raise VerlTranslationError(
-            f"weights: the parameters of {algo!r} ({base}) are not WeightConfig fields"
-        )
-    return out
-
-
 def _rlvr_section(cfg, params: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "rlvr.algo": cfg.algo,
-        "rlvr.params": weight_fields(cfg.weights, cfg.algo),
+        "rlvr.params": resolved_fields(cfg.weights, cfg.algo),
         "rlvr.weight_position": cfg.loss.weight_position,
     }
-    if cfg.env == "searchqa":
-        kw = cfg.env_kwargs
-        url = kw.get("retriever")
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            _refuse(
-                "env_kwargs.retriever",
-                url,
-                "search QA on verl queries a retrieval service: give its URL",
-            )
-        out["rlvr.searchqa"] = {
-            "retrieval_url": url,
-            "max_turns": int(kw.get("max_turns", 4)),
-            "topk": int(kw.get("topk", 3)),
-        }
+    try:
+        section = agent_loop_section(cfg.env, cfg.env_kwargs)
+    except ValueError as e:
+        raise VerlTranslationError(str(e)) from None
+    if section:
+        out[f"rlvr.{section[0]}"] = section[1]
     return out
 
 
@@ -345,22 +296,9 @@ def translate(
             "trainer.resume_mode": "auto",
         }
     )
-    if cfg.env == "searchqa":
-        flat.update(searchqa_overrides())
+    flat.update(agent_loop_overrides(cfg.env))
     flat.update(_rlvr_section(cfg, params))
     return flat
-
-
-def nested(flat: dict[str, Any]) -> dict[str, Any]:
-    """``{"a.b": 1}`` -> ``{"a": {"b": 1}}``; a mapping value stays one leaf."""
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = out
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return out
 
 
 def config_document(flat: dict[str, Any]) -> dict[str, Any]:
@@ -370,7 +308,7 @@ def config_document(flat: dict[str, Any]) -> dict[str, Any]:
     return {
         "hydra": {"searchpath": ["pkg://verl.trainer.config"]},
         "defaults": ["ppo_trainer", "_self_"],
-        **nested(flat),
+        **nest(flat),
     }
 
 
@@ -380,8 +318,6 @@ __all__ = [
     "VerlTranslationError",
     "config_document",
     "gpu_layout",
-    "nested",
-    "searchqa_overrides",
+    "plugin_loss_config",
     "translate",
-    "weight_fields",
 ]

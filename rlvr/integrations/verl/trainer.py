@@ -4,22 +4,22 @@ A verl run selects the method with one top-level config section (read by ``read_
 
     rlvr:
       algo: grpo_sg                 # a name of rlvr.agents.algorithms
-      params: {shaping_input: logit, alpha: 2.75}   # rlvr.agents.config.WeightConfig fields
+      params: {shaping_input: logit, alpha: 2.75}   # rlvr.agents.algorithms.WeightConfig fields
       weight_position: surrogate    # or ratio
-      searchqa: {...}               # read by rlvr.integrations.verl_agent_loop
+      searchqa: {...}               # read by rlvr.integrations.verl.agent_loop
 
-What each algorithm needs is read from its registry entry (``rlvr.agents.algorithms``), not
-from its name:
+What each algorithm needs is read from its registry entry (``rlvr.agents.algorithms``,
+``Algorithm.verl_path``), not from its name:
 
 - no weight, no selection, no stages (GRPO): verl's own ``vanilla`` policy loss;
-- a weight the plugin registers (``verl_plugin.PLUGIN_LOSSES``: ``grpo_sg``, ``reverse``, ``ar``)
-  on the probability: ``actor.policy_loss.loss_mode=<algo>`` with ``RlvrPolicyLossConfig``
+- a weight of log-probs only (``Algorithm.policy_loss``: ``grpo_sg`` and ``reverse`` on the
+  probability, ``ar``): ``actor.policy_loss.loss_mode=<algo>`` with ``RlvrPolicyLossConfig``
   (written into the config before the workers exist, so verl's own ``ppo_loss`` runs it);
 - everything else (logit shaping, a token selection, stages): the whole actor loss
   ``RlvrActorLoss`` installed with ``actor_rollout_wg.set_loss_fn`` after the workers start;
   then on every actor-update batch the non-tensor flags the loss needs:
   ``distillation_use_topk=True`` when the weight reads the sampled token's logit (verl then calls
-  the loss's logits hook inside the forward, ``verl_actor``), ``calculate_entropy=True`` when
+  the loss's logits hook inside the forward, ``verl.actor``), ``calculate_entropy=True`` when
   tokens are selected by entropy (80/20), and, for staged algorithms (Lopti), one
   ``update_actor`` call per stage in the registry's order with the stage's name in
   ``rlvr_lopti_stage``.
@@ -52,7 +52,6 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from typing import Any, Optional
 
-import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from verl import DataProto
 from verl.trainer.distillation.losses import is_distillation_enabled
@@ -60,11 +59,9 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 
-from rlvr.agents.algorithms import Algorithm, get_algorithm
-from rlvr.agents.config import WeightConfig
-from rlvr.agents.weights import token_weights
-from rlvr.integrations.verl_actor import LOPTI_STAGE_KEY, RlvrActorLoss
-from rlvr.integrations.verl_plugin import PLUGIN_LOSSES
+from rlvr.agents.algorithms import Algorithm, WeightConfig, get_algorithm
+from rlvr.integrations.verl.actor import LOPTI_STAGE_KEY, RlvrActorLoss
+from rlvr.integrations.verl.config import plugin_loss_config
 
 #: Keys of the ``rlvr`` section (``searchqa`` belongs to the search-QA agent loop).
 RLVR_KEYS = ("algo", "params", "weight_position", "searchqa")
@@ -86,7 +83,7 @@ class RlvrSetup:
     algo: str
     algorithm: Algorithm
     weight_config: WeightConfig
-    #: ``algorithm.params(weight_config)``: the keyword parameters the method reads.
+    #: ``algorithm.parameters(weight_config)``: the keyword parameters the method reads.
     params: dict
     weight_position: str
     #: How the loss reaches verl: ``vanilla`` (verl's own), ``policy_loss`` (a registered policy
@@ -96,7 +93,7 @@ class RlvrSetup:
     @property
     def needs_logits(self) -> bool:
         """The weight reads the sampled token's logit (GRPO-SG / Reverse, Eq. 20 on the logit)."""
-        return self.algorithm.weight is not None and self.params.get("shaping_input") == "logit"
+        return self.algorithm.weight is not None and self.algorithm.needs_logits(self.params)
 
     def update_flags(self) -> dict[str, Any]:
         """Non-tensor flags every actor-update batch needs (beyond verl's own)."""
@@ -148,39 +145,6 @@ def _weight_config(params: Mapping) -> WeightConfig:
         elif not (value is None or _is_number(value)):
             raise RlvrConfigError(f"rlvr.params.{key}: must be a finite number, got {value!r}")
     return WeightConfig(**{k: (dict(v) if k == "extra" else v) for k, v in params.items()})
-
-
-def _dry_run(algorithm: Algorithm, params: dict) -> None:
-    """Run the method's weight, selection and stages on a tiny batch, so every range check of
-    ``rlvr.agents.weights`` fires now (on the driver) rather than inside a worker."""
-    g = torch.Generator().manual_seed(0)
-    logprobs = -torch.rand(2, 4, generator=g, dtype=torch.float64) * 3
-    mask = torch.ones(2, 4, dtype=torch.bool)
-    entropy = torch.rand(2, 4, generator=g, dtype=torch.float64)
-    if algorithm.weight is not None:
-        token_weights(
-            algorithm.weight,
-            logprobs=logprobs,
-            mask=mask,
-            logits=logprobs + 20.0,
-            old_logprobs=logprobs,
-            entropy=entropy,
-            **params,
-        )
-    if algorithm.select_tokens is not None:
-        algorithm.select_tokens(entropy, mask, params)
-    if algorithm.stages is not None:
-        algorithm.stages(logprobs, mask, params)
-
-
-def _choose_path(algorithm: Algorithm, params: dict) -> str:
-    if algorithm.stages is not None or algorithm.select_tokens is not None:
-        return "actor_loss"
-    if algorithm.weight is None:
-        return "vanilla"
-    if algorithm.weight in PLUGIN_LOSSES and params.get("shaping_input", "prob") == "prob":
-        return "policy_loss"
-    return "actor_loss"
 
 
 def _select(config: DictConfig, key: str, default: Any = None) -> Any:
@@ -253,9 +217,8 @@ def read_rlvr(config: DictConfig) -> Optional[RlvrSetup]:
             f"rlvr.weight_position: {position!r} is not one of {list(WEIGHT_POSITIONS)}"
         )
     wc = _weight_config(params)
-    try:
-        resolved = algorithm.params(wc)
-        _dry_run(algorithm, resolved)
+    try:  # every check of the method's parameters, here on the driver rather than on a worker
+        resolved = algorithm.parameters(wc)
     except ValueError as e:
         raise RlvrConfigError(f"rlvr.params.{e}") from None
     setup = RlvrSetup(
@@ -264,7 +227,7 @@ def read_rlvr(config: DictConfig) -> Optional[RlvrSetup]:
         weight_config=wc,
         params=resolved,
         weight_position=position,
-        path=_choose_path(algorithm, resolved),
+        path=algorithm.verl_path(resolved),
     )
     _check_engine(config, setup)
     return setup
@@ -276,14 +239,7 @@ def apply_rlvr(config: DictConfig) -> Optional[RlvrSetup]:
     setup = read_rlvr(config)
     if setup is None or setup.path != "policy_loss":
         return setup
-    wc = setup.weight_config
-    keys = {
-        "_target_": "rlvr.integrations.verl_plugin.RlvrPolicyLossConfig",
-        "loss_mode": setup.algo,
-        "shaping_input": "prob",
-        **{k: getattr(wc, k) for k in ("alpha", "tau", "mu", "lower", "upper", "ar_alpha")},
-        "weight_position": setup.weight_position,
-    }
+    keys = plugin_loss_config(setup.algo, setup.weight_config, setup.weight_position)
     policy_loss = OmegaConf.select(config, f"{_ACTOR}.policy_loss")
     with open_dict(policy_loss):
         for key, value in keys.items():

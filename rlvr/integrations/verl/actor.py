@@ -1,6 +1,6 @@
 """A whole actor loss for verl's ``set_loss_fn``: the schemes a policy loss cannot express.
 
-verl's registered policy losses (``rlvr.integrations.verl_plugin``) see only log-probs. verl 0.9.1's
+verl's registered policy losses (``rlvr.integrations.verl.plugin``) see only log-probs. verl 0.9.1's
 model-engine workers (``verl/workers/engine_workers.py``) run a replaceable *actor loss*
 ``loss_fn(model_output, data, dp_group) -> (loss, metrics)`` (default
 ``partial(verl.workers.utils.losses.ppo_loss, config=actor_config)``), installed on the worker group
@@ -19,7 +19,7 @@ entropy bonus and KL loss) with our token weights on the surrogate:
 - ``lopti`` (any algorithm with ``stages`` in the registry): one stage per update, ``low``
   (``p_old < eta``) or ``high``, named by the batch's non-tensor ``rlvr_lopti_stage`` (or the
   ``stage`` argument). Lopti's two optimizer steps per batch are two ``update_actor`` calls, low
-  first (``rlvr.integrations.verl_trainer``). As AR-Lopti's ``dp_actor.py``: the advantage is
+  first (``rlvr.integrations.verl.trainer``). As AR-Lopti's ``dp_actor.py``: the advantage is
   zeroed outside the stage, KL and entropy are multiplied by the stage mask, and every term keeps
   verl's global token count of the whole mini-batch as its denominator.
 
@@ -46,11 +46,10 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
 
-from rlvr.agents.algorithms import get_algorithm
-from rlvr.agents.config import WeightConfig
+from rlvr.agents.algorithms import WeightConfig, get_algorithm
 from rlvr.agents.losses import clipped_surrogate
-from rlvr.agents.weights import n_kept, token_weights
-from rlvr.integrations.verl_plugin import clip_settings
+from rlvr.agents.weights import token_weights
+from rlvr.integrations.verl.plugin import clip_settings
 
 #: ``model_output`` key of the sampled token's logit (filled through verl's logits hook).
 SAMPLED_LOGIT_KEY = "rlvr_sampled_logit"
@@ -122,7 +121,7 @@ class RlvrActorLoss:
         self.stage = stage
         self.weight_position = weight_position
         self.weight_config = WeightConfig(**params)
-        self.params = self.algorithm.params(self.weight_config)  # validated now, not on a worker
+        self.params = self.algorithm.parameters(self.weight_config)  # checked now, not on a worker
 
     # -- pickling (Ray ships the loss to every worker) ------------------------------------------
     def __getstate__(self) -> dict:
@@ -167,14 +166,14 @@ class RlvrActorLoss:
     def _weights(self, log_prob, old_log_prob, mask, entropy, logits) -> Optional[torch.Tensor]:
         if self.algorithm.weight is None:
             return None
-        if self.params.get("shaping_input") == "logit" and logits is None:
+        if self.algorithm.needs_logits(self.params) and logits is None:
             raise ValueError(
                 f"{SAMPLED_LOGIT_KEY}: shaping_input='logit' needs the sampled-token logits; set "
                 "the batch's non-tensor distillation_use_topk=True so verl calls this loss's "
                 "logits hook"
             )
         return token_weights(
-            self.algorithm.weight,
+            self.scheme,
             logprobs=log_prob,
             mask=mask,
             logits=logits,
@@ -228,7 +227,7 @@ class RlvrActorLoss:
             pg_mask = mask & self.algorithm.select_tokens(entropy, mask, self.params)
             if pg_batch_info.get("batch_num_tokens") is not None:  # the kept tokens' count
                 total = int(pg_batch_info["batch_num_tokens"])
-                pg_batch_info["batch_num_tokens"] = n_kept(self.params["fraction"], total)
+                pg_batch_info["batch_num_tokens"] = self.algorithm.selected(self.params, total)
         clip_low, clip_high, clip_c = clip_settings(config)
         terms = clipped_surrogate(
             log_prob,

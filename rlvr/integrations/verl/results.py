@@ -12,10 +12,9 @@
   NaN as ``null``. ``RayPPOTrainer.fit`` logs validation alone at step 0 (``val_before_train``)
   and the training metrics of step N >= 1 in one line;
 - ``checkpoints/global_step_<N>/actor/huggingface/``: the Hugging Face weights
-  (``FSDPCheckpointManager.save_checkpoint`` writes config and tokenizer there at every save and
-  the weights only when ``checkpoint.save_contents`` includes ``hf_model``).
+  (``rlvr.integrations.verl.checkpoints``).
 
-A figure script asks for a run by its native config (``collect.runs_for``); ``VerlRuns`` finds
+A figure script asks for a run of the plan (``collect.runs_for``); ``VerlRuns`` finds
 the folder whose ``native_config_hash`` is that config's hash (or, when the hash differs because
 the config gained a field since the folder was generated, the folder with the same setting,
 algorithm, seed, model and weight parameters; the result notes it) and returns a ``VerlRun``: the
@@ -34,20 +33,21 @@ verl's file logger truncates ``metrics.jsonl`` when a run restarts (it opens the
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rlvr.reproduce.runs import Run, compute_seconds, run_key, run_summary, train_config
+from rlvr.integrations.verl.checkpoints import (
+    RUN_FILE,
+    checkpoint_dirs,
+    checkpoint_sha256,
+    has_weights,
+)
+from rlvr.reproduce.runs import Run, compute_seconds, run_key, run_summary
 
 ENGINE = "verl"
-RUN_FILE = "rlvr_run.json"
 METRICS_FILE = "metrics.jsonl"
-#: Where the SHA-256 of a run's final weights is kept, with the files it was computed from.
-WEIGHTS_FILE = "rlvr_weights.json"
 
 #: verl 0.9.1 metric name -> the native metric name (``rlvr.agents.metrics``,
 #: ``rlvr.agents.update``, ``rlvr.agents.trainer``) that the figures read. Sources in verl:
@@ -55,7 +55,7 @@ WEIGHTS_FILE = "rlvr_weights.json"
 #: ``compute_throughout_metrics``), ``trainer/ppo/ray_trainer.py`` (``actor/entropy``: the
 #: entropy of the rollout policy from the old-log-prob pass, as the native ``entropy``; the
 #: update's metrics prefixed ``actor/``), ``workers/utils/losses.py`` and
-#: ``rlvr.integrations.verl_actor`` / ``verl_plugin`` (the policy-loss metrics).
+#: ``rlvr.integrations.verl.actor`` / ``verl.plugin`` (the policy-loss metrics).
 METRIC_NAMES: dict[str, str] = {
     "critic/score/mean": "reward/mean",  # sequence score = the verifier's reward of a response
     "critic/score/max": "reward/max",
@@ -158,78 +158,6 @@ def read_metrics(folder: str | Path) -> list[dict[str, Any]]:
     ]
 
 
-# -- checkpoints --------------------------------------------------------------------------------
-def checkpoint_dirs(folder: Path) -> dict[int, Path]:
-    """``step -> checkpoints/global_step_<step>/actor/huggingface`` (those that exist)."""
-    out = {}
-    for d in (folder / "checkpoints").glob("global_step_*"):
-        tail = d.name.removeprefix("global_step_")
-        hf = d / "actor" / "huggingface"
-        if tail.isdigit() and hf.is_dir():
-            out[int(tail)] = hf
-    return dict(sorted(out.items()))
-
-
-def has_weights(hf: Path) -> bool:
-    return (hf / "config.json").exists() and any(hf.glob("*.safetensors"))
-
-
-def is_verl_checkpoint(path: Path) -> bool:
-    """``<run folder>/checkpoints/global_step_<N>/actor/huggingface`` of a generated run."""
-    p = Path(path)
-    return (
-        len(p.parents) >= 4
-        and p.name == "huggingface"
-        and p.parent.name == "actor"
-        and p.parents[1].name.startswith("global_step_")
-        and p.parents[2].name == "checkpoints"
-        and (p.parents[3] / RUN_FILE).exists()
-    )
-
-
-def _stat(hf: Path) -> list[list[Any]]:
-    return [
-        [f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(hf.glob("*.safetensors"))
-    ]
-
-
-@functools.lru_cache(maxsize=None)
-def _weights_sha256(hf: Path, stat: str) -> str:
-    from rlvr.repro import weights_sha256
-
-    return weights_sha256(hf)
-
-
-def checkpoint_sha256(hf: Path) -> str:
-    """SHA-256 of a checkpoint's weights (``rlvr.repro.weights_sha256``), kept in the run folder
-    (``rlvr_weights.json``) with the size and time of the files it read, so a 7B checkpoint is
-    hashed once; a rewritten checkpoint is hashed again. A read-only folder is hashed each time."""
-    hf = Path(hf).resolve()
-    stat = _stat(hf)
-    record_path = hf.parents[3] / WEIGHTS_FILE
-    rel = str(hf.relative_to(hf.parents[3]))
-    try:
-        kept = json.loads(record_path.read_text())
-    except (OSError, ValueError):
-        kept = {}
-    entry = kept.get(rel, {})
-    if entry.get("files") == stat and entry.get("weights_sha256"):
-        return entry["weights_sha256"]
-    sha = _weights_sha256(hf, json.dumps(stat))
-    kept[rel] = {"files": stat, "weights_sha256": sha}
-    try:
-        record_path.write_text(json.dumps(kept, indent=2))
-    except OSError:
-        pass
-    return sha
-
-
-def checkpoint_identity(path: Path) -> str:
-    """What a verl checkpoint stands for in evaluation keys: its weights' hash, so evaluations
-    are shared wherever the folder lives and never reused after a run is retrained."""
-    return f"verl-weights:{checkpoint_sha256(Path(path))}"
-
-
 # -- runs ---------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class VerlRun(Run):
@@ -267,7 +195,7 @@ class VerlRuns:
         if not runs.is_dir():
             raise VerlRunsMissing(
                 f"--from-verl {root}: no runs/ folder (generate one with `rlvr reproduce <name> "
-                "--profile paper --engine verl --out DIR`)"
+                "--grid paper --engine verl --out DIR`)"
             )
         self.folders: dict[str, dict[str, Any]] = {}
         for f in sorted(runs.glob(f"*/{RUN_FILE}")):
@@ -308,7 +236,7 @@ class VerlRuns:
             return None, (
                 f"its folder was generated for model {rec.get('model')!r}, native config "
                 f"{rec.get('native_config_hash')}, not {cfg.model!r}, {key}: pass the "
-                "--profile/--smoke it was generated with"
+                "--grid/--smoke it was generated with"
             )
         return None, "no run folder"
 
@@ -354,8 +282,9 @@ class VerlRuns:
             steps = None
         return int(steps) if isinstance(steps, int) and steps > 0 else int(cfg.steps)
 
-    def run(self, cfg, setting_key: str) -> VerlRun:
-        """The finished run of ``cfg`` (raises ``VerlRunsMissing`` naming the folder)."""
+    def run(self, planned) -> VerlRun:
+        """The finished run of a ``PlannedRun`` (raises ``VerlRunsMissing`` naming the folder)."""
+        cfg, setting_key = planned.config, planned.setting
         name, note = self.find(cfg, setting_key)
         if name is None:
             raise VerlRunsMissing(self.message([(self.expected_name(cfg, setting_key), note)]))
@@ -395,30 +324,25 @@ class VerlRuns:
         count = f"{len(problems)} of {total}" if total else str(len(problems))
         return (
             f"--from-verl {self.root}: {count} run(s) missing or incomplete in runs/: {what}; "
-            "their run.sh finishes them (and pass the --profile/--smoke DIR was generated with)"
+            "their run.sh finishes them (and pass the --grid/--smoke DIR was generated with)"
         )
 
-    def check(self, ctx, names: Iterable[str]) -> None:
-        """Raise one ``VerlRunsMissing`` listing every run the scripts ``names`` need that is
-        missing or incomplete, before anything is evaluated."""
-        from rlvr.reproduce.parallel import required_runs
-
-        problems, total = [], 0
-        for (setting_key, algo, extra), units in required_runs(ctx, names):
-            setting = ctx.profile.settings[setting_key]
-            for base_seed, seed in units:
-                cfg = train_config(setting, algo, seed, extra, base_seed=base_seed)
-                total += 1
-                name, note = self.find(cfg, setting_key)
-                if name is None:
-                    label = self.expected_name(cfg, setting_key)
-                    if extra:
-                        label += " with " + ",".join(f"{k}={v}" for k, v in extra.items())
-                    problems.append((label, note))
-                elif why := self.problem(name, cfg):
-                    problems.append((name, why))
+    def check(self, plan) -> None:
+        """Raise one ``VerlRunsMissing`` listing every run of ``plan`` that is missing or
+        incomplete, before anything is evaluated."""
+        problems = []
+        for planned in plan.runs.values():
+            cfg = planned.config
+            name, note = self.find(cfg, planned.setting)
+            if name is None:
+                label = self.expected_name(cfg, planned.setting)
+                if planned.extra:
+                    label += " with " + ",".join(f"{k}={v}" for k, v in planned.extra.items())
+                problems.append((label, note))
+            elif why := self.problem(name, cfg):
+                problems.append((name, why))
         if problems:
-            raise VerlRunsMissing(self.message(problems, total))
+            raise VerlRunsMissing(self.message(problems, len(plan.runs)))
 
     # -- what the outputs record ----------------------------------------------------------------
     def record(self, out, label: str, run: VerlRun) -> None:
@@ -476,10 +400,7 @@ __all__ = [
     "VerlRun",
     "VerlRuns",
     "VerlRunsMissing",
-    "checkpoint_identity",
-    "checkpoint_sha256",
     "folder_name",
-    "is_verl_checkpoint",
     "native_record",
     "read_file_logger",
     "read_metrics",

@@ -1,4 +1,4 @@
-"""``python -m rlvr.integrations.verl_main <overrides>``: verl's ``main_ppo`` with rlvr's trainer.
+"""``python -m rlvr.integrations.verl.main <overrides>``: verl's ``main_ppo`` with rlvr's trainer.
 
 The same Hydra application as verl 0.9.1's ``python -m verl.trainer.main_ppo`` (wheel
 ``verl==0.9.1``, ``verl/trainer/main_ppo.py`` ``main``): verl's ``ppo_trainer`` config, verl's
@@ -6,7 +6,7 @@ device detection and ``validate_config``, verl's ``run_ppo`` (Ray start, one ``T
 actor), and inside it the ``TaskRunner.run`` of ``verl/trainer/main_ppo_v0.py`` (workers,
 tokenizer, datasets) building ``RlvrPPOTrainer`` instead of ``RayPPOTrainer``. Two differences:
 
-- the ``rlvr`` section is validated first (``verl_trainer.read_rlvr``: one-line errors), and
+- the ``rlvr`` section is validated first (``verl.trainer.read_rlvr``: one-line errors), and
   the policy-loss keys it implies are written into the config before verl validates it;
 - verl's ``RayPPOTrainer`` loop always runs: ``trainer.use_v1`` is set to false (verl 0.9.1's
   default V1 trainer needs ``TransferQueue`` from the ``verl[verl-core]`` extra, and its loop is
@@ -34,7 +34,7 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device
 
-from rlvr.integrations.verl_trainer import RlvrConfigError, RlvrSetup, apply_rlvr
+from rlvr.integrations.verl.trainer import RlvrConfigError, RlvrSetup, apply_rlvr
 
 #: verl's packaged Hydra config directory (``ppo_trainer.yaml`` and its groups).
 VERL_CONFIG = "pkg://verl.trainer.config"
@@ -72,7 +72,7 @@ class _RlvrTaskRunner(BaseTaskRunner):
         from verl.utils.config import omega_conf_to_dataclass
         from verl.utils.dataset.rl_dataset import collate_fn
 
-        from rlvr.integrations.verl_trainer import RlvrPPOTrainer
+        from rlvr.integrations.verl.trainer import RlvrPPOTrainer
 
         pprint(OmegaConf.to_container(config, resolve=True))
         OmegaConf.resolve(config)
@@ -180,6 +180,6 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     # through the importable module, so Ray pickles the task runner by reference
-    from rlvr.integrations.verl_main import main as _importable_main
+    from rlvr.integrations.verl.main import main as _importable_main
 
     _importable_main()

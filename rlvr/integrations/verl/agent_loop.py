@@ -28,7 +28,7 @@ masks those tokens out of the loss, ``_postprocess_responses`` cuts each generat
 
 The loop computes no reward: verl's reward loop decodes the whole response (observations
 included, special tokens skipped) and calls ``reward.custom_reward_function``; with
-``rlvr.integrations.verl_reward.compute_score`` and the rows' ``data_source`` ``rlvr/searchqa``
+``rlvr.integrations.verl.reward.compute_score`` and the rows' ``data_source`` ``rlvr/searchqa``
 that is the env's own EM scorer, which strips tool text before parsing, so the score equals the
 env's episode reward.
 
@@ -47,16 +47,17 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.utils.profiler import simple_timer
 from verl.utils.rollout_trace import rollout_trace_op
 
+from rlvr.envs import env_spec
 from rlvr.envs.searchqa.normalize import as_gold_list
 from rlvr.integrations.episodes import Episode
-from rlvr.integrations.verl_data import AGENT_NAME as _AGENT_NAMES
-from rlvr.integrations.verl_data import SEARCHQA_VERL_OVERRIDES
+from rlvr.integrations.verl.data import agent_loop_overrides
 
+SEARCHQA = env_spec("searchqa")
 #: The name rows select with their ``agent_name`` column (``rlvr prepare-verl searchqa``).
-AGENT_NAME = _AGENT_NAMES["searchqa"]
+AGENT_NAME = SEARCHQA.verl.agent_loop
 #: A turn ends at the first of these (Search-R1's ``_postprocess_responses``; the native
 #: trainer's ``rollout.stop`` for search QA).
-STOP = ("</search>", "</answer>")
+STOP = SEARCHQA.stop
 #: Keys of the config section ``rlvr.searchqa`` -> the env keyword argument they set.
 SETTING_KEYS = {
     "retrieval_url": "retriever",
@@ -69,7 +70,7 @@ SETTING_KEYS = {
 KEEP_STOP = {"vllm": {"include_stop_str_in_output": True}, "sglang": {"no_stop_trim": True}}
 
 #: The verl overrides a search-QA run needs (defined beside the export, which needs no verl).
-VERL_OVERRIDES = SEARCHQA_VERL_OVERRIDES
+VERL_OVERRIDES = agent_loop_overrides("searchqa")
 
 
 def searchqa_settings(config: Any) -> dict[str, Any]:

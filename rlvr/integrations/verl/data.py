@@ -1,0 +1,194 @@
+"""Our tasks as verl-ready parquet (``rlvr prepare-verl``).
+
+One row per task, in the layout of verl's ``examples/data_preprocess`` scripts, which verl's
+``RLHFDataset`` reads (``data.prompt_key=prompt``) and its reward managers hand to
+``compute_score``:
+
+- ``data_source``: ``rlvr/<env>`` or ``rlvr/<env>/<dataset>`` (``rlvr.integrations.verl.reward``
+  dispatches on it);
+- ``prompt``: the chat messages (``[{"role", "content"}]``), which verl renders with the model's
+  own chat template;
+- ``ability``: the environment's (``EnvSpec.verl.ability``: ``logic`` / ``math`` / ``qa``);
+- ``reward_model``: ``{"style": "rule", "ground_truth": ...}`` (``EnvSpec.verl.gold``, else
+  ``EnvSpec.gold``): K&K's answer in Logic-RL's ``(1) Name is a knight`` text, math's gold answer
+  text, search QA's ``{"target": [answers]}`` (Search-R1's layout); each reads back with the
+  environment's own scorer;
+- ``extra_info``: ``split``, ``index``, the scoring options the row records
+  (``EnvSpec.row_options``: ``prefilled_think`` False for K&K, since verl's chat rendering does
+  not prefill the assistant turn with ``<think>``; ``require_think`` for math) and the reset-info
+  keys an agent loop reads (``EnvSpec.verl.info_keys``: search QA's ``question``);
+- ``agent_name`` (multi-turn envs): the agent loop verl's rollout workers run for the row
+  (``EnvSpec.verl.agent_loop``: search QA's ``rlvr_searchqa``,
+  ``rlvr.integrations.verl.agent_loop``), which reads the question from ``extra_info`` and the
+  gold answers from ``reward_model``.
+
+Tasks come from the environment itself (``gymnasium.make`` + ``reset(seed, options={"index": i})``),
+so generators and dataset-backed environments export the same way and the rows are reproducible.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Iterator
+
+from rlvr.config import ConfigError, parse_overrides
+from rlvr.envs import env_names, env_spec, load, reset_tasks
+
+#: The verl 0.9.1 overrides a run on a multi-turn env needs (its agent loop, e.g. search QA's
+#: ``rlvr_searchqa`` of ``rlvr.integrations.verl.agent_loop``), ``key: value`` as Hydra
+#: command-line overrides. Kept here, free of verl imports, so launch scripts can be generated
+#: where verl is not installed.
+AGENT_LOOP_OVERRIDES: dict[str, object] = {
+    # Agent loops run only in async rollout mode (verl/workers/config/rollout.py rejects "sync").
+    "actor_rollout_ref.rollout.mode": "async",
+    # Rows carry agent_name; the default covers files exported without the column.
+    "actor_rollout_ref.rollout.agent.default_agent_loop": "",
+    # Agent loops read the chat messages (RLHFDataset's raw_prompt) and render them themselves.
+    "data.return_raw_chat": True,
+    # Marks the batches as multi-turn (ray_trainer._update_actor's meta_info), as verl's own
+    # Search-R1 example (examples/sglang_multiturn/config/search_multiturn_grpo.yaml) sets it.
+    "actor_rollout_ref.rollout.multi_turn.enable": True,
+    # Stop strings need the engine's tokenizer: vLLM always loads it, SGLang only with this off.
+    "actor_rollout_ref.rollout.skip_tokenizer_init": False,
+    # Workers that run trajectories concurrently (verl's default, stated because each one also
+    # holds that many retrieval calls in flight).
+    "actor_rollout_ref.rollout.agent.num_workers": 8,
+    # The reward: our scorer on the decoded response (rlvr.integrations.verl.reward).
+    "reward.custom_reward_function.path": "pkg://rlvr.integrations.verl.reward",
+    "reward.custom_reward_function.name": "compute_score",
+}
+
+
+def agent_loop_overrides(env: str) -> dict[str, object]:
+    """``AGENT_LOOP_OVERRIDES`` for ``env``'s agent loop (``{}`` for a single-turn env)."""
+    loop = env_spec(env).verl.agent_loop
+    if not loop:
+        return {}
+    return {
+        **AGENT_LOOP_OVERRIDES,
+        "actor_rollout_ref.rollout.agent.default_agent_loop": loop,
+    }
+
+
+def searchqa_section(env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The ``rlvr.searchqa`` settings of the ``rlvr_searchqa`` agent loop: the retrieval
+    service (a URL: the loop runs in verl's workers, away from any in-process index), the turn
+    limit and the passages per search (the env's defaults, 4 and 3, when unset)."""
+    url = env_kwargs.get("retriever")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ValueError(
+            f"env_kwargs.retriever={url!r}: search QA on verl queries a retrieval service: "
+            "give its URL"
+        )
+    return {
+        "retrieval_url": url,
+        "max_turns": int(env_kwargs.get("max_turns", 4)),
+        "topk": int(env_kwargs.get("topk", 3)),
+    }
+
+
+#: Agent loop -> (its section of the run's ``rlvr`` config, the section from the env's kwargs).
+AGENT_LOOP_SECTIONS = {"rlvr_searchqa": ("searchqa", searchqa_section)}
+
+
+def agent_loop_section(env: str, env_kwargs: dict[str, Any]) -> tuple[str, dict] | None:
+    """``(name, settings)`` of the ``rlvr.<name>`` section ``env``'s agent loop reads (None for
+    a single-turn env)."""
+    loop = env_spec(env).verl.agent_loop
+    if not loop:
+        return None
+    name, settings = AGENT_LOOP_SECTIONS[loop]
+    return name, settings(env_kwargs)
+
+
+def parse_env_args(pairs: list[str] | None) -> dict[str, Any]:
+    """``["n_people=5", "depth=2"]`` -> ``{"n_people": 5, "depth": 2}`` (values read as YAML
+    scalars, by the one configuration parser)."""
+    try:
+        return parse_overrides(list(pairs or []))
+    except ConfigError as e:
+        raise ValueError(f"--env-arg: {e}") from None
+
+
+def verl_rows(
+    env: str,
+    n: int,
+    *,
+    split: str = "train",
+    seed: int = 0,
+    start: int = 0,
+    env_kwargs: dict | None = None,
+) -> Iterator[dict]:
+    """Rows ``start .. start+n-1`` of ``env``'s ``split`` in verl's parquet layout (module
+    docstring)."""
+    spec = env_spec(env)
+    if n < 0 or start < 0:
+        raise ValueError(f"n/start: must be >= 0, got n={n}, start={start}")
+    kwargs = dict(env_kwargs or {})
+    kwargs.setdefault("split", split)
+    if spec.verl.export_kwargs is not None:
+        kwargs = load(spec.verl.export_kwargs)(kwargs)
+    dataset = kwargs.get("dataset")
+    data_source = f"rlvr/{env}" + (f"/{Path(str(dataset)).stem}" if dataset else "")
+    for i, _, info in reset_tasks(env, range(start, start + n), seed=seed, **kwargs):
+        row = {
+            "data_source": data_source,
+            "prompt": [{"role": m["role"], "content": m["content"]} for m in info["messages"]],
+            "ability": spec.verl.ability or env,
+            "reward_model": {"style": "rule", "ground_truth": spec.export_gold(info, "verl")},
+            "extra_info": {
+                "split": split,
+                "index": i,
+                **spec.export_options(kwargs),
+                **{k: info[k] for k in spec.verl.info_keys},
+            },
+        }
+        if spec.verl.agent_loop:
+            row["agent_name"] = spec.verl.agent_loop
+        yield row
+
+
+def write_parquet(rows: list[dict], path: str | Path) -> Path:
+    """Write rows to ``path`` (parent folders created); returns the path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not rows:
+        raise ValueError("rows: nothing to write (n = 0)")
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("env", choices=sorted(env_names()), help="environment to export")
+    parser.add_argument("--out", required=True, help="output .parquet file")
+    parser.add_argument("--n", type=int, required=True, help="number of tasks")
+    parser.add_argument("--split", default="train", help="environment split (default train)")
+    parser.add_argument("--seed", type=int, default=0, help="reset seed (default 0)")
+    parser.add_argument("--start", type=int, default=0, help="first task index (default 0)")
+    parser.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment keyword argument, e.g. n_people=5 or dataset=aime24 (repeatable)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = list(
+        verl_rows(
+            args.env,
+            args.n,
+            split=args.split,
+            seed=args.seed,
+            start=args.start,
+            env_kwargs=parse_env_args(args.env_arg),
+        )
+    )
+    path = write_parquet(rows, args.out)
+    print(f"wrote {len(rows)} {args.env} tasks ({args.split}) to {path}")
+    return 0

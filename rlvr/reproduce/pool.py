@@ -1,0 +1,233 @@
+"""The pool of ``--jobs N``: train and evaluate everything a plan holds in N processes.
+
+The scripts themselves run one training run after another. With ``--jobs N`` (N > 1) the runs,
+continued-SFT references and evaluations of the plan (``rlvr.reproduce.plan``: what the named
+figures declared they read) are first computed by a pool of N worker processes, each with
+``cpu_count // N`` torch threads (a ~1M-parameter model does not use two cores well, so two
+one-thread runs side by side finish sooner than two two-thread runs in a row); then the scripts
+run as usual and find every result in the run cache. Results are the same ones the serial path
+writes: the cache is keyed by configuration hash, and a worker calls the same ``ensure_run`` /
+``ensure_sft_reference`` / ``ensure_eval``.
+
+On a machine with CUDA GPUs, when the runs train on CUDA, each worker owns one GPU (its
+``CUDA_VISIBLE_DEVICES`` is one of the parent's visible devices): a colocated vLLM engine and a
+training run per GPU, never several on GPU 0. ``--jobs`` above the number of GPUs is capped to it,
+with a message.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing import get_context
+from pathlib import Path
+
+from rlvr.device import resolve_device
+from rlvr.envs import env_spec
+from rlvr.models.build import ensure_built, models_dir
+from rlvr.models.presets import parse_spec, preset_config
+from rlvr.repro import set_threads
+from rlvr.reproduce.common import Context
+from rlvr.reproduce.plan import Plan
+from rlvr.reproduce.runs import (
+    DONE,
+    ensure_eval,
+    ensure_run,
+    ensure_sft_reference,
+    eval_config,
+    model_identity,
+)
+
+
+# -- one GPU per worker --------------------------------------------------------------------------
+def visible_gpus() -> list[str]:
+    """The CUDA devices this process may use, as ``CUDA_VISIBLE_DEVICES`` entries."""
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [x.strip() for x in env.split(",") if x.strip()][:n]
+    return [str(i) for i in range(n)]
+
+
+def worker_gpus(jobs: int, gpus: list[str], uses_gpu: bool) -> tuple[int, list[str], str]:
+    """``(jobs, one GPU per worker, message)``: jobs capped to the GPUs when the runs use them."""
+    if not uses_gpu or not gpus:
+        return jobs, [], ""
+    if jobs > len(gpus):
+        msg = (
+            f"[reproduce] --jobs {jobs} capped to {len(gpus)}: one GPU per worker, and "
+            f"{len(gpus)} GPU(s) are visible (CUDA_VISIBLE_DEVICES={','.join(gpus)})"
+        )
+        return len(gpus), gpus, msg
+    return jobs, gpus[:jobs], ""
+
+
+# -- worker entry points (top level, so the spawn context can pickle them) ----------------------
+def _init_worker(threads: int, gpu_queue=None) -> None:
+    if gpu_queue is not None:  # before torch initialises CUDA in this process
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu_queue.get(timeout=60)
+    from transformers.utils import logging as hf_logging
+
+    set_threads(threads)
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def _train(cfg, cache: str) -> str:
+    run = ensure_run(cfg, Path(cache), say=lambda m: None, progress=False)
+    return (
+        f"trained {cfg.env}/{cfg.algo} seed {cfg.seed} on {cfg.model} ({len(run.metrics)} "
+        f"steps, {run.update_tokens} update tokens)"
+    )
+
+
+def _sft(setting, seed: int, budget: int, cache: str, smoke: bool, model: str) -> str:
+    path = ensure_sft_reference(
+        setting,
+        seed,
+        budget,
+        Path(cache),
+        say=lambda m: None,
+        progress=False,
+        smoke=smoke,
+        model=model,
+    )
+    return f"continued SFT seed {seed} of {model} ({budget} tokens) -> {path.name}"
+
+
+def _build(model: str) -> str:
+    return f"built {model} -> {ensure_built(preset_config(model), progress=False).name}"
+
+
+def _eval(ecfg, cache: str) -> str:
+    ev = ensure_eval(ecfg, Path(cache), say=lambda m: None, progress=False)
+    return f"evaluated {ecfg.env} {Path(ecfg.model).parent.name or ecfg.model} -> {ev.key}"
+
+
+def _pool_map(
+    ctx: Context, jobs: int, tasks: list[tuple], label: str, gpus: list[str] | None = None
+) -> None:
+    """Run ``(fn, *args)`` tasks in ``jobs`` processes, longest first as given; report progress.
+    With ``gpus`` (one per worker, ``len(gpus) >= jobs``) each worker sees only its own GPU."""
+    if not tasks:
+        return
+    from tqdm.auto import tqdm
+
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    mp = get_context("spawn")
+    queue = None
+    if gpus:
+        queue = mp.Queue()
+        for g in gpus[:jobs]:
+            queue.put(g)
+    where = f" on GPUs {','.join(gpus[:jobs])}" if gpus else ""
+    ctx.say(
+        f"[reproduce] {label}: {len(tasks)} task(s) on {jobs} processes x {threads} "
+        f"thread(s){where}"
+    )
+    with (
+        ProcessPoolExecutor(
+            max_workers=jobs, mp_context=mp, initializer=_init_worker, initargs=(threads, queue)
+        ) as pool,
+        tqdm(total=len(tasks), desc=label, disable=not ctx.progress) as bar,
+    ):
+        pending = {pool.submit(fn, *args) for fn, *args in tasks}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                ctx.log.append(f"[reproduce] {f.result()}")  # re-raises a worker's error here
+                if not ctx.progress:
+                    print(ctx.log[-1], flush=True)
+                bar.update(1)
+
+
+def _cost(cfg) -> tuple:
+    """Relative cost of a run, to start the slowest ones first: multi-turn episodes, then the
+    rollout tokens of the whole run."""
+    r = cfg.rollout
+    tokens = cfg.steps * cfg.prompts_per_step * cfg.group_size * r.max_response_tokens
+    return (env_spec(cfg.env).multi_turn, tokens)
+
+
+def _build_bases(ctx: Context, models: Iterable[str], jobs: int) -> None:
+    """Build the missing preset bases here, before any run needs one (workers would otherwise
+    race to build the same base): one at a time in this process, or side by side in the pool
+    when several are missing."""
+    missing = [
+        m
+        for m in dict.fromkeys(models)
+        if parse_spec(m) is not None
+        and not (models_dir() / model_identity(m) / "build.json").exists()
+    ]
+    if len(missing) > 1 and jobs > 1:
+        _pool_map(ctx, jobs, [(_build, m) for m in missing], "base models")
+
+    for m in missing:
+        ensure_built(preset_config(m), progress=ctx.progress)
+
+
+def prefetch(ctx: Context, plan: Plan, jobs: int) -> None:
+    """Train, then evaluate, everything ``plan`` holds, in ``jobs`` processes (module doc)."""
+    cache = str(ctx.cache)
+    runs = sorted(plan.runs.values(), key=lambda r: _cost(r.config), reverse=True)
+    uses_gpu = any(resolve_device(r.config.device).type == "cuda" for r in runs)
+    jobs, gpus, msg = worker_gpus(jobs, visible_gpus(), uses_gpu)
+    if msg:
+        ctx.say(msg)
+    _build_bases(ctx, [r.config.model for r in runs], jobs)
+    todo = [
+        (_train, r.config, cache)
+        for r in runs
+        if not (Path(cache) / "runs" / r.key / DONE).exists()
+    ]
+    _pool_map(ctx, jobs, todo, "training runs", gpus)
+
+    def finished(cfg):  # a cache hit after the pool (trained here only if a worker failed)
+        return ensure_run(cfg, ctx.cache, say=ctx.say, progress=ctx.progress)
+
+    def eval_sets(setting_key: str) -> list:
+        return list(ctx.grid.settings[setting_key].eval_sets.values()) or [None]
+
+    evals = []
+    for r in runs:
+        if r.evaluate:
+            setting, final = ctx.grid.settings[r.setting], str(finished(r.config).final)
+            for eval_set in eval_sets(r.setting):
+                evals.append(eval_config(setting, r.config, final, seed=r.seed, eval_set=eval_set))
+    for (key, (_, seed)), cfg in plan.references["base"].items():  # the untrained bases
+        for eval_set in eval_sets(key):
+            evals.append(
+                eval_config(ctx.grid.settings[key], cfg, cfg.model, seed=seed, eval_set=eval_set)
+            )
+    sft = plan.references["sft"]
+    tasks = []
+    for (key, (_, seed)), cfg in sft.items():  # continued SFT on the matching GRPO run's tokens
+        budget = finished(cfg).update_tokens
+        tasks.append((_sft, ctx.grid.settings[key], seed, budget, cache, ctx.smoke, cfg.model))
+    _pool_map(ctx, jobs, tasks, "continued SFT references", gpus)
+    for (key, (_, seed)), cfg in sft.items():  # their evaluations need the SFT folders
+        setting = ctx.grid.settings[key]
+        path = ensure_sft_reference(
+            setting,
+            seed,
+            finished(cfg).update_tokens,
+            ctx.cache,
+            say=ctx.say,
+            progress=False,
+            smoke=ctx.smoke,
+            model=cfg.model,
+        )
+        evals.append(eval_config(setting, cfg, str(path), seed=seed))
+    seen, unique = set(), []
+    for e in evals:
+        k = repr(e)
+        if k not in seen:
+            seen.add(k)
+            unique.append((_eval, e, cache))
+    _pool_map(ctx, jobs, unique, "evaluations", gpus)
+
+
+__all__ = ["prefetch", "visible_gpus", "worker_gpus"]
