@@ -6,13 +6,14 @@
 #   RLVR_SHARED_DATA=../shared/data bash results/smollm2/eval.sh [OUT] [SET ...]
 #   (default OUT results/smollm2/eval; sets gsm8k math500 kk searchqa synthetic1
 #   synthetic1_prefill)
+#   MODEL=runs/smol/grpo/final bash results/smollm2/eval.sh OUT synthetic1_prefill   (a checkpoint)
 # then `python results/smollm2/summarize.py OUT` writes OUT/../eval.md.
 set -euo pipefail
 OUT="${1:-results/smollm2/eval}"
 shift || true
 SETS=("${@:-gsm8k math500 kk searchqa synthetic1 synthetic1_prefill}")
 export HF_HUB_OFFLINE=1
-M="model=smollm2-135m-instruct env_kwargs.template=chat batch_size=20 --quiet"
+M="model=${MODEL:-smollm2-135m-instruct} env_kwargs.template=chat batch_size=20 --quiet"
 for set in ${SETS[*]}; do
   case "$set" in
     gsm8k) rlvr eval $M env=math env_kwargs.dataset=gsm8k n_items=20 max_new_tokens=256 \

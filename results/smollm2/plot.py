@@ -60,7 +60,9 @@ def main() -> int:
     for algo in sorted({r["algo"] for r in rows}):
         mine = [r for r in rows if r["algo"] == algo]
         train = [r for r in mine if r.get("reward/mean") is not None]
-        axes[0].plot([r["step"] for r in train], [r["reward/mean"] for r in train], "o-", label=algo)
+        axes[0].plot(
+            [r["step"] for r in train], [r["reward/mean"] for r in train], "o-", label=algo
+        )
         ev = [r for r in mine if r.get("eval/greedy_accuracy") is not None]
         for key, style in (("eval/greedy_accuracy", "o-"), ("eval/sampled_accuracy", "s--")):
             axes[1].plot(

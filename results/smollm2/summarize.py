@@ -13,10 +13,20 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
 Z95 = 1.959963984540054
+#: A boxed answer that is a bare number (``-14``, ``2.5``, ``5/2``), not an expression: math-verify
+#: compares values, so ``\\boxed{21 - 35}`` or ``\\boxed{31 + 47 = 78}`` counts as right for
+#: "Compute 21 - 35." / "Compute 31 + 47." even though it restates the question.
+BARE_NUMBER = re.compile(r"-?\d+(\.\d+)?(/\d+)?")
+
+
+def bare_number(record: dict) -> bool:
+    parsed = record.get("parsed")
+    return isinstance(parsed, str) and BARE_NUMBER.fullmatch(parsed.strip()) is not None
 
 
 def wilson(k: int, n: int) -> tuple[float, float]:
@@ -51,16 +61,16 @@ def summarize(root: Path) -> dict:
             "finish": {
                 f: sum(r["finish_reason"] == f for r in records) for f in ("eos", "stop", "length")
             },
-            "boxed_share": sum("\\boxed" in r["response"] for r in greedy) / len(greedy),
+            "boxed_share": sum(r.get("parsed") is not None for r in greedy) / len(greedy),
+            "bare_number_share": sum(map(bare_number, greedy)) / len(greedy),
+            "bare_number_correct": sum(bool(r["correct"]) and bare_number(r) for r in greedy),
             "config": {
                 key: cfg[key]
                 for key in ("env", "env_kwargs", "group_by", "group_values", "n_items", "k")
                 if cfg.get(key) not in (None, "", [], {})
             }
             | {"max_new_tokens": cfg["max_new_tokens"], "seed": cfg["seed"]},
-            "groups": {
-                g: v for g, v in summary["summary"].items() if g != "all" and "greedy" in v
-            },
+            "groups": {g: v for g, v in summary["summary"].items() if g != "all" and "greedy" in v},
             "first_prompt": greedy[0]["prompt"],
             "first_response": greedy[0]["response"],
         }
@@ -86,15 +96,16 @@ def markdown(rows: dict, build: dict) -> str:
         "the first N items in each file's order (a subsample sized for the CPU, not the full "
         "sets). Commands: `eval.sh`; this table: `summarize.py`.",
         "",
-        "| set | items | greedy accuracy [Wilson 95%] | mean reward | boxed | tokens/s | "
-        "finish eos/stop/length |",
-        "|---|---|---|---|---|---|---|",
+        "| set | items | greedy accuracy [Wilson 95%] | mean reward | answer parsed | "
+        "a bare number / correct as one | tokens/s | finish eos/stop/length |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, r in rows.items():
         f = r["finish"]
         lines.append(
             f"| {name} | {r['items']} | {r['greedy_accuracy']:.2f} [{r['wilson95'][0]:.2f}, "
             f"{r['wilson95'][1]:.2f}] | {r['mean_reward']:.2f} | {r['boxed_share']:.2f} | "
+            f"{r['bare_number_share']:.2f} / {r['bare_number_correct']} | "
             f"{r['tokens_per_s']:.1f} | {f['eos']}/{f['stop']}/{f['length']} |"
         )
     for name, r in rows.items():
@@ -108,7 +119,10 @@ def markdown(rows: dict, build: dict) -> str:
         if r["groups"]:
             lines.append(
                 "By group: "
-                + ", ".join(f"{g}: {v['greedy']:.2f} (n={int(v['n_items'])})" for g, v in r["groups"].items())
+                + ", ".join(
+                    f"{g}: {v['greedy']:.2f} (n={int(v['n_items'])})"
+                    for g, v in r["groups"].items()
+                )
             )
         lines += ["", "First prompt, as the model saw it:", "", "```", r["first_prompt"], "```"]
         lines += ["", "Its greedy response:", "", "```", r["first_response"], "```"]
