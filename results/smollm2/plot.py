@@ -4,9 +4,10 @@
 
 ``RUNS_DIR`` holds one folder per algorithm (``grpo``, ``grpo_sg``) as ``rlvr train`` wrote
 them; ``BASE_EVAL_DIR`` is the ``rlvr eval`` of the base on the same held-out tasks
-(``eval.sh synthetic1``), drawn at step 0. Writes ``rl_curves.csv`` and ``rl_curves.png`` here:
-the training reward (mean over the step's 16 episodes) and the held-out greedy and sampled
-accuracy on the first 16 test tasks, per step. No model is run.
+(``eval.sh synthetic1_prefill``), drawn at step 0. Writes ``rl_curves.csv`` and
+``rl_curves.png`` here: the training reward (mean over the step's 32 episodes) and the held-out
+greedy and sampled accuracy (math-verify's) on the first 32 test tasks, per step. No model is
+run.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def main() -> int:
                 label=f"{algo} {key.split('/')[1].split('_')[0]}",
             )
     axes[0].set(xlabel="step", ylabel="training reward (mean)", title="train: synthetic level 1")
-    axes[1].set(xlabel="step", ylabel="accuracy", title="held out: 16 test tasks")
+    axes[1].set(xlabel="step", ylabel="accuracy", title="held out: 32 test tasks")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
