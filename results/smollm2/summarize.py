@@ -74,9 +74,10 @@ def summarize(root: Path) -> dict:
             "first_prompt": greedy[0]["prompt"],
             "first_response": greedy[0]["response"],
         }
-        for metric in ("avg@2", "pass@2", "em"):
-            if metric in summary["summary"].get("all", {}):
-                row[metric] = summary["summary"]["all"][metric]
+        # The runner's own metrics of the whole set (avg@k, pass@k, EM, F1, tool use...).
+        row["metrics"] = {
+            k: v for k, v in summary["summary"].get("all", {}).items() if k != "n_items"
+        }
         rows[folder.name] = row
     return rows
 
@@ -109,7 +110,7 @@ def markdown(rows: dict, build: dict) -> str:
             f"{r['tokens_per_s']:.1f} | {f['eos']}/{f['stop']}/{f['length']} |"
         )
     for name, r in rows.items():
-        extra = {k: r[k] for k in ("avg@2", "pass@2", "em") if k in r}
+        extra = {k: round(v, 3) for k, v in r["metrics"].items()}
         lines += [
             "",
             f"## {name}",

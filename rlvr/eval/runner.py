@@ -309,7 +309,7 @@ def _records(
             info.update(correct=False, reason=f"error: {ep.error.splitlines()[0]}")
         generated = [i for i, keep in zip(ep.response_ids, ep.loss_mask) if keep]
         extra = (
-            {"turns": ep.turns, "tool_calls": env_spec(cfg.env).tool_calls(ep.response_text)}
+            {"turns": ep.turns, "tool_calls": sum(map(env_spec(cfg.env).tool_calls, ep.turn_texts))}
             if multi_turn
             else None
         )
