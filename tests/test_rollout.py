@@ -9,6 +9,9 @@ from rlvr.agents.policy import response_token_stats
 from rlvr.agents.rollout.base import SamplingParams, collate, truncate_at_stop
 from rlvr.agents.rollout.hf import HFBackend, filter_logits
 from rlvr.agents.rollout.multiturn import run_episodes
+from rlvr.envs import make_env
+from rlvr.envs.registry import env_spec
+from rlvr.envs.searchqa.reward import INVALID_ACTION_MESSAGE
 from rlvr.models import load_model
 
 from _rlvr_toys import OBS, LetterEnv, ScriptedBackend, ToolEnv
@@ -245,3 +248,26 @@ def test_vllm_backend_import_error_names_extra():
             VLLMBackend(model_path="x", tokenizer=None)
     else:
         pytest.skip("vllm is installed")
+
+
+def test_tool_calls_are_counted_in_the_policy_turns_not_the_observations(micro):
+    """Search QA answers an invalid action with a message that quotes ``<search> and
+    </search>``: counted over ``response_text`` (turns and observations) every episode of a
+    model that never searches would count as searching (SmolLM2's tool use read 1.0 so)."""
+    _, tok = micro
+    turns = ["I do not know.", "Still nothing.", "<answer> x </answer>"]
+    envs = [make_env("searchqa", "test", dataset="synthetic", template="plain", max_turns=4)]
+    prompts = [envs[0].reset(seed=0, options={"index": 0})[0]]
+    ep = run_episodes(
+        ScriptedBackend(tok, turns),
+        tok,
+        envs,
+        prompts,
+        SamplingParams(max_new_tokens=40),
+        max_response_tokens=1000,
+        seed=0,
+    )[0]
+    spec = env_spec("searchqa")
+    assert ep.turns == 3 and ep.turn_texts == turns
+    assert INVALID_ACTION_MESSAGE in ep.response_text and spec.tool_calls(ep.response_text) == 2
+    assert sum(map(spec.tool_calls, ep.turn_texts)) == 0

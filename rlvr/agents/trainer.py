@@ -56,6 +56,7 @@ from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: publ
 )
 from rlvr.agents.policy import Policy
 from rlvr.agents.rollout.base import RolloutBatch, SamplingParams, collate
+from rlvr.agents.rollout.chat import model_prompt
 from rlvr.agents.rollout.multiturn import Episode, run_episodes
 from rlvr.agents.train_config import TrainConfig, periodic_eval_config
 from rlvr.agents.update import Precision, Updater, optimizer_steps_per_batch
@@ -263,8 +264,8 @@ class Trainer:
         for skip in range(MAX_RESET_SKIPS + 1):
             task = (index + skip) % size if size else index + skip
             try:
-                return [
-                    env.reset(seed=self.cfg.seed + task, options={"index": task})[0] for env in envs
+                resets = [
+                    env.reset(seed=self.cfg.seed + task, options={"index": task}) for env in envs
                 ]
             except Exception as e:  # noqa: BLE001 - any env failure: skip the task, keep the run
                 self.reset_errors += 1
@@ -278,6 +279,11 @@ class Trainer:
                     "skipping to the next task",
                     file=sys.stderr,
                 )
+                continue
+            return [
+                model_prompt(self.tokenizer, env, prompt, info)
+                for env, (prompt, info) in zip(envs, resets)
+            ]
         raise AssertionError("unreachable")
 
     def rollout(self, step: int) -> list[Episode]:

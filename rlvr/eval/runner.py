@@ -32,6 +32,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rlvr.agents.rollout import Generation, RolloutBackend, SamplingParams, make_backend
+from rlvr.agents.rollout.chat import model_prompt
 from rlvr.agents.rollout.multiturn import episode_seed
 from rlvr.config import ConfigError
 from rlvr.device import check_device, check_device_present, resolve_device
@@ -308,7 +309,7 @@ def _records(
             info.update(correct=False, reason=f"error: {ep.error.splitlines()[0]}")
         generated = [i for i, keep in zip(ep.response_ids, ep.loss_mask) if keep]
         extra = (
-            {"turns": ep.turns, "tool_calls": env_spec(cfg.env).tool_calls(ep.response_text)}
+            {"turns": ep.turns, "tool_calls": sum(map(env_spec(cfg.env).tool_calls, ep.turn_texts))}
             if multi_turn
             else None
         )
@@ -358,6 +359,7 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
         n_items = cfg.n_items if available is None else min(cfg.n_items, int(available))
         for i in range(n_items):
             prompt, info = env.reset(seed=cfg.seed, options={"index": i})
+            prompt = model_prompt(tokenizer, env, prompt, info)
             tasks.append(
                 {
                     "group": group,

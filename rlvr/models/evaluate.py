@@ -99,7 +99,7 @@ def evaluate_base(
             "reward": ep.reward,
         }
         if spec.multi_turn:
-            r.update(length=ep.n_generated, searches=spec.tool_calls(ep.response_text))
+            r.update(length=ep.n_generated, searches=sum(map(spec.tool_calls, ep.turn_texts)))
         else:  # the response text's tokens (an end token is not text)
             r["length"] = len(tokenizer.encode(ep.response_text))
         groups[items[job.task].group].append(r)

@@ -33,6 +33,9 @@ class Episode:
     turns: int = 0
     info: dict[str, Any] = field(default_factory=dict)
     response_text: str = ""
+    #: The policy's turns as generated, observations left out: what a tool-call count reads (an
+    #: observation may quote the tools' tags: search QA's invalid-action message does).
+    turn_texts: list[str] = field(default_factory=list)
     error: str | None = None
 
     @property
@@ -112,6 +115,7 @@ def run_episodes(
             ep.loss_mask += [1] * len(gen.token_ids[j])
             ep.logprobs += gen.logprobs[j]
             ep.response_text += gen.texts[j]
+            ep.turn_texts.append(gen.texts[j])
             ep.finish_reason = gen.finish_reasons[j]
             ep.turns += 1
             try:

