@@ -331,6 +331,31 @@ def test_tiny_profile_validates_and_matches_its_base(env, tmp_path):
         assert a.reset(seed=0, options={"index": i})[0] == b.reset(seed=0, options={"index": i})[0]
 
 
+def test_a_run_on_a_built_folder_inherits_its_env_settings(tmp_path):
+    """A base named by its folder trains on the prompts it was built for, as a preset name does
+    (issue 28: a folder run got the searchqa defaults, the qwen template and 3 passages)."""
+    from rlvr.agents.train_config import load_train_config
+
+    folder = tmp_path / "tiny-searchqa-0123456789ab"
+    folder.mkdir()
+    build = PRESETS["tiny-searchqa"]
+    (folder / "build.json").write_text(
+        json.dumps({"config": {"task": "searchqa", "data": build.data}})
+    )
+    common = ["env=searchqa", "profile=tiny", f"out={tmp_path / 'run'}"]
+    cfg = load_train_config([*common, f"model={folder}"])
+    assert cfg.env_kwargs == traces.env_kwargs("searchqa", build.data)
+    assert cfg.env_kwargs == load_train_config(common).env_kwargs
+    assert (
+        load_train_config([*common, f"model={folder}", "env_kwargs.topk=3"]).env_kwargs["topk"] == 3
+    )
+    # A base built for another task passes nothing on.
+    other = load_train_config(
+        ["env=kk", "profile=tiny", f"model={folder}", f"out={tmp_path / 'r'}"]
+    )
+    assert "template" not in other.env_kwargs
+
+
 def test_search_traces_from_other_worlds_never_use_the_rl_world():
     settings = {**traces.TINY_SETTINGS["searchqa"], "trace_worlds": 3}
     examples = traces.take(
