@@ -81,6 +81,57 @@ def test_tokenizer_is_deterministic_and_keeps_tags_whole(kk_texts):
     assert a.decode(a.encode(odd, add_special_tokens=False)) == odd
 
 
+def test_a_saved_tokenizer_loads_with_the_text_split_it_was_trained_with(kk_texts, tmp_path):
+    """transformers loads the tokenizer of a ``qwen2`` folder as ``Qwen2Tokenizer``, which
+    rebuilds its own normalizer and pre-tokenizer around the saved merges. A base trained with
+    another split runs on text it never saw: the search-QA base, trained on ``"?", "\\n", "\\n",
+    "Assistant"``, ran on ``"?", "\\n\\n", "Assistant"`` and opened every episode with
+    ``</answer>`` (issue 28)."""
+    from transformers import AutoTokenizer
+
+    # Episodes whose observations put "\n\n" between tags, as search QA's do: it becomes a merge.
+    episode = "Who?\n\nAssistant: <search> Bo </search>\n\n<information>Bo</information>\n\n"
+    texts = kk_texts + [episode] * 40
+    tok = train_tokenizer(texts, vocab_size=320)
+    build_tiny(MICRO_ARCH, tok, seed=0).config.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    probes = [
+        *texts[:5],
+        "Who?\n\nAssistant: <answer> 1943 </answer>",
+        "Cafe\u0301  x\n  y\n\n\tz",
+    ]
+    for text in probes:
+        assert loaded.encode(text, add_special_tokens=False) == tok.encode(
+            text, add_special_tokens=False
+        ), text
+
+
+def test_a_base_whose_tokenizer_loads_otherwise_is_refused(tmp_path):
+    from transformers import AutoTokenizer
+
+    path = ensure_built(micro_build_config(), home=tmp_path, progress=False)
+    assert type(AutoTokenizer.from_pretrained(path)).__name__ == "Qwen2Tokenizer"
+    load_model(str(path))  # as built: loads
+    spec = json.loads((path / "tokenizer.json").read_text())
+    spec["normalizer"] = None  # the split of bases built before the fix
+    spec["pre_tokenizer"] = {
+        "type": "Sequence",
+        "pretokenizers": [
+            {"type": "Digits", "individual_digits": True},
+            {
+                "type": "ByteLevel",
+                "add_prefix_space": False,
+                "trim_offsets": True,
+                "use_regex": True,
+            },
+        ],
+    }
+    (path / "tokenizer.json").write_text(json.dumps(spec))
+    with pytest.raises(ConfigError, match="rebuild it"):
+        load_model(str(path))
+
+
 def test_tokenizer_rejects_a_vocabulary_below_the_byte_alphabet(kk_texts):
     with pytest.raises(ValueError, match="vocab_size"):
         train_tokenizer(kk_texts, vocab_size=100)
@@ -278,6 +329,31 @@ def test_tiny_profile_validates_and_matches_its_base(env, tmp_path):
     b = traces.make_env(env, {**cfg.env_kwargs, **pick}, "test")
     for i in range(3):
         assert a.reset(seed=0, options={"index": i})[0] == b.reset(seed=0, options={"index": i})[0]
+
+
+def test_a_run_on_a_built_folder_inherits_its_env_settings(tmp_path):
+    """A base named by its folder trains on the prompts it was built for, as a preset name does
+    (issue 28: a folder run got the searchqa defaults, the qwen template and 3 passages)."""
+    from rlvr.agents.train_config import load_train_config
+
+    folder = tmp_path / "tiny-searchqa-0123456789ab"
+    folder.mkdir()
+    build = PRESETS["tiny-searchqa"]
+    (folder / "build.json").write_text(
+        json.dumps({"config": {"task": "searchqa", "data": build.data}})
+    )
+    common = ["env=searchqa", "profile=tiny", f"out={tmp_path / 'run'}"]
+    cfg = load_train_config([*common, f"model={folder}"])
+    assert cfg.env_kwargs == traces.env_kwargs("searchqa", build.data)
+    assert cfg.env_kwargs == load_train_config(common).env_kwargs
+    assert (
+        load_train_config([*common, f"model={folder}", "env_kwargs.topk=3"]).env_kwargs["topk"] == 3
+    )
+    # A base built for another task passes nothing on.
+    other = load_train_config(
+        ["env=kk", "profile=tiny", f"model={folder}", f"out={tmp_path / 'r'}"]
+    )
+    assert "template" not in other.env_kwargs
 
 
 def test_search_traces_from_other_worlds_never_use_the_rl_world():

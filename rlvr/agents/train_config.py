@@ -10,6 +10,7 @@ profile (``profile=paper_kk``) is that profile for that env (``profile=paper env
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -300,20 +301,32 @@ def check_model(model: str) -> None:
 
 
 def base_env_kwargs(model: str, env: str) -> dict[str, Any]:
-    """The environment settings a tiny preset base (``tiny-kk``, ``tiny-kk@1``...) was
-    warm-started on, when ``model`` is one for ``env`` (else ``{}``): a run on that base inherits
-    them, so the prompt format has one source (``rlvr.models.traces.TINY_SETTINGS``)."""
+    """The environment settings a tiny base was warm-started on, when ``model`` is one for
+    ``env`` (else ``{}``): a preset name (``tiny-kk``, ``tiny-kk@1``...) or a folder a build wrote
+    (its ``build.json``). A run on that base inherits them, so the prompt format has one source
+    (``rlvr.models.traces.TINY_SETTINGS``) whichever way the base is named."""
     from rlvr.models.presets import preset_config
 
     try:
         build = preset_config(model)
     except ValueError:
         return {}
-    if build is None or build.task != env:
+    task, data = (build.task, build.data) if build is not None else _built_folder(model)
+    if task != env:
         return {}
     from rlvr.models import traces
 
-    return traces.env_kwargs(env, build.data)
+    return traces.env_kwargs(env, data)
+
+
+def _built_folder(model: str) -> tuple[str | None, dict[str, Any]]:
+    """Task and trace settings in ``model``'s ``build.json`` (``(None, {})`` if none)."""
+    record = Path(model).expanduser() / "build.json"
+    try:
+        config = json.loads(record.read_text())["config"]
+        return config["task"], dict(config["data"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, {}
 
 
 def upgrade_legacy(values: dict[str, Any]) -> dict[str, Any]:

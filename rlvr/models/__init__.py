@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tokenizers import Tokenizer
+
 from rlvr.config import ConfigError
 from rlvr.models.micro import build_micro, byte_level_tokenizer
+from rlvr.models.tokenizer import PROBE_TEXT, load_tokenizer, reload_mismatch
 from rlvr.repro import install_kernels
 
 install_kernels()  # before any model exists: the reproducible mode's threads and GEMMs
@@ -31,11 +34,15 @@ def load_model(spec: str, *, seed: int = 0, dtype=None):
         from rlvr.models.build import ensure_built
 
         spec = str(ensure_built(build_cfg))
+<<<<<<< HEAD
     from rlvr.models.pretrained import PRETRAINED, pretrained_dir
 
     if spec in PRETRAINED:
         spec = str(pretrained_dir(spec))
     from transformers import AutoModelForCausalLM, AutoTokenizer
+=======
+    from transformers import AutoModelForCausalLM
+>>>>>>> sqa
 
     local = Path(spec).expanduser()
     kwargs = {"local_files_only": True} if local.exists() else {}
@@ -44,7 +51,7 @@ def load_model(spec: str, *, seed: int = 0, dtype=None):
         check_model_folder(local)
     part = "tokenizer"
     try:
-        tokenizer = AutoTokenizer.from_pretrained(src, **kwargs)
+        tokenizer = load_tokenizer(src, **kwargs)
         part = "weights"
         model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, **kwargs)
     except OSError as e:
@@ -58,10 +65,25 @@ def load_model(spec: str, *, seed: int = 0, dtype=None):
         if not local.exists():
             raise
         raise _unusable(f"the {part} in {local}", e) from None
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
+    if local.exists():
+        check_built_tokenizer(local, tokenizer)
     return model, tokenizer
+
+
+def check_built_tokenizer(folder: Path, tokenizer) -> None:
+    """Refuse (``ConfigError``) a base built here (``build.json``) whose ``tokenizer.json``, the
+    tokenizer it was trained with, encodes text otherwise once loaded (``rlvr.models.tokenizer``:
+    bases built before the tokenizer took Qwen2's pipeline): it would run on text split as it
+    never saw in training."""
+    if not (folder / "build.json").is_file() or not (folder / "tokenizer.json").is_file():
+        return
+    trained = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    if reload_mismatch(trained, tokenizer, [PROBE_TEXT]) is not None:
+        raise ConfigError(
+            f"model: {folder} was trained with a tokenizer that loads as "
+            f"{type(tokenizer).__name__} with another text split (built before rlvr's tokenizer "
+            "took Qwen2's pipeline); rebuild it (a preset name rebuilds by itself)"
+        )
 
 
 def _unusable(what, exc: BaseException) -> ConfigError:
@@ -108,4 +130,10 @@ def check_model_folder(folder: Path) -> None:
                 )
 
 
-__all__ = ["build_micro", "byte_level_tokenizer", "check_model_folder", "load_model"]
+__all__ = [
+    "build_micro",
+    "byte_level_tokenizer",
+    "check_built_tokenizer",
+    "check_model_folder",
+    "load_model",
+]

@@ -30,10 +30,10 @@ from rlvr.locks import hold
 from rlvr.models import traces
 from rlvr.models.sft import SFTConfig, sft
 from rlvr.models.tiny import ArchConfig, build_tiny, count_parameters
-from rlvr.models.tokenizer import train_tokenizer
+from rlvr.models.tokenizer import PROBE_TEXT, load_tokenizer, reload_mismatch, train_tokenizer
 from rlvr.repro import machine_info, weights_sha256
 
-BUILD_FORMAT = 1  # bump when the build procedure itself changes meaning
+BUILD_FORMAT = 2  # bump when the build procedure itself changes meaning (2: Qwen2 text split)
 
 
 @dataclass(frozen=True)
@@ -120,9 +120,20 @@ def build(cfg: BuildConfig, out_dir: str | Path, progress: bool = True) -> dict[
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
     texts = tokenizer_corpus(cfg.tokenizer)
-    tokenizer = train_tokenizer(texts, cfg.tokenizer.vocab_size, cfg.tokenizer.min_frequency)
+    trained = train_tokenizer(texts, cfg.tokenizer.vocab_size, cfg.tokenizer.min_frequency)
     t_tok = time.perf_counter() - t0
-    model = build_tiny(cfg.arch, tokenizer, seed=cfg.seed)
+    model = build_tiny(cfg.arch, trained, seed=cfg.seed)
+    # SFT on the tokenizer as the folder loads it, so the base trains on the text split it runs on.
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.config.save_pretrained(out_dir)
+    trained.save_pretrained(out_dir)
+    tokenizer = load_tokenizer(out_dir, local_files_only=True)
+    differs = reload_mismatch(trained.backend_tokenizer, tokenizer, [PROBE_TEXT, *texts])
+    if differs is not None:
+        raise RuntimeError(
+            f"build {cfg.name}: the tokenizer loads as {type(tokenizer).__name__} and encodes "
+            f"{differs[:80]!r} otherwise than trained (rlvr.models.tokenizer)"
+        )
     stream = traces.example_stream(cfg.task, cfg.data, seed=cfg.seed)
     if cfg.unique_examples:
         from tqdm.auto import tqdm
@@ -141,7 +152,6 @@ def build(cfg: BuildConfig, out_dir: str | Path, progress: bool = True) -> dict[
     else:
         stream = traces.prefetch(stream)
     stats = sft(model, tokenizer, stream, cfg.sft, progress=progress, desc=f"build {cfg.name}")
-    out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     record = {
