@@ -34,15 +34,11 @@ def load_model(spec: str, *, seed: int = 0, dtype=None):
         from rlvr.models.build import ensure_built
 
         spec = str(ensure_built(build_cfg))
-<<<<<<< HEAD
     from rlvr.models.pretrained import PRETRAINED, pretrained_dir
 
     if spec in PRETRAINED:
         spec = str(pretrained_dir(spec))
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-=======
     from transformers import AutoModelForCausalLM
->>>>>>> sqa
 
     local = Path(spec).expanduser()
     kwargs = {"local_files_only": True} if local.exists() else {}
