@@ -40,6 +40,24 @@ def test_prediction_interval_with_one_seed_per_base_is_the_textbook_one():
     assert P.prediction_interval([0.2], [0]) is None
 
 
+def test_prediction_interval_of_equal_draws_keeps_the_binomial_noise_and_stays_in_range():
+    # three bases at the floor: the spread estimate is 0, a new draw still varies by its
+    # evaluation's binomial noise (Agresti-Coull p~ over the items)
+    assert P.prediction_interval([0.0, 0.0, 0.0], [0, 1, 2]).high == 0.0
+    pi = P.prediction_interval([0.0, 0.0, 0.0], [0, 1, 2], n_items=100, bounds=(0.0, 1.0))
+    p = 2 / 104
+    half = stats.t.ppf(0.975, 2) * math.sqrt(p * (1 - p) / 100)
+    assert pi.low == 0.0 and pi.high == pytest.approx(half)
+    assert 0.05 < pi.high < 0.15  # a rerun at 0.01 is no surprise
+    top = P.prediction_interval([0.98, 1.0, 0.99], [0, 1, 2], n_items=100, bounds=(0.0, 1.0))
+    assert top.high == 1.0 and top.low < 0.98
+    # a spread larger than the binomial floor leaves the textbook interval unchanged
+    y = [0.16, 0.31, 0.27]
+    assert P.prediction_interval(y, [0, 1, 2], n_items=100).high == pytest.approx(
+        P.prediction_interval(y, [0, 1, 2]).high
+    )
+
+
 def test_prediction_interval_covers_a_new_base_and_seed_95_percent_of_the_time():
     rng = np.random.default_rng(1)
     hits, trials = 0, 4000

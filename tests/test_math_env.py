@@ -64,6 +64,18 @@ def test_require_think_and_timeout_in_env():
     assert info["timed_out"] is True and info["correct"] is False
 
 
+def test_answer_form_in_env_scores_the_prefill_and_refuses_expressions():
+    env = gym.make("rlvr/Math-v0", difficulty=1, prefill="\\boxed{", answer_form="number")
+    _, info = env.reset(seed=0)
+    problem = info["problem"].removeprefix("Compute ").rstrip(".")
+    *_, info_expr = env.step(problem + "}")
+    assert info_expr["reason"] == "not_a_number" and not info_expr["correct"]
+    env.reset(seed=0)
+    assert env.step(f"{info['ground_truth']}}}")[1] == 1.0
+    with pytest.raises(ValueError, match="answer_form"):
+        gym.make("rlvr/Math-v0", answer_form="value")
+
+
 def test_local_jsonl_dataset(tmp_path):
     path = tmp_path / "tiny.jsonl"
     path.write_text('{"problem": "2+2?", "answer": "4"}\n{"problem": "3+3?", "answer": 6.0}\n')

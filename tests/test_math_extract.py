@@ -9,6 +9,7 @@ from rlvr.envs.math.extract import (
     MAX_BRACE_DEPTH,
     answer_problem,
     brace_depth,
+    is_number,
     last_boxed,
     normalize_shorthand,
 )
@@ -78,3 +79,33 @@ def test_brace_depth_and_caps():
     assert answer_problem(deep) == "answer_too_deep"
     assert answer_problem("1" * (MAX_ANSWER_CHARS + 1)) == "answer_too_long"
     assert answer_problem(r"\frac{1}{2}") == ""
+
+
+@pytest.mark.parametrize(
+    "text, number",
+    [
+        ("12", True),
+        (" -3.25 ", True),
+        ("+7", True),
+        ("1,234,567", True),
+        ("3/4", True),
+        ("3 / 4", True),
+        ("15 / 3", False),
+        ("4/2", False),
+        ("0/1", False),
+        ("3/0", False),
+        (r"\frac{3}{4}", True),
+        (r"-\dfrac{3}{4}", True),
+        ("$5$", True),
+        ("12,34", False),
+        ("2 + 3", False),
+        ("2^3", False),
+        (r"\frac{x}{4}", False),
+        ("1e5", False),
+        ("", False),
+        ("x", False),
+        ("9" * 5000 + "+", False),
+    ],
+)
+def test_is_number(text, number):
+    assert is_number(text) is number

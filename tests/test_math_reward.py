@@ -80,6 +80,34 @@ def test_require_think_rule():
     assert score(late, "4").reward == 1.0  # without the rule the box inside think counts
 
 
+@pytest.mark.parametrize(
+    "box, reward, reason",
+    [
+        ("-14", 1.0, ""),
+        ("21 - 35", 0.0, "not_a_number"),  # equal in value, so "any" accepts it (below)
+        ("$-14$", 1.0, ""),
+        ("x = -14", 0.0, "not_a_number"),
+        ("-14.0", 1.0, ""),
+        ("-15", 0.0, "wrong"),
+        ("-28/2", 0.0, "not_a_number"),  # a division still to do
+        ("-7/2", 0.0, "wrong"),
+    ],
+)
+def test_answer_form_number_refuses_expressions(box, reward, reason):
+    s = score(f"\\boxed{{{box}}}", "-14", answer_form="number")
+    assert (s.reward, s.reason, s.components["format"]) == (reward, reason, 1.0)
+    assert score(r"\boxed{21 - 35}", "-14").reward == 1.0  # the paper's reward: values compared
+    for box, reward, reason in [
+        (r"-\frac{7}{2}", 1.0, ""),
+        ("-3.5", 1.0, ""),
+        (r"-\frac{14}{4}", 0.0, "not_a_number"),
+    ]:
+        s = score(f"\\boxed{{{box}}}", "-7/2", answer_form="number")
+        assert (s.reward, s.reason) == (reward, reason)
+    with pytest.raises(ValueError, match="answer_form"):
+        score(r"\boxed{1}", "1", answer_form="numeric")
+
+
 def test_components_and_parsed():
     s = score(r"\boxed{\frac{1}{2}}", "0.5")
     assert s.components == {"answer": 1.0, "format": 1.0}

@@ -242,7 +242,7 @@ def test_check_samples_compares_and_refuses_old_folders(tmp_path):
     pi = check.stated_interval(records, "kk/grpo/seed0", "greedy")
     y = [0.25, 0.20, 0.31]
     ref = stats.t.interval(0.95, 2, loc=np.mean(y), scale=np.std(y, ddof=1) * np.sqrt(4 / 3))
-    assert pi.n == 3 and (pi.low, pi.high) == pytest.approx(ref)
+    assert pi.n == 3 and (pi.low, pi.high) == pytest.approx((max(0.0, ref[0]), ref[1]))
     mean_ci = hierarchical_bootstrap_ci(y, [0, 1, 2])  # the interval of the 3-base mean
     assert pi.low < mean_ci.low and pi.high > mean_ci.high
     newcomer = mean_ci.high + 0.05  # outside the mean's interval, inside the prediction's
@@ -254,6 +254,11 @@ def test_check_samples_compares_and_refuses_old_folders(tmp_path):
     assert "inside the prediction interval" in line and "from 3 recorded runs" in line
     assert "bit-identical" in check.summary_line("kk/grpo/seed0", "greedy", 0.25, 0.25, pi)
     assert check.stated_interval(records, "math/grpo/seed0", "greedy") is None
+    floor = {f"qa/grpo/base{b}/seed0": {"numbers": {"greedy_em": 0.0, "n_items": 200.0,
+             "greedy_reward": -0.5}} for b in range(3)}  # fmt: skip
+    assert check.stated_interval(floor, "qa/grpo/base0/seed0", "greedy_em").high > 0.01
+    reward = check.stated_interval(floor, "qa/grpo/base0/seed0", "greedy_reward")
+    assert reward.low == reward.high == -0.5  # a reward is no proportion: no floor, no bounds
     (tmp_path / "fig2.meta.json").write_text(json.dumps({"profile": "tiny", "train_runs": {}}))
     with pytest.raises(SystemExit, match="older rlvr"):
         check.load_records(tmp_path)

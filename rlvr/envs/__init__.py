@@ -73,7 +73,7 @@ def register_all() -> None:
             group_key="difficulty",
             record_keys=("difficulty",),
             batch_scorer="rlvr.envs.math.reward:score_batch",  # the verifier pool
-            options={"require_think": bool, "timeout_s": float},
+            options={"require_think": bool, "answer_form": str, "timeout_s": float},
             row_options="rlvr.envs.math.reward:row_options",
             gold="rlvr.envs.math.reward:gold_of",
             traces="rlvr.models.traces:MATH",

@@ -194,7 +194,12 @@ def bases_needed(
 
 
 def prediction_interval(
-    values: Sequence[float], bases: Sequence[Any], confidence: float = 0.95
+    values: Sequence[float],
+    bases: Sequence[Any],
+    confidence: float = 0.95,
+    *,
+    n_items: int | None = None,
+    bounds: tuple[float, float] | None = None,
 ) -> Interval | None:
     """Where one new draw (a new base build, one RL seed on it) should fall, from the committed
     draws ``values`` (one per run) on ``bases``; None with fewer than two draws.
@@ -205,6 +210,12 @@ def prediction_interval(
     / U^2 + s2_seed / U`` (``k_b`` runs on base ``b``, ``U`` runs), on ``bases - 1`` degrees of
     freedom (the base level's). With one seed per base this is exactly the textbook formula; with
     one base it is the interval of a new seed on that base (``U - 1`` degrees of freedom).
+
+    ``n_items``: the values are proportions over that many evaluation items. A new draw varies
+    at least by its own evaluation's binomial noise, which a few equal draws (three runs at 0.00)
+    estimate as zero; the new draw's variance is kept at or above the Agresti-Coull binomial
+    variance ``p~(1 - p~) / n`` with ``p~ = (n mean + 2) / (n + 4)`` (Agresti & Coull 1998).
+    ``bounds``: the metric's range (``(0, 1)`` for a proportion); the interval is cut to it.
     """
     y = np.asarray(values, dtype=float)
     if y.size < 2:
@@ -212,11 +223,18 @@ def prediction_interval(
     c = estimate_components(y, bases)
     labels = list(dict.fromkeys(bases))
     k = np.array([sum(b == g for b in bases) for g in labels], dtype=float)
-    var = c.base * (1 + float((k**2).sum()) / y.size**2) + c.seed * (1 + 1 / y.size)
+    mean = float(y.mean())
+    new_draw = c.base + c.seed
+    if n_items:
+        p = (n_items * mean + 2) / (n_items + 4)
+        new_draw = max(new_draw, p * (1 - p) / n_items)
+    var = new_draw + c.base * float((k**2).sum()) / y.size**2 + c.seed / y.size
     df = len(labels) - 1 if len(labels) > 1 else y.size - 1
     half = t_quantile(1 - (1 - confidence) / 2, df) * math.sqrt(var)
-    mean = float(y.mean())
-    return Interval(mean, mean - half, mean + half, int(y.size), confidence)
+    low, high = mean - half, mean + half
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return Interval(mean, low, high, int(y.size), confidence)
 
 
 __all__ = [

@@ -12,7 +12,10 @@ evaluates it, and says per number:
   base build, one RL seed on it) computed from the reproduction's runs of that method
   (``rlvr.eval.power.prediction_interval``: mean +- t_{0.975, bases-1} x sqrt(s2_new draw +
   s2_of the mean)). A rerun that is not bit-identical is such a draw, and the interval of the
-  three-base *mean* is the wrong yardstick for it: one draw varies as much as a base does;
+  three-base *mean* is the wrong yardstick for it: one draw varies as much as a base does. For
+  an accuracy, the new draw's variance is at least its evaluation's binomial variance over the
+  recorded ``n_items`` (equal recorded draws would give a zero-width interval), and the interval
+  is cut to [0, 1];
 - ``outside the prediction interval``: neither; 1 run in 20 by chance, more when the base or the
   code differs (a different base hash explains most differences).
 
@@ -111,7 +114,7 @@ def stated_interval(records: dict[str, dict], label: str, metric: str) -> Interv
     """The 95% prediction interval of one new draw of ``label``'s setting and method, from every
     recorded run of it (None with fewer than two)."""
     p = parse_label(label)
-    values, bases = [], []
+    values, bases, items = [], [], []
     for other, rec in records.items():
         q = parse_label(other)
         if (
@@ -121,7 +124,15 @@ def stated_interval(records: dict[str, dict], label: str, metric: str) -> Interv
         ):
             values.append(float(rec["numbers"][metric]))
             bases.append(q["base"])
-    return prediction_interval(values, bases)
+            items.append(int(rec["numbers"].get("n_items", 0)))
+    # Accuracies are proportions over the evaluation's items; rewards (K&K's go below 0) are not.
+    proportion = "reward" not in metric
+    return prediction_interval(
+        values,
+        bases,
+        n_items=min(items) if proportion and items and min(items) > 0 else None,
+        bounds=(0.0, 1.0) if proportion else None,
+    )
 
 
 INSIDE, OUTSIDE = "inside the prediction interval", "outside the prediction interval"

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from rlvr.envs.base import Score, SingleTurnEnv, drop_oversized
 from rlvr.envs.math.data import load_dataset
 from rlvr.envs.math.pool import check_timeout
-from rlvr.envs.math.reward import DEFAULT_TIMEOUT_S, score
+from rlvr.envs.math.reward import DEFAULT_TIMEOUT_S, check_answer_form, score
 from rlvr.envs.math.synthetic import generate_problem, parse_difficulty
 from rlvr.envs.prompts import TEMPLATES, chat_messages, render_prompt
 
@@ -40,6 +40,7 @@ class MathEnv(SingleTurnEnv):
         difficulty: int | Sequence[int] | None = None,
         template: str = "qwen",
         require_think: bool = False,
+        answer_form: str = "any",
         timeout_s: float = DEFAULT_TIMEOUT_S,
         seed: int = 0,
         data_dir: str | None = None,
@@ -56,6 +57,8 @@ class MathEnv(SingleTurnEnv):
         self.split = split or ("train" if self.synthetic else "test")
         self.template = template
         self.require_think = bool(require_think)
+        #: "number": the box must hold a written-out value (``rlvr.envs.math.reward``).
+        self.answer_form = check_answer_form(answer_form)
         self.timeout_s = float(timeout_s)
         self.generator_seed = int(seed)
         if system_prompt is None:
@@ -129,6 +132,7 @@ class MathEnv(SingleTurnEnv):
             self.prefill + response,
             ground_truth,
             require_think=self.require_think,
+            answer_form=self.answer_form,
             timeout_s=self.timeout_s,
         )
 

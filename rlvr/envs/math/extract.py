@@ -9,6 +9,9 @@ depth cap. Nothing here evaluates the text.
 - ``brace_depth``: how deeply ``{}`` nest. The LaTeX parser behind math-verify is superlinear
   in nesting (measured with math-verify 0.9.0 / latex2sympy2_extended: 16 nested ``\\frac`` take
   ~8 s, 20 take minutes), so answers deeper than ``MAX_BRACE_DEPTH`` are rejected up front.
+- ``is_number``: whether an answer is a written-out value (``-14``, ``2.5``, ``3/4``,
+  ``\\frac{3}{4}``) rather than an expression math-verify would evaluate (``21 - 35``, or
+  ``15 / 3``: a fraction counts only in lowest terms).
 - ``normalize_shorthand``: TeX's unbraced arguments (``\\frac12``, ``\\frac1{2}``, ``\\dfrac``,
   ``\\tfrac``, ``\\sqrt2``, ``\\sqrt[3]8``) rewritten to braced form. math-verify only repairs
   these under ``malformed_operators=True``, which its maintainers advise against for rewards
@@ -19,6 +22,8 @@ depth cap. Nothing here evaluates the text.
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 
 #: An answer inside the box longer than this is not an answer (the longest gold answer in the six
@@ -29,6 +34,10 @@ MAX_ANSWER_CHARS = 1000
 MAX_BRACE_DEPTH = 10
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
+#: A written-out number: an integer or decimal (thousands commas allowed), or a fraction a/b or
+#: \frac{a}{b}, with an optional sign. Anchored, no nested quantifiers: linear in the input.
+_DECIMAL = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+_FRACTION = re.compile(r"[-+]?(?:(\d+)\s*/\s*(\d+)|\\[dt]?frac\{(\d+)\}\{(\d+)\})")
 _FRAC_COMMANDS = ("\\frac", "\\dfrac", "\\tfrac")
 
 
@@ -124,6 +133,20 @@ def answer_problem(answer: str) -> str:
     if brace_depth(answer) > MAX_BRACE_DEPTH:
         return "answer_too_deep"
     return ""
+
+
+def is_number(answer: str) -> bool:
+    """Whether ``answer`` is a written-out number (``_DECIMAL``, or ``_FRACTION`` in lowest terms),
+    surrounding spaces and ``$``
+    ignored: the ``answer_form="number"`` rule of the math reward (``rlvr.envs.math.reward``)."""
+    text = answer.strip().strip("$").strip()
+    if _DECIMAL.fullmatch(text):
+        return True
+    frac = _FRACTION.fullmatch(text)
+    if frac is None:
+        return False
+    num, den = (int(g) for g in frac.groups() if g is not None)
+    return den > 1 and math.gcd(num, den) == 1  # 15/3 is a division still to do
 
 
 def _read_arg(text: str, i: int) -> tuple[str | None, int]:

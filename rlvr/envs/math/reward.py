@@ -6,10 +6,15 @@ same Score, except that a verification past its deadline scores 0 with ``reason=
 The cheap checks (length cap, ``</think>`` rule, box extraction, size and depth caps) run here;
 only the math-verify comparison goes to the worker pool, which enforces the deadline.
 
+``answer_form="number"`` also requires the box to hold a written-out number (``extract.is_number``):
+math-verify compares values, so ``\\boxed{21 - 35}`` verifies against ``-14``, and a policy
+asked to compute an expression can earn the reward by restating it (measured on SmolLM2-135M:
+results/smollm2/README.md). The default ``"any"`` is the paper's reward.
+
 Components: ``answer`` (1/0, equals the reward) and ``format`` (1 when a final boxed answer was
 found where the rules want it, else 0). Reasons: "" (correct), ``wrong``, ``empty``,
 ``no_boxed``, ``unterminated_boxed``, ``empty_boxed``, ``missing_think_end``,
-``answer_too_long``, ``answer_too_deep``, ``answer_unparseable``, ``gold_empty``,
+``answer_too_long``, ``answer_too_deep``, ``not_a_number``, ``answer_unparseable``, ``gold_empty``,
 ``gold_unparseable``, ``timeout``, ``memory``, ``worker_crashed``, ``verifier_error:<type>``.
 """
 
@@ -19,13 +24,15 @@ import logging
 from typing import Any, Sequence
 
 from rlvr.envs.base import MAX_RESPONSE_CHARS, Score, coerce_text
-from rlvr.envs.math.extract import answer_problem, last_boxed
+from rlvr.envs.math.extract import answer_problem, is_number, last_boxed
 from rlvr.envs.math.pool import WorkerStartError, check_timeout, shared_pool
 from rlvr.envs.math.verify import Verdict, verify_answer_in_process
 
 #: Seconds one verification may take (math-verify's own default per parse/compare is 5 s).
 DEFAULT_TIMEOUT_S = 5.0
 THINK_END = "</think>"
+#: What a boxed answer may be: anything math-verify reads ("any"), or a written-out number.
+ANSWER_FORMS = ("any", "number")
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +84,13 @@ def score_batch(
     ground_truths: Sequence[Any],
     *,
     require_think: bool = False,
+    answer_form: str = "any",
     timeout_s: float = DEFAULT_TIMEOUT_S,
     workers: int | None = 2,
 ) -> list[Score]:
     """Score many responses on the shared worker pool (``workers`` processes, ``None`` = reuse
     any); each comparison has a hard ``timeout_s`` deadline. Never raises on any response."""
+    check_answer_form(answer_form)
     if len(responses) != len(ground_truths):
         raise ValueError(
             f"responses and ground_truths differ in length: "
@@ -101,12 +110,20 @@ def score_batch(
             scores[i] = _fail("gold_empty", 1.0, answer)
         elif answer_problem(answer):
             scores[i] = _fail(answer_problem(answer), 1.0, answer[:200])
+        elif answer_form == "number" and not is_number(answer):
+            scores[i] = _fail("not_a_number", 1.0, answer[:200])
         else:
             jobs.append((i, gold_text, answer))
     if jobs:
         for (i, _, answer), verdict in zip(jobs, _verify(jobs, timeout_s, workers)):
             scores[i] = _verdict_score(verdict, answer)
     return scores  # type: ignore[return-value]
+
+
+def check_answer_form(answer_form: str) -> str:
+    if answer_form not in ANSWER_FORMS:
+        raise ValueError(f"answer_form must be one of {ANSWER_FORMS}, got {answer_form!r}")
+    return answer_form
 
 
 def _verify(
@@ -127,13 +144,19 @@ def score(
     ground_truth: Any,
     *,
     require_think: bool = False,
+    answer_form: str = "any",
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Score:
     """Reward 1/0 for one response: its last ``\\boxed{}`` verified against ``ground_truth``
     (gold parsed first, ``verify(gold, pred)``). Never raises, never runs past ``timeout_s``
     plus process overhead."""
     return score_batch(
-        [response], [ground_truth], require_think=require_think, timeout_s=timeout_s, workers=None
+        [response],
+        [ground_truth],
+        require_think=require_think,
+        answer_form=answer_form,
+        timeout_s=timeout_s,
+        workers=None,
     )[0]
 
 
@@ -150,6 +173,11 @@ def gold_of(info: dict) -> str:
     return gold_to_text(info["ground_truth"])
 
 
-def row_options(env_kwargs: dict, prompt: str | None) -> dict[str, bool]:
-    """``require_think``: the env's own setting (the DSR recipe's ``</think>`` requirement)."""
-    return {"require_think": bool(env_kwargs.get("require_think", False))}
+def row_options(env_kwargs: dict, prompt: str | None) -> dict[str, Any]:
+    """``require_think``: the env's own setting (the DSR recipe's ``</think>`` requirement);
+    ``answer_form`` only when it is not the default."""
+    out: dict[str, Any] = {"require_think": bool(env_kwargs.get("require_think", False))}
+    form = check_answer_form(str(env_kwargs.get("answer_form", "any")))
+    if form != "any":
+        out["answer_form"] = form
+    return out
