@@ -12,6 +12,7 @@ from rlvr.envs.math.extract import (
     is_number,
     last_boxed,
     normalize_shorthand,
+    written_value,
 )
 
 
@@ -109,3 +110,12 @@ def test_brace_depth_and_caps():
 )
 def test_is_number(text, number):
     assert is_number(text) is number
+
+
+def test_written_value_is_the_number_an_answer_ends_with():
+    assert written_value(" 12 ") == "12"
+    assert written_value("31 + 47 = 78") == "78"
+    assert written_value("a = b = $-3/4$") == "-3/4"
+    assert written_value("31 + 47") is None
+    assert written_value("78 = 31 + 47") is None
+    assert written_value("= 78") is None

@@ -86,7 +86,11 @@ def test_require_think_rule():
         ("-14", 1.0, ""),
         ("21 - 35", 0.0, "not_a_number"),  # equal in value, so "any" accepts it (below)
         ("$-14$", 1.0, ""),
-        ("x = -14", 0.0, "not_a_number"),
+        ("x = -14", 1.0, ""),
+        ("21 - 35 = -14", 1.0, ""),  # the value written out at the end of an equation
+        ("21 - 35 = -15", 0.0, "wrong"),
+        ("-14 = 21 - 35", 0.0, "not_a_number"),
+        ("= -14", 0.0, "not_a_number"),
         ("-14.0", 1.0, ""),
         ("-15", 0.0, "wrong"),
         ("-28/2", 0.0, "not_a_number"),  # a division still to do

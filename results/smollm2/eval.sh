@@ -5,7 +5,7 @@
 # other work: the first N items of each set (the sets' own order), not the full sets.
 #   RLVR_SHARED_DATA=../shared/data bash results/smollm2/eval.sh [OUT] [SET ...]
 #   (default OUT results/smollm2/eval; sets gsm8k math500 kk searchqa synthetic1
-#   synthetic1_prefill)
+#   synthetic1_prefill; synthetic1_value on request)
 #   MODEL=runs/smol/grpo/final bash results/smollm2/eval.sh OUT synthetic1_prefill   (a checkpoint)
 # then `python results/smollm2/summarize.py OUT` writes OUT/../eval.md.
 set -euo pipefail
@@ -35,6 +35,13 @@ for set in ${SETS[*]}; do
                           env_kwargs.difficulty=1 'env_kwargs.prefill=\boxed{' 'stop=["}"]' \
                           n_items=32 k=2 temperature=1.0 pass_ks=[1,2] max_new_tokens=16 \
                           out="$OUT/synthetic1_prefill" ;;
+    # The same, scored as profile=smol env=math scores it now: answer_form=number (the box must
+    # end with the value written out; only that number is verified).
+    synthetic1_value) rlvr eval $M env=math env_kwargs.dataset=synthetic \
+                        env_kwargs.difficulty=1 'env_kwargs.prefill=\boxed{' \
+                        env_kwargs.answer_form=number 'stop=["}"]' \
+                        n_items=32 k=2 temperature=1.0 pass_ks=[1,2] max_new_tokens=16 \
+                        out="$OUT/synthetic1_value" ;;
     *) echo "unknown set $set" >&2; exit 2 ;;
   esac
 done

@@ -1,11 +1,12 @@
 """Curves of the SmolLM2 RL runs (``profile=smol env=math``) from their ``metrics.jsonl``.
 
-    python results/smollm2/plot.py RUNS_DIR [BASE_EVAL_DIR]
+    python results/smollm2/plot.py RUNS_DIR [BASE_EVAL_DIR] [NAME] [TITLE]
 
 ``RUNS_DIR`` holds one folder per algorithm (``grpo``, ``grpo_sg``) as ``rlvr train`` wrote
 them; ``BASE_EVAL_DIR`` is the ``rlvr eval`` of the base on the same held-out tasks
 (``eval.sh synthetic1_prefill``), drawn at step 0. Writes ``rl_curves.csv`` and
-``rl_curves.png`` here: the training reward (mean over the step's 32 episodes) and the held-out
+``rl_curves.png`` here (or ``NAME.csv`` and ``NAME.png``, the plot titled ``TITLE``): the
+training reward (mean over the step's 32 episodes) and the held-out
 greedy and sampled accuracy (math-verify's) on the first 32 test tasks, per step. No model is
 run.
 """
@@ -46,6 +47,9 @@ def base_row(folder: Path) -> dict:
 def main() -> int:
     runs = Path(sys.argv[1])
     base = base_row(Path(sys.argv[2])) if len(sys.argv) > 2 else {}
+    name = sys.argv[3] if len(sys.argv) > 3 else "rl_curves"
+    title = sys.argv[4] if len(sys.argv) > 4 else "profile=smol env=math"
+    csv_path, png_path = HERE / f"{name}.csv", HERE / f"{name}.png"
     rows = []
     for run in sorted(p for p in runs.iterdir() if (p / "metrics.jsonl").exists()):
         if base:
@@ -53,7 +57,7 @@ def main() -> int:
         for line in (run / "metrics.jsonl").read_text().splitlines():
             m = json.loads(line)
             rows.append({"algo": run.name, "step": m["step"], **{k: m.get(k) for k in KEYS}})
-    with open(HERE / "rl_curves.csv", "w", newline="") as f:
+    with open(csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["algo", "step", *KEYS])
         w.writeheader()
         w.writerows(rows)
@@ -77,10 +81,10 @@ def main() -> int:
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("SmolLM2-135M-Instruct, profile=smol env=math (Intel Xeon, 2 cores)", fontsize=9)
+    fig.suptitle(f"SmolLM2-135M-Instruct, {title} (Intel Xeon, 2 cores)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(HERE / "rl_curves.png", dpi=120)
-    print(f"wrote {HERE / 'rl_curves.csv'} and {HERE / 'rl_curves.png'} ({len(rows)} rows)")
+    fig.savefig(png_path, dpi=120)
+    print(f"wrote {csv_path} and {png_path} ({len(rows)} rows)")
     return 0
 
 

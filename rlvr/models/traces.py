@@ -41,7 +41,7 @@ from typing import Any
 from rlvr.envs import ENVS, env_spec, load
 from rlvr.models.sft import Segment
 
-KK_THINK = ("none", "names", "solver")
+KK_THINK = ("none", "names", "numbered", "solver")
 
 #: The tiny profile's settings per task: the ``plain`` template and no system turn. A model
 #: trained from scratch learns the response format from the warm start, not from instructions,
@@ -186,6 +186,9 @@ def kk_response(info: dict[str, Any], think: str = "names", prefilled_think: boo
     thought = {
         "none": "",
         "names": f"The inhabitants are {join_names(info['names'])}.",
+        "numbered": "The inhabitants are "
+        + ", ".join(f"({i}) {name}" for i, name in enumerate(info["names"], 1))
+        + ".",
         "solver": f"{info['cot']}\n",
     }[think]
     return f"{head}{thought}</think><answer>{info['solution_text_format']}</answer>"

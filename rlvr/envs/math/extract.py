@@ -11,7 +11,8 @@ depth cap. Nothing here evaluates the text.
   ~8 s, 20 take minutes), so answers deeper than ``MAX_BRACE_DEPTH`` are rejected up front.
 - ``is_number``: whether an answer is a written-out value (``-14``, ``2.5``, ``3/4``,
   ``\\frac{3}{4}``) rather than an expression math-verify would evaluate (``21 - 35``, or
-  ``15 / 3``: a fraction counts only in lowest terms).
+  ``15 / 3``: a fraction counts only in lowest terms); ``written_value``: that value, alone or
+  at the end of an equation (``21 - 35 = -14``).
 - ``normalize_shorthand``: TeX's unbraced arguments (``\\frac12``, ``\\frac1{2}``, ``\\dfrac``,
   ``\\tfrac``, ``\\sqrt2``, ``\\sqrt[3]8``) rewritten to braced form. math-verify only repairs
   these under ``malformed_operators=True``, which its maintainers advise against for rewards
@@ -147,6 +148,15 @@ def is_number(answer: str) -> bool:
         return False
     num, den = (int(g) for g in frac.groups() if g is not None)
     return den > 1 and math.gcd(num, den) == 1  # 15/3 is a division still to do
+
+
+def written_value(answer: str) -> str | None:
+    """The written-out number an answer ends with: all of it (``-14``) or what follows its last
+    ``=`` (``21 - 35 = -14``); None when it holds none (``21 - 35``)."""
+    if is_number(answer):
+        return answer.strip().strip("$").strip()
+    head, eq, tail = answer.rpartition("=")
+    return tail.strip().strip("$").strip() if eq and head.strip() and is_number(tail) else None
 
 
 def _read_arg(text: str, i: int) -> tuple[str | None, int]:

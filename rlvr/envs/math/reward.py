@@ -6,7 +6,8 @@ same Score, except that a verification past its deadline scores 0 with ``reason=
 The cheap checks (length cap, ``</think>`` rule, box extraction, size and depth caps) run here;
 only the math-verify comparison goes to the worker pool, which enforces the deadline.
 
-``answer_form="number"`` also requires the box to hold a written-out number (``extract.is_number``):
+``answer_form="number"`` also requires the box to end with a written-out number
+(``extract.written_value``: ``-14``, or ``21 - 35 = -14``), and verifies that number alone:
 math-verify compares values, so ``\\boxed{21 - 35}`` verifies against ``-14``, and a policy
 asked to compute an expression can earn the reward by restating it (measured on SmolLM2-135M:
 results/smollm2/README.md). The default ``"any"`` is the paper's reward.
@@ -24,7 +25,7 @@ import logging
 from typing import Any, Sequence
 
 from rlvr.envs.base import MAX_RESPONSE_CHARS, Score, coerce_text
-from rlvr.envs.math.extract import answer_problem, is_number, last_boxed
+from rlvr.envs.math.extract import answer_problem, last_boxed, written_value
 from rlvr.envs.math.pool import WorkerStartError, check_timeout, shared_pool
 from rlvr.envs.math.verify import Verdict, verify_answer_in_process
 
@@ -110,8 +111,12 @@ def score_batch(
             scores[i] = _fail("gold_empty", 1.0, answer)
         elif answer_problem(answer):
             scores[i] = _fail(answer_problem(answer), 1.0, answer[:200])
-        elif answer_form == "number" and not is_number(answer):
-            scores[i] = _fail("not_a_number", 1.0, answer[:200])
+        elif answer_form == "number":
+            value = written_value(answer)
+            if value is None:
+                scores[i] = _fail("not_a_number", 1.0, answer[:200])
+            else:
+                jobs.append((i, gold_text, value))
         else:
             jobs.append((i, gold_text, answer))
     if jobs:
