@@ -399,20 +399,22 @@ def test_direct_answer_share_of_search_traces():
         next(traces.example_stream("searchqa", {**settings, "trace_worlds": 0}))
 
 
-def test_numbered_think_prefigures_every_answer_line_and_scores_full():
-    # "numbered": the think block lists "(i) Name" as the answer lines open, so answering
-    # copies the name after the line's own "(i)" (a tiny base misplaced names from 4 people on
-    # with the "names" think: docs/tiny_models.md, "K&K by puzzle size")
+def test_numbered_thinks_prefigure_every_answer_line_and_score_full():
+    # "numbered" and "lines": the think block lists "(i) Name" as the answer lines open (tried
+    # because a tiny base misplaced names from 4 people on with the "names" think:
+    # docs/tiny_models.md, "K&K by puzzle size")
     settings = {**traces.TINY_SETTINGS["kk"], "n_people": [5]}
     env = traces.make_env("kk", settings)
     prompt, info = env.reset(seed=3)
-    response = traces.kk_response(info, think="numbered")
-    thought = response.split("</think>")[0]
-    answer = response.split("<answer>")[1]
-    for i, name in enumerate(info["names"], 1):
-        assert f"({i}) {name}," in thought or thought.endswith(f"({i}) {name}.")
-        assert f"({i}) {name} is a " in answer
-    assert env.step(response)[4]["correct"]
+    for think, sep in (("numbered", ", "), ("lines", "\n")):
+        response = traces.kk_response(info, think=think)
+        thought = response.split("</think>")[0]
+        answer = response.split("<answer>")[1]
+        assert sep.join(f"({i}) {n}" for i, n in enumerate(info["names"], 1)) in thought
+        for i, name in enumerate(info["names"], 1):
+            assert f"({i}) {name} is a " in answer
+        env.reset(seed=3)
+        assert env.step(response)[4]["correct"]
     with pytest.raises(ValueError, match="think must be one of"):
         traces.kk_response(info, think="numbers")
 

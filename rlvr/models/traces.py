@@ -12,7 +12,10 @@ environment's keyword arguments plus the trace options below. Targets:
   almost perfectly but fails to pick the i-th name out of the full quiz, where every name recurs
   in the statements (3-person answers had their names in order 11 % of the time after 3,000
   steps). Restating the list first is a contiguous copy (what induction heads do best), and the
-  answer lines then copy from a short list right before them.
+  answer lines then copy from a short list right before them; from 4 people on that second copy
+  still fails (docs/tiny_models.md, "K&K by puzzle size"). ``"numbered"`` (``(1) A, (2) B``) and
+  ``"lines"`` (``(1) A\\n(2) B``) number the restated names as the answer lines do; measured,
+  both copy worse than ``names``.
 - ``math``: the synthetic generator's worked solution, ending in ``\\boxed{answer}``. With
   ``slip_frac`` a share of the solutions box a near miss instead (``slipped_solution``): noisy
   supervision, like the imperfect text a pretrained model imitates.
@@ -41,7 +44,7 @@ from typing import Any
 from rlvr.envs import ENVS, env_spec, load
 from rlvr.models.sft import Segment
 
-KK_THINK = ("none", "names", "numbered", "solver")
+KK_THINK = ("none", "names", "numbered", "lines", "solver")
 
 #: The tiny profile's settings per task: the ``plain`` template and no system turn. A model
 #: trained from scratch learns the response format from the warm start, not from instructions,
@@ -189,6 +192,7 @@ def kk_response(info: dict[str, Any], think: str = "names", prefilled_think: boo
         "numbered": "The inhabitants are "
         + ", ".join(f"({i}) {name}" for i, name in enumerate(info["names"], 1))
         + ".",
+        "lines": "\n".join(f"({i}) {name}" for i, name in enumerate(info["names"], 1)) + "\n",
         "solver": f"{info['cot']}\n",
     }[think]
     return f"{head}{thought}</think><answer>{info['solution_text_format']}</answer>"
