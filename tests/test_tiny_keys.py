@@ -31,11 +31,11 @@ def grid_keys(smoke: bool) -> dict[str, dict[str, str]]:
     their evaluations are keyed with a stand-in model naming the GRPO run they match)."""
     from rlvr.reproduce import tables
     from rlvr.reproduce.common import Context
+    from rlvr.reproduce.grid import get_grid
     from rlvr.reproduce.parallel import required_runs
-    from rlvr.reproduce.profiles import get_profile
     from rlvr.reproduce.runs import eval_config, eval_key, model_identity, run_key, train_config
 
-    profile = get_profile("tiny", smoke=smoke)
+    profile = get_grid("tiny", smoke=smoke)
     n_seeds, n_bases = DRAWS["smoke" if smoke else "tiny"]
     ctx = Context(
         profile,
