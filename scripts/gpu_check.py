@@ -195,43 +195,61 @@ def train(
     response: int = 96,
     **extra,
 ):
-    from rlvr.agents.train_config import load_train_config
-    from rlvr.agents.trainer import Trainer
-
-    cfg = load_train_config(
-        {
-            "profile": "micro",
-            "env": "kk",
-            "algo": "grpo_sg",
-            "model": str(base),
-            "seed": 0,
-            "out": str(out),
-            "device": device,
-            "dtype": dtype,
-            "gradient_checkpointing": ckpt,
-            "steps": steps,
-            "prompts_per_step": prompts,
-            "group_size": group,
-            "num_threads": 0,
-            "progress": False,
-            "save_every": 0,
-            "env_kwargs": dict(KK),
-            "rollout": {"max_prompt_tokens": 384, "max_response_tokens": response},
-            **extra,
-        }
+    trainer = make_trainer(
+        base,
+        out,
+        device=device,
+        dtype=dtype,
+        gradient_checkpointing=ckpt,
+        steps=steps,
+        prompts_per_step=prompts,
+        group_size=group,
+        rollout={"max_prompt_tokens": 384, "max_response_tokens": response},
+        **extra,
     )
-    trainer = Trainer(cfg)
-    start = {n: p.detach().float().cpu().clone() for n, p in trainer.model.named_parameters()}
+    start = snapshot(trainer)
     t0 = time.perf_counter()
     records = trainer.train()
     wall = time.perf_counter() - t0
+    return records, moved_share(trainer, start), param_dtypes(trainer), wall
+
+
+def make_trainer(base: Path, out: Path, **overrides):
+    """The trainer of the check: GRPO-SG on K&K with the micro profile on ``base``, with
+    ``overrides`` (device, dtype, batch shape...) on top."""
+    from rlvr.agents.train_config import load_train_config
+    from rlvr.agents.trainer import Trainer
+
+    cfg = {
+        "profile": "micro",
+        "env": "kk",
+        "algo": "grpo_sg",
+        "model": str(base),
+        "seed": 0,
+        "out": str(out),
+        "num_threads": 0,
+        "progress": False,
+        "save_every": 0,
+        "env_kwargs": dict(KK),
+    }
+    return Trainer(load_train_config({**cfg, **overrides}))
+
+
+def snapshot(trainer) -> dict[str, torch.Tensor]:
+    return {n: p.detach().float().cpu().clone() for n, p in trainer.model.named_parameters()}
+
+
+def moved_share(trainer, start: dict[str, torch.Tensor]) -> float:
+    """The share of parameters that differ from ``start``."""
     moved = sum(
         int((p.detach().float().cpu() != start[n]).sum())
         for n, p in trainer.model.named_parameters()
     )
-    total = sum(v.numel() for v in start.values())
-    dtypes = {str(p.dtype) for p in trainer.model.parameters()}
-    return records, moved / total, dtypes, wall
+    return moved / sum(v.numel() for v in start.values())
+
+
+def param_dtypes(trainer) -> set[str]:
+    return {str(p.dtype) for p in trainer.model.parameters()}
 
 
 def fixed_update(base: Path, out: Path, *, device: str, dtype: str, updates: int, **extra):
@@ -241,8 +259,6 @@ def fixed_update(base: Path, out: Path, *, device: str, dtype: str, updates: int
     from transformers import AutoTokenizer
 
     from rlvr.agents.rollout.base import collate
-    from rlvr.agents.train_config import load_train_config
-    from rlvr.agents.trainer import Trainer
 
     tok = AutoTokenizer.from_pretrained(base)
     batch = fixed_batch(tok)
@@ -256,37 +272,21 @@ def fixed_update(base: Path, out: Path, *, device: str, dtype: str, updates: int
         tok.pad_token_id if tok.pad_token_id is not None else 0,
     )
     advantages = torch.tensor([1.0 if i % 2 == 0 else -1.0 for i in range(len(batch))])
-    cfg = load_train_config(
-        {
-            "profile": "micro",
-            "env": "kk",
-            "algo": "grpo_sg",
-            "model": str(base),
-            "seed": 0,
-            "out": str(out),
-            "device": device,
-            "dtype": dtype,
-            "gradient_checkpointing": True,
-            "prompts_per_step": len(batch),
-            "group_size": 1,
-            "num_threads": 0,
-            "progress": False,
-            "save_every": 0,
-            "env_kwargs": dict(KK),
-            "rollout": {"max_prompt_tokens": 1024, "max_response_tokens": rollout.n_response},
-            **extra,
-        }
+    trainer = make_trainer(
+        base,
+        out,
+        device=device,
+        dtype=dtype,
+        gradient_checkpointing=True,
+        prompts_per_step=len(batch),
+        group_size=1,
+        rollout={"max_prompt_tokens": 1024, "max_response_tokens": rollout.n_response},
+        **extra,
     )
-    trainer = Trainer(cfg)
-    start = {n: p.detach().float().cpu().clone() for n, p in trainer.model.named_parameters()}
+    start = snapshot(trainer)
     for step in range(1, updates + 1):
         metrics = trainer.updater.update(rollout, advantages, step)
-    moved = sum(
-        int((p.detach().float().cpu() != start[n]).sum())
-        for n, p in trainer.model.named_parameters()
-    )
-    dtypes = {str(p.dtype) for p in trainer.model.parameters()}
-    return moved / sum(v.numel() for v in start.values()), metrics, dtypes
+    return moved_share(trainer, start), metrics, param_dtypes(trainer)
 
 
 def summary(records) -> str:
