@@ -288,3 +288,17 @@ def test_workers_that_cannot_start_raise_and_scoring_falls_back(monkeypatch):
     scores = score_batch([r"\boxed{\frac12}", r"\boxed{3}"], ["0.5", "4"], workers=3)
     assert [(s.reward, s.reason) for s in scores] == [(1.0, ""), (0.0, "wrong")]
     close_shared_pools()
+
+
+def test_answer_form_travels_with_exported_rows():
+    from rlvr.envs import env_spec
+
+    spec = env_spec("math")
+    assert spec.export_options({}) == {"require_think": False}  # the default stays out of rows
+    row = spec.export_options({"answer_form": "number"})
+    assert row == {"require_think": False, "answer_form": "number"}
+    options = spec.read_options(row)
+    scores = spec.score_all([r"\boxed{21 - 35}", r"\boxed{-14}"], ["-14", "-14"], [options] * 2)
+    assert [s.reason for s in scores] == ["not_a_number", ""]
+    with pytest.raises(ValueError, match="answer_form"):
+        spec.export_options({"answer_form": "value"})
