@@ -136,11 +136,16 @@ def answer_problem(answer: str) -> str:
     return ""
 
 
+def _bare(text: str) -> str:
+    """``text`` without surrounding spaces and ``$``."""
+    return text.strip().strip("$").strip()
+
+
 def is_number(answer: str) -> bool:
     """Whether ``answer`` is a written-out number (``_DECIMAL``, or ``_FRACTION`` in lowest terms),
-    surrounding spaces and ``$``
-    ignored: the ``answer_form="number"`` rule of the math reward (``rlvr.envs.math.reward``)."""
-    text = answer.strip().strip("$").strip()
+    surrounding spaces and ``$`` ignored: the ``answer_form="number"`` rule of the math reward
+    (``rlvr.envs.math.reward``)."""
+    text = _bare(answer)
     if _DECIMAL.fullmatch(text):
         return True
     frac = _FRACTION.fullmatch(text)
@@ -154,9 +159,9 @@ def written_value(answer: str) -> str | None:
     """The written-out number an answer ends with: all of it (``-14``) or what follows its last
     ``=`` (``21 - 35 = -14``); None when it holds none (``21 - 35``)."""
     if is_number(answer):
-        return answer.strip().strip("$").strip()
+        return _bare(answer)
     head, eq, tail = answer.rpartition("=")
-    return tail.strip().strip("$").strip() if eq and head.strip() and is_number(tail) else None
+    return _bare(tail) if eq and head.strip() and is_number(tail) else None
 
 
 def _read_arg(text: str, i: int) -> tuple[str | None, int]:
