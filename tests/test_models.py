@@ -378,6 +378,15 @@ def test_search_traces_from_other_worlds_never_use_the_rl_world():
         next(traces.example_stream("searchqa", {**settings, "trace_worlds": -1}))
 
 
+def _share_zero_leaves_the_stream(settings, key):
+    """A search-QA share option at 0 gives the stream of the settings without it."""
+    zero = {**settings, key: 0.0}
+    without = {k: v for k, v in settings.items() if k != key}
+    assert traces.take(traces.example_stream("searchqa", zero, seed=0), 40) == traces.take(
+        traces.example_stream("searchqa", without, seed=0), 40
+    )
+
+
 def test_direct_answer_share_of_search_traces():
     settings = {**traces.TINY_SETTINGS["searchqa"], "trace_worlds": 3, "direct_frac": 0.5}
     examples = traces.take(traces.example_stream("searchqa", settings, seed=0), 200)
@@ -387,16 +396,31 @@ def test_direct_answer_share_of_search_traces():
         assert (p_train, a_train) == (False, True)
         assert answer.startswith("<answer> ") and answer.endswith(" </answer>")
     assert all(ex[1][0].startswith("<search>") for ex in examples if len(ex) > 2)
-    # direct_frac=0 leaves the stream as it was.
-    zero = {**settings, "direct_frac": 0.0}
-    without = {**traces.TINY_SETTINGS["searchqa"], "trace_worlds": 3}
-    assert traces.take(traces.example_stream("searchqa", zero, seed=0), 40) == traces.take(
-        traces.example_stream("searchqa", without, seed=0), 40
-    )
+    _share_zero_leaves_the_stream(settings, "direct_frac")
     with pytest.raises(ValueError, match="direct_frac"):
         next(traces.example_stream("searchqa", {**settings, "direct_frac": 1.0}))
     with pytest.raises(ValueError, match="trace_worlds"):
         next(traces.example_stream("searchqa", {**settings, "trace_worlds": 0}))
+
+
+def test_query_copy_examples_train_the_entity_only():
+    settings = {**traces.TINY_SETTINGS["searchqa"], "trace_worlds": 3, "copy_aux": 0.5}
+    examples = traces.take(traces.example_stream("searchqa", settings, seed=0), 200)
+    copies = [ex for ex in examples if len(ex) == 3 and ex[1] == ("<search>", False)]
+    assert 60 <= len(copies) <= 140  # Binomial(200, 0.5)
+    env = traces.make_env("searchqa", settings, "train")
+    questions = {env.reset(seed=0, options={"index": i})[0] for i in range(len(env.items))}
+    for (prompt, p_train), _, (query, q_train) in copies:
+        assert (p_train, q_train) == (False, True)
+        entity = query.removeprefix(" ").removesuffix(" </search>")
+        assert query == f" {entity} </search>" and entity in prompt
+        assert prompt not in questions  # drawn from the trace worlds, never the RL world
+    # The full traces' first query is the same copy, so the two teach one spelling.
+    full = [ex for ex in examples if len(ex) > 3]
+    assert full and all(ex[1][0].startswith("<search> ") for ex in full)
+    _share_zero_leaves_the_stream(settings, "copy_aux")
+    with pytest.raises(ValueError, match="copy_aux"):
+        next(traces.example_stream("searchqa", {**settings, "copy_aux": 1.0}))
 
 
 def test_numbered_thinks_prefigure_every_answer_line_and_score_full():

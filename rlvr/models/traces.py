@@ -327,6 +327,23 @@ def direct_trace(env, index: int) -> list[Segment]:
     return [(prompt, False), (f"<answer> {env.items[index].answers[0]} </answer>", True)]
 
 
+def query_copy_example(env, index: int) -> list[Segment]:
+    """An auxiliary copy example: item ``index``'s question -> its first query, the entity.
+
+    A searching episode earns reward only if the query spells the question's entity exactly,
+    and small bases miscopy it (measured on three tiny-searchqa builds: the query equals the
+    entity in 67 / 41 / 0 % of their searching episodes). These examples stop after the query
+    (about half a full trace's tokens) and train only the entity's tokens: ``<search>`` is
+    context, so the choice between searching and answering at once is left to the traces.
+    """
+    prompt, _ = env.reset(seed=0, options={"index": index})
+    return [
+        (prompt, False),
+        ("<search>", False),
+        (f" {env.items[index].meta['entity']} </search>", True),
+    ]
+
+
 def search_trace(env, index: int, passages: dict[str, Any]) -> list[Segment] | None:
     """The segments of a correct episode for item ``index`` of ``env`` (None: not retrievable)."""
     prompt, info = env.reset(seed=0, options={"index": index})
@@ -380,6 +397,8 @@ def _searchqa_examples(settings: dict[str, Any], seed: int, split: str) -> Itera
     ``direct_frac=p`` (needs ``trace_worlds > 0``) replaces a share ``p`` of the traces by
     answer-only episodes (``direct_trace``): a base that searches only part of the time, so RL
     has a tool-use share to raise (with ``p=0`` the base always searches, measured tool use 1.00).
+    ``copy_aux=q`` replaces a share ``q`` of the examples, before that choice, by query copies
+    (``query_copy_example``).
     """
     if settings.get("dataset", "synthetic") != "synthetic":
         raise ValueError("search QA warm-start traces need dataset='synthetic'")
@@ -387,6 +406,7 @@ def _searchqa_examples(settings: dict[str, Any], seed: int, split: str) -> Itera
     if n_worlds < 0:
         raise ValueError(f"trace_worlds must be >= 0, got {n_worlds}")
     direct_frac = _share(settings, "direct_frac")
+    copy_aux = _share(settings, "copy_aux")
     if direct_frac and not n_worlds:
         raise ValueError(
             "direct_frac needs trace_worlds > 0: on the RL world itself the gold "
@@ -403,6 +423,9 @@ def _searchqa_examples(settings: dict[str, Any], seed: int, split: str) -> Itera
         env, passages = make_env("searchqa", ws, split), _search_passages(ws)
         for _ in itertools.islice(itertools.count(), TRACES_PER_WORLD if n_worlds else None):
             index = rng.randrange(len(env.items))
+            if copy_aux and rng.random() < copy_aux:
+                yield query_copy_example(env, index)
+                continue
             if direct_frac and rng.random() < direct_frac:
                 yield direct_trace(env, index)
                 continue
@@ -437,7 +460,10 @@ def _searchqa_eval_items(settings: dict[str, Any], n: int, split: str) -> list[E
 KK = TraceBuilder(_kk_examples, _kk_eval_items, ("think", "copy_aux"), max_new_tokens=96)
 MATH = TraceBuilder(_math_examples, _math_eval_items, ("slip_frac",), max_new_tokens=160)
 SEARCHQA = TraceBuilder(
-    _searchqa_examples, _searchqa_eval_items, ("trace_worlds", "direct_frac"), max_new_tokens=512
+    _searchqa_examples,
+    _searchqa_eval_items,
+    ("trace_worlds", "direct_frac", "copy_aux"),
+    max_new_tokens=512,
 )
 
 
