@@ -335,6 +335,8 @@ def query_copy_example(env, index: int) -> list[Segment]:
     entity in 67 / 41 / 0 % of their searching episodes). These examples stop after the query
     (about half a full trace's tokens) and train only the entity's tokens: ``<search>`` is
     context, so the choice between searching and answering at once is left to the traces.
+    No preset uses them: at 0.5 they fixed one base's copy and worsened another's
+    (results/tiny/SEARCHQA_DIAGNOSIS.md).
     """
     prompt, _ = env.reset(seed=0, options={"index": index})
     return [
