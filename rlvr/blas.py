@@ -30,6 +30,7 @@ import ctypes
 import os
 import warnings
 
+import numpy as np
 import scipy_openblas32
 import torch
 
@@ -184,11 +185,37 @@ def baddbmm(self, a, b, *, beta=1, alpha=1):
     return _batched(a, b, c, float(alpha), float(beta))
 
 
+def sqrt(x):
+    """``sqrt(x)``, correctly rounded for float32 CPU tensors.
+
+    torch computes a contiguous float32 ``sqrt`` with oneMKL's vector math (``vsSqrt``), which is
+    not correctly rounded and, even on its ``COMPATIBLE`` branch, gave other bits on a real AMD
+    EPYC (Zen 5) than on an Intel Xeon (docs/reproduce.md, "Measured on a real AMD EPYC"): AdamW's
+    ``exp_avg_sq.sqrt()`` moved every weight. numpy's ``sqrt`` is the processor's ``sqrtps``,
+    which IEEE 754 requires to be correctly rounded, so one set of bits on any x86-64.
+    """
+    if x.dtype is not _F32 or x.device.type != "cpu":  # integers give the default float dtype
+        floating = x.is_floating_point() or x.is_complex()
+        out = x.new_empty(0, dtype=x.dtype if floating else torch.get_default_dtype())
+        return torch.ops.aten.sqrt.out(x, out=out)
+    out = torch.empty(x.shape, dtype=_F32)
+    with np.errstate(invalid="ignore"):  # a negative input gives NaN, as torch's does, silently
+        np.sqrt(x.detach().contiguous().numpy(), out=out.numpy())
+    return out
+
+
+def sqrt_(x):
+    if x.dtype is not _F32 or x.device.type != "cpu":
+        return torch.ops.aten.sqrt.out(x, out=x)
+    return x.copy_(sqrt(x))
+
+
 _registrations = []
 
 
 def install() -> None:
-    """Route CPU float32 ``mm``/``addmm``/``bmm``/``baddbmm`` through OpenBLAS (idempotent)."""
+    """Route CPU float32 ``mm``/``addmm``/``bmm``/``baddbmm`` through OpenBLAS and ``sqrt``/``sqrt_``
+    through the processor's correctly rounded square root (idempotent)."""
     global _installed
     if _installed:
         return
@@ -196,7 +223,9 @@ def install() -> None:
     lib = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():  # "Overriding a previously registered kernel": intended
         warnings.simplefilter("ignore", UserWarning)
-        for name, fn in (("mm", mm), ("addmm", addmm), ("bmm", bmm), ("baddbmm", baddbmm)):
+        kernels = {"mm": mm, "addmm": addmm, "bmm": bmm, "baddbmm": baddbmm, "sqrt": sqrt,
+                   "sqrt_": sqrt_}  # fmt: skip
+        for name, fn in kernels.items():
             lib.impl(name, fn, "CPU")
     _registrations.append(lib)  # the registration lives as long as the Library object
     _installed = True

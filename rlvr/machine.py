@@ -86,6 +86,10 @@ def _cases() -> dict[str, Callable[[torch.Generator], Any]]:
             opt.step()
         return p
 
+    def sqrt(g):
+        x = r(g, 100_003).abs()
+        return [_h(torch.sqrt(x)), _h(x.sqrt_())]
+
     def clip(g):
         ps = [torch.nn.Parameter(r(g, 1024, 128)), torch.nn.Parameter(r(g, 384))]
         for p in ps:
@@ -114,6 +118,7 @@ def _cases() -> dict[str, Callable[[torch.Generator], Any]]:
             "sigmoid": lambda g: torch.sigmoid(r(g, 100_003)),
             "silu": lambda g: F.silu(r(g, 100_003)),
             "rsqrt": lambda g: torch.rsqrt(r(g, 100_003).abs() + 1e-3),
+            "sqrt/sqrt_": sqrt,
             "sum 1e6": lambda g: r(g, 1_000_000).sum(),
             "mean rows": lambda g: r(g, 1000, 1000).mean(-1),
             "rmsnorm": rmsnorm,

@@ -24,8 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts" / "emulate"))
 import run as emulate  # noqa: E402
 
-#: ``CASE`` in the reproducible mode (Intel Xeon and emulated AMD EPYC, 1, 2 and 4 threads asked).
-GOLDEN = "648c561004b77849"
+#: ``CASE`` in the reproducible mode: an Intel Xeon (family 6 model 207, and emulated as an AMD EPYC)
+#: and a real AMD EPYC (family 26 model 2), 1, 2 and 4 threads asked.
+GOLDEN = "df70814b8ad5176e"
 
 CASE = r"""
 import sys
@@ -78,8 +79,8 @@ def _case(mode: str, threads: int, env: dict[str, str] | None = None) -> list[st
 def test_the_reproducible_mode_gives_the_golden_bits_whatever_the_thread_count():
     runs = {t: _case("reproducible", t) for t in (1, 2, 4)}
     for threads, (sha, mode, used, total) in runs.items():
-        # A real AMD EPYC (family 26 model 2) gives 97ad2c70c774f24a: AdamW's MKL sqrt, see
-        # docs/reproduce.md "Measured on a real AMD EPYC".
+        # Before rlvr.blas.sqrt, MKL's sqrt gave 648c561004b77849 on Intel and 97ad2c70c774f24a on
+        # a real AMD EPYC: docs/reproduce.md "Measured on a real AMD EPYC".
         assert (sha, mode, used) == (GOLDEN, "reproducible", "1"), f"{threads} threads asked"
     assert len({r[3] for r in runs.values()}) == 1  # the sum of 1e6 floats too
     # Not vacuous: that sum does depend on the thread count where threads are not pinned.
@@ -134,6 +135,29 @@ def test_the_products_equal_a_float64_reference_for_every_layout(blas):
     assert torch.allclose(blas.bmm(x[:1].expand(5, 7, 9), y), _ref(x[:1].expand(5, 7, 9), y))
     c = torch.randn(5, 7, 4, generator=g)
     assert torch.allclose(blas.baddbmm(c, x, y, beta=1, alpha=1), c + _ref(x, y), atol=1e-5)
+
+
+def test_the_square_root_is_correctly_rounded(blas):
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.randn(100_003, generator=g).abs() * 10.0 ** torch.randint(-30, 30, (1,),
+                   generator=g).item(), torch.tensor([0.0, -0.0, 1e-45, 3.4e38, float("inf")])])  # fmt: skip
+    # A float64 root rounded to float32 is the correctly rounded float32 root (53 >= 2 * 24 + 2).
+    exact = x.double().sqrt().float()
+    assert torch.equal(blas.sqrt(x), exact)
+    assert torch.equal(blas.sqrt(x[::2]), exact[::2])  # a strided view
+    assert torch.equal(blas.sqrt(x[7]), exact[7]) and blas.sqrt(x[7]).shape == ()
+    y = x.clone()
+    assert blas.sqrt_(y) is y and torch.equal(y, exact)
+    z = x.clone()[::3]
+    blas.sqrt_(z)
+    assert torch.equal(z, exact[::3])
+    assert blas.sqrt(torch.tensor([-1.0])).isnan().all()  # as torch: NaN, no warning
+    assert torch.equal(blas.sqrt(torch.tensor([4, 9])), torch.tensor([2.0, 3.0]))  # integers
+    d = torch.rand(5, dtype=torch.float64, generator=g)
+    assert torch.equal(blas.sqrt(d), torch.ops.aten.sqrt.out(d, out=d.new_empty(0)))
+    leaf = torch.rand(4, generator=g, requires_grad=True)
+    torch.sqrt(leaf).sum().backward()  # autograd above the kernel: the gradient still flows
+    assert torch.allclose(leaf.grad, 0.5 / leaf.detach().sqrt())
 
 
 @pytest.mark.skipif(not is_x86(), reason="scipy-openblas32's Haswell kernels are x86-64")
