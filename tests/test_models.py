@@ -541,3 +541,22 @@ def test_two_rl_steps_with_the_tiny_profile_on_a_micro_base(env, micro_bases, tm
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     assert all(np.isfinite(r["reward/mean"]) for r in rows)
+
+
+def test_kk_copy_examples_take_their_own_list_lengths():
+    settings = {**traces.TINY_SETTINGS["kk"], "copy_aux": 0.5}
+    you_meet = re.compile(r"You meet (\d+) inhabitants")
+
+    def copy_lengths(extra):
+        examples = traces.take(traces.example_stream("kk", {**settings, **extra}, seed=0), 300)
+        copies = [ex for ex in examples if "So who is a knight" not in ex[0][0]]
+        assert all(len(ex[1][0].splitlines()) == int(you_meet.search(ex[0][0])[1]) for ex in copies)
+        return {len(ex[1][0].splitlines()) for ex in copies}, examples
+
+    default, _ = copy_lengths({})
+    assert default == set(settings["n_people"])  # the puzzles' sizes unless told otherwise
+    longer, stream = copy_lengths({"copy_sizes": [6, 7, 8]})
+    assert longer == {6, 7, 8}
+    puzzle_sizes = {int(you_meet.search(ex[0][0])[1]) for ex in stream if "So who" in ex[0][0]}
+    assert puzzle_sizes == set(settings["n_people"])  # the puzzles keep theirs
+    assert "copy_sizes" not in traces.env_kwargs("kk", {**settings, "copy_sizes": [6]})

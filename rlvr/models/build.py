@@ -33,7 +33,8 @@ from rlvr.models.tiny import ArchConfig, build_tiny, count_parameters
 from rlvr.models.tokenizer import PROBE_TEXT, load_tokenizer, reload_mismatch, train_tokenizer
 from rlvr.repro import machine_info, weights_sha256
 
-BUILD_FORMAT = 2  # bump when the build procedure itself changes meaning (2: Qwen2 text split)
+BUILD_FORMAT = 3  # bump when the build procedure itself changes meaning (2: Qwen2 text split;
+# 3: the reproducible mode's float32 sqrt, rlvr.blas.sqrt, which moved every base's bits)
 
 
 @dataclass(frozen=True)

@@ -45,13 +45,15 @@ PRESETS: dict[str, BuildConfig] = {
     # world the base memorised the corpus instead of learning to read (see traces.py). Half the
     # traces answer without searching (``direct_frac``), like a pretrained model answering from
     # memory: a base that always searched left RL no tool-use share to raise (measured 1.00).
-    # 1,800 steps keep ~14k search traces (9.6 min at 2 threads).
+    # 3,600 steps (~14k search traces per 1,800): at 1,800 two base draws of three never read
+    # the answer out of a retrieved passage and GRPO stayed at 0; at 3,600 one of them gains
+    # +0.38 greedy EM, the other +0.07 (results/tiny/SEARCHQA_DIAGNOSIS.md). ~71 min at 1 thread.
     "tiny-searchqa": BuildConfig(
         name="tiny-searchqa",
         task="searchqa",
         data={**TINY_SETTINGS["searchqa"], "trace_worlds": 256, "direct_frac": 0.5},
         sft=SFTConfig(
-            steps=1800,
+            steps=3600,
             batch_size=16,
             lr=3e-3,
             min_lr_ratio=0.2,

@@ -225,10 +225,14 @@ def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[li
         raise ValueError(f"copy_aux must be in [0, 1), got {copy_aux}")
     sizes = settings.get("n_people", 3)
     sizes = [sizes] if isinstance(sizes, int) else list(sizes)
+    # The copies' list lengths (default: the puzzles' sizes); longer lists than the puzzles have
+    # leave a model no positional shortcut (first name, name after "and") to copy them with.
+    copy_sizes = settings.get("copy_sizes", sizes)
+    copy_sizes = [copy_sizes] if isinstance(copy_sizes, int) else list(copy_sizes)
     rng = random.Random(seed)
     while True:
         if copy_aux and rng.random() < copy_aux:
-            yield kk_copy_example(rng, sizes, settings.get("template", "qwen"))
+            yield kk_copy_example(rng, copy_sizes, settings.get("template", "qwen"))
             continue
         prompt, info = env.reset(seed=rng.getrandbits(62))
         yield [(prompt, False), (kk_response(info, think, prefill), True)]
@@ -459,7 +463,9 @@ def _searchqa_eval_items(settings: dict[str, Any], n: int, split: str) -> list[E
 # -- the builders (``EnvSpec.traces``) ------------------------------------------------------------
 #: K&K answers of 5 people are 42 tokens, worked math solutions up to ~70; search QA's budget is
 #: the whole episode, observations included.
-KK = TraceBuilder(_kk_examples, _kk_eval_items, ("think", "copy_aux"), max_new_tokens=96)
+KK = TraceBuilder(
+    _kk_examples, _kk_eval_items, ("think", "copy_aux", "copy_sizes"), max_new_tokens=96
+)
 MATH = TraceBuilder(_math_examples, _math_eval_items, ("slip_frac",), max_new_tokens=160)
 SEARCHQA = TraceBuilder(
     _searchqa_examples,
