@@ -195,9 +195,7 @@ def sqrt(x):
     which IEEE 754 requires to be correctly rounded, so one set of bits on any x86-64.
     """
     if x.dtype is not _F32 or x.device.type != "cpu":  # integers give the default float dtype
-        floating = x.is_floating_point() or x.is_complex()
-        out = x.new_empty(0, dtype=x.dtype if floating else torch.get_default_dtype())
-        return torch.ops.aten.sqrt.out(x, out=out)
+        return torch.ops.aten.sqrt.out(x, out=x.new_empty(0, dtype=torch.result_type(x, 1.0)))
     out = torch.empty(x.shape, dtype=_F32)
     with np.errstate(invalid="ignore"):  # a negative input gives NaN, as torch's does, silently
         np.sqrt(x.detach().contiguous().numpy(), out=out.numpy())

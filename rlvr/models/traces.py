@@ -216,6 +216,11 @@ def kk_copy_example(rng: random.Random, sizes: list[int], template: str) -> list
     return [(prompt, False), ("\n".join(f"({i}) {name}" for i, name in enumerate(names, 1)), True)]
 
 
+def _as_list(value) -> list:
+    """A setting that takes one size or several (``3`` or ``[2, 3, 4]``) as a list."""
+    return [value] if isinstance(value, int) else list(value)
+
+
 def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[list[Segment]]:
     env = make_env("kk", settings, split)
     think = settings.get("think", "names")
@@ -223,12 +228,10 @@ def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[li
     copy_aux = float(settings.get("copy_aux", 0.0))
     if not 0.0 <= copy_aux < 1.0:
         raise ValueError(f"copy_aux must be in [0, 1), got {copy_aux}")
-    sizes = settings.get("n_people", 3)
-    sizes = [sizes] if isinstance(sizes, int) else list(sizes)
+    sizes = _as_list(settings.get("n_people", 3))
     # The copies' list lengths (default: the puzzles' sizes); longer lists than the puzzles have
     # leave a model no positional shortcut (first name, name after "and") to copy them with.
-    copy_sizes = settings.get("copy_sizes", sizes)
-    copy_sizes = [copy_sizes] if isinstance(copy_sizes, int) else list(copy_sizes)
+    copy_sizes = _as_list(settings.get("copy_sizes", sizes))
     rng = random.Random(seed)
     while True:
         if copy_aux and rng.random() < copy_aux:
@@ -243,7 +246,7 @@ def _grouped_eval_items(
 ) -> list[EvalItem]:
     """Items ``0..n-1`` of the ``split`` for each value of the env kwarg ``key`` (one group
     each)."""
-    values = [values] if isinstance(values, int) else list(values)
+    values = _as_list(values)
     items = []
     for value in dict.fromkeys(values):
         env = make_env(task, {**settings, key: value}, split)
