@@ -212,8 +212,8 @@ _registrations = []
 
 
 def install() -> None:
-    """Route CPU float32 ``mm``/``addmm``/``bmm``/``baddbmm`` through OpenBLAS and ``sqrt``/``sqrt_``
-    through the processor's correctly rounded square root (idempotent)."""
+    """Route CPU float32 ``mm``/``addmm``/``bmm``/``baddbmm`` through OpenBLAS and
+    ``sqrt``/``sqrt_`` through the processor's correctly rounded square root (idempotent)."""
     global _installed
     if _installed:
         return

@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts" / "emulate"))
 import run as emulate  # noqa: E402
 
-#: ``CASE`` in the reproducible mode: an Intel Xeon (family 6 model 207, and emulated as an AMD EPYC)
-#: and a real AMD EPYC (family 26 model 2), 1, 2 and 4 threads asked.
+#: ``CASE`` in the reproducible mode: an Intel Xeon (family 6 model 207, and emulated as an AMD
+#: EPYC) and a real AMD EPYC (family 26 model 2), 1, 2 and 4 threads asked.
 GOLDEN = "df70814b8ad5176e"
 
 CASE = r"""
@@ -139,8 +139,11 @@ def test_the_products_equal_a_float64_reference_for_every_layout(blas):
 
 def test_the_square_root_is_correctly_rounded(blas):
     g = torch.Generator().manual_seed(0)
-    x = torch.cat([torch.randn(100_003, generator=g).abs() * 10.0 ** torch.randint(-30, 30, (1,),
-                   generator=g).item(), torch.tensor([0.0, -0.0, 1e-45, 3.4e38, float("inf")])])  # fmt: skip
+    # Magnitudes from 1e-30 to 1e30, each element its own, then the edge values.
+    scale = 10.0 ** torch.randint(-30, 30, (100_003,), generator=g).float()
+    random = torch.randn(100_003, generator=g).abs() * scale
+    edges = torch.tensor([0.0, -0.0, 1e-45, 3.4e38, float("inf")])
+    x = torch.cat([random, edges])
     # A float64 root rounded to float32 is the correctly rounded float32 root (53 >= 2 * 24 + 2).
     exact = x.double().sqrt().float()
     assert torch.equal(blas.sqrt(x), exact)
