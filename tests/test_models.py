@@ -423,6 +423,37 @@ def test_query_copy_examples_train_the_entity_only():
         next(traces.example_stream("searchqa", {**settings, "copy_aux": 1.0}))
 
 
+def test_reading_examples_train_the_answer_after_the_question_alone():
+    settings = {**traces.TINY_SETTINGS["searchqa"], "trace_worlds": 3, "read_aux": 0.5}
+    world = {**traces.env_kwargs("searchqa", settings), "seed": 1}
+    env, passages = traces.make_env("searchqa", world), traces._search_passages(world)
+    made = 0
+    for index in range(40):
+        full = traces.search_trace(env, index, passages)
+        reading = traces.reading_example(env, index, passages)
+        if full is None:
+            assert reading is None
+            continue
+        made += 1
+        question = env.items[index].question
+        assert reading[0] == (f"User: Question: {question}\n\nAssistant: ", False)
+        assert len(full[0][0]) > 2 * len(reading[0][0])  # the instruction is left out
+        # The same turns and observations as the episode, all context but the answer.
+        assert [text for text, _ in reading[1:]] == [text for text, _ in full[1:]]
+        assert [trained for _, trained in reading] == [False] * (len(reading) - 1) + [True]
+        gold = env.items[index].answers[0]
+        assert reading[-1][0] == f"<answer> {gold} </answer>"
+        assert gold in "".join(text for text, _ in reading[2:-1:2])  # read from an observation
+    assert made >= 20
+    examples = traces.take(traces.example_stream("searchqa", settings, seed=0), 200)
+    readings = [ex for ex in examples if ex[0][0].startswith("User: Question: ")]
+    assert 60 <= len(readings) <= 140  # Binomial(200, 0.5)
+    assert all(ex[1][1] for ex in examples if ex not in readings and len(ex) > 2)
+    _share_zero_leaves_the_stream(settings, "read_aux")
+    with pytest.raises(ValueError, match="copy_aux \\+ read_aux"):
+        next(traces.example_stream("searchqa", {**settings, "copy_aux": 0.5}))
+
+
 def test_numbered_thinks_prefigure_every_answer_line_and_score_full():
     # "numbered" and "lines": the think block lists "(i) Name" as the answer lines open (tried
     # because a tiny base misplaced names from 4 people on with the "names" think:

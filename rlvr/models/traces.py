@@ -42,6 +42,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.envs import ENVS, env_spec, load
+from rlvr.envs.kk.generator import NAME_POOL
+from rlvr.envs.kk.render import join_names
+from rlvr.envs.prompts import render_prompt
+from rlvr.envs.searchqa.synthetic import synthetic_task
 from rlvr.models.sft import Segment
 
 KK_THINK = ("none", "names", "numbered", "lines", "solver")
@@ -181,8 +185,6 @@ def make_env(task: str, settings: dict[str, Any], split: str = "train"):
 # -- K&K ------------------------------------------------------------------------------------------
 def kk_response(info: dict[str, Any], think: str = "names", prefilled_think: bool = True) -> str:
     """The target response for a K&K reset ``info`` (Logic-RL's answer layout)."""
-    from rlvr.envs.kk.render import join_names
-
     if think not in KK_THINK:
         raise ValueError(f"think must be one of {KK_THINK}, got {think!r}")
     head = "" if prefilled_think else "<think>"
@@ -206,10 +208,6 @@ def kk_copy_example(rng: random.Random, sizes: list[int], template: str) -> list
     the no-copy plateau for tens of thousands of full examples); these ~25-token examples teach
     it at a fifth of the cost of a full one.
     """
-    from rlvr.envs.kk.generator import NAME_POOL
-    from rlvr.envs.kk.render import join_names
-    from rlvr.envs.prompts import render_prompt
-
     n = rng.choice(sizes)
     names = rng.sample(NAME_POOL, n)
     prompt = render_prompt(None, f"You meet {n} inhabitants: {join_names(names)}.", template)
@@ -379,13 +377,29 @@ def search_trace(env, index: int, passages: dict[str, Any]) -> list[Segment] | N
     return segments
 
 
+def reading_example(env, index: int, passages: dict[str, Any]) -> list[Segment] | None:
+    """An auxiliary reading example: item ``index``'s correct episode with only the answer
+    trained, after a short prompt (the question alone, without Search-R1's instruction).
+
+    Answering means reading the gold answer out of the retrieved passage that is about the
+    question's entity, next to a distractor. In a full trace that answer is a few of its ~900
+    characters, most of them the instruction every prompt repeats; these examples (~40 % of a
+    trace's tokens) give the reading more of the warm start's gradient for its cost. The
+    searches and observations are context, so they leave the choice between searching and
+    answering, and the queries, to the traces. None where ``search_trace`` is.
+    """
+    trace = search_trace(env, index, passages)
+    if trace is None:
+        return None
+    prompt = render_prompt(None, f"Question: {env.items[index].question}\n", env.template)
+    return [(prompt, False), *((text, False) for text, _ in trace[1:-1]), trace[-1]]
+
+
 #: Consecutive warm-start traces drawn from one synthetic world when ``trace_worlds > 0``.
 TRACES_PER_WORLD = 32
 
 
 def _search_passages(settings: dict[str, Any]) -> dict[str, Any]:
-    from rlvr.envs.searchqa.synthetic import synthetic_task
-
     corpus, _ = synthetic_task(
         int(settings.get("seed", 0)), "train", **dict(settings.get("synthetic") or {})
     )
@@ -407,7 +421,8 @@ def _searchqa_examples(settings: dict[str, Any], seed: int, split: str) -> Itera
     answer-only episodes (``direct_trace``): a base that searches only part of the time, so RL
     has a tool-use share to raise (with ``p=0`` the base always searches, measured tool use 1.00).
     ``copy_aux=q`` replaces a share ``q`` of the examples, before that choice, by query copies
-    (``query_copy_example``).
+    (``query_copy_example``); ``read_aux=r`` a share ``r`` by reading examples
+    (``reading_example``).
     """
     if settings.get("dataset", "synthetic") != "synthetic":
         raise ValueError("search QA warm-start traces need dataset='synthetic'")
@@ -416,6 +431,9 @@ def _searchqa_examples(settings: dict[str, Any], seed: int, split: str) -> Itera
         raise ValueError(f"trace_worlds must be >= 0, got {n_worlds}")
     direct_frac = _share(settings, "direct_frac")
     copy_aux = _share(settings, "copy_aux")
+    read_aux = _share(settings, "read_aux")
+    if copy_aux + read_aux >= 1.0:
+        raise ValueError(f"copy_aux + read_aux must be < 1, got {copy_aux} + {read_aux}")
     if direct_frac and not n_worlds:
         raise ValueError(
             "direct_frac needs trace_worlds > 0: on the RL world itself the gold "
@@ -432,13 +450,17 @@ def _searchqa_examples(settings: dict[str, Any], seed: int, split: str) -> Itera
         env, passages = make_env("searchqa", ws, split), _search_passages(ws)
         for _ in itertools.islice(itertools.count(), TRACES_PER_WORLD if n_worlds else None):
             index = rng.randrange(len(env.items))
-            if copy_aux and rng.random() < copy_aux:
+            aux = rng.random() if copy_aux or read_aux else 1.0
+            if aux < copy_aux:
                 yield query_copy_example(env, index)
                 continue
-            if direct_frac and rng.random() < direct_frac:
+            if direct_frac and aux >= copy_aux + read_aux and rng.random() < direct_frac:
                 yield direct_trace(env, index)
                 continue
-            trace = search_trace(env, index, passages)
+            if aux < copy_aux + read_aux:
+                trace = reading_example(env, index, passages)
+            else:
+                trace = search_trace(env, index, passages)
             if trace is not None:
                 misses = 0
                 yield trace
@@ -473,7 +495,7 @@ MATH = TraceBuilder(_math_examples, _math_eval_items, ("slip_frac",), max_new_to
 SEARCHQA = TraceBuilder(
     _searchqa_examples,
     _searchqa_eval_items,
-    ("trace_worlds", "direct_frac", "copy_aux"),
+    ("trace_worlds", "direct_frac", "copy_aux", "read_aux"),
     max_new_tokens=512,
 )
 
