@@ -454,11 +454,11 @@ def _searchqa_examples(settings: dict[str, Any], seed: int, split: str) -> Itera
             if aux < copy_aux:
                 yield query_copy_example(env, index)
                 continue
-            if direct_frac and aux >= copy_aux + read_aux and rng.random() < direct_frac:
-                yield direct_trace(env, index)
-                continue
             if aux < copy_aux + read_aux:
                 trace = reading_example(env, index, passages)
+            elif direct_frac and rng.random() < direct_frac:
+                yield direct_trace(env, index)
+                continue
             else:
                 trace = search_trace(env, index, passages)
             if trace is not None:
