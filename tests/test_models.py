@@ -293,7 +293,9 @@ def test_build_model_cli_builds_and_evaluates(tmp_path, capsys):
         ]
     )
     assert rc == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    captured = capsys.readouterr()
+    assert "it/s" not in captured.err  # --quiet: no bar, transformers' "Writing model shards" too
+    lines = captured.out.strip().splitlines()
     assert lines[0].startswith(str(tmp_path / "tiny-kk-"))
     rows = [json.loads(line) for line in lines[2:]]
     assert [r["group"] for r in rows] == ["kk2"]
@@ -591,3 +593,26 @@ def test_kk_copy_examples_take_their_own_list_lengths():
     puzzle_sizes = {int(you_meet.search(ex[0][0])[1]) for ex in stream if "So who" in ex[0][0]}
     assert puzzle_sizes == set(settings["n_people"])  # the puzzles keep theirs
     assert "copy_sizes" not in traces.env_kwargs("kk", {**settings, "copy_sizes": [6]})
+
+
+def test_kk_copy_examples_with_roles_train_numbers_and_names_only():
+    settings = {**traces.TINY_SETTINGS["kk"], "copy_aux": 0.5, "copy_sizes": [4, 5]}
+    stream = traces.take(traces.example_stream("kk", {**settings, "copy_roles": True}, seed=3), 200)
+    copies = [ex for ex in stream if "So who is a knight" not in ex[0][0]]
+    assert copies and len(copies) < len(stream)
+    line = re.compile(r"\((\d)\) (\w+) is a (knight|knave)")
+    roles = set()
+    for ex in copies:
+        names = re.search(r"inhabitants: (.*)\.", ex[0][0])[1].replace(", and ", ", ").split(", ")
+        assert [text for text, trained in ex if trained] == [
+            f"({i}) {name}" for i, name in enumerate(names, 1)
+        ]
+        assert not any(trained for _, trained in ex[2::2])  # " is a knave\n" is context
+        text = "".join(t for t, _ in ex[1:])
+        assert [(int(i), n) for i, n, _ in line.findall(text)] == list(enumerate(names, 1))
+        assert len(text.splitlines()) == len(names) and not text.endswith("\n")
+        roles |= {r for _, _, r in line.findall(text)}
+    assert roles == {"knight", "knave"}
+    plain = traces.take(traces.example_stream("kk", settings, seed=3), 200)
+    assert all(len(ex) == 2 for ex in plain if "So who is a knight" not in ex[0][0])
+    assert "copy_roles" not in traces.env_kwargs("kk", {**settings, "copy_roles": True})

@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--eval", action="store_true", help="print greedy accuracy on held-out items")
     p.add_argument("--eval-n", type=int, default=100, help="held-out items per evaluated setting")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def run(args) -> int:
@@ -52,6 +52,10 @@ def run(args) -> int:
     if args.base_seed < 0:
         raise SystemExit(f"--base-seed must be >= 0, got {args.base_seed}")
     cfg = with_overrides(preset_config(base_spec(args.name, args.base_seed)), args.overrides)
+    if args.quiet:  # transformers' "Writing model shards" and "Loading weights" bars too
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     path = ensure_built(cfg, home=args.home, progress=not args.quiet, rebuild=args.rebuild)
     record = json.loads((path / "build.json").read_text())
     print(path)

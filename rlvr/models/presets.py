@@ -45,15 +45,22 @@ PRESETS: dict[str, BuildConfig] = {
     # world the base memorised the corpus instead of learning to read (see traces.py). Half the
     # traces answer without searching (``direct_frac``), like a pretrained model answering from
     # memory: a base that always searched left RL no tool-use share to raise (measured 1.00).
-    # 3,600 steps (~14k search traces per 1,800): at 1,800 two base draws of three never read
-    # the answer out of a retrieved passage and GRPO stayed at 0; at 3,600 one of them gains
-    # +0.38 greedy EM, the other +0.07 (results/tiny/SEARCHQA_DIAGNOSIS.md). ~71 min at 1 thread.
+    # 30 % reading examples (``read_aux``, traces.reading_example: only the answer after the
+    # observations is trained) and 4,000 steps: at 3,600 steps without them one base draw of
+    # two gained +0.07 greedy EM under GRPO, because it could not read the answer out of a
+    # retrieved passage; with them GRPO gains +0.40 / +0.41 / +0.41 on bases @0 / @1 / @2
+    # (results/tiny/SEARCHQA_DIAGNOSIS.md). 57-61 min at 1 thread (AMD EPYC Zen 2).
     "tiny-searchqa": BuildConfig(
         name="tiny-searchqa",
         task="searchqa",
-        data={**TINY_SETTINGS["searchqa"], "trace_worlds": 256, "direct_frac": 0.5},
+        data={
+            **TINY_SETTINGS["searchqa"],
+            "trace_worlds": 256,
+            "direct_frac": 0.5,
+            "read_aux": 0.3,
+        },
         sft=SFTConfig(
-            steps=3600,
+            steps=4000,
             batch_size=16,
             lr=3e-3,
             min_lr_ratio=0.2,

@@ -200,18 +200,35 @@ def kk_response(info: dict[str, Any], think: str = "names", prefilled_think: boo
     return f"{head}{thought}</think><answer>{info['solution_text_format']}</answer>"
 
 
-def kk_copy_example(rng: random.Random, sizes: list[int], template: str) -> list[Segment]:
+def kk_copy_example(
+    rng: random.Random, sizes: list[int], template: str, roles: bool = False
+) -> list[Segment]:
     """An auxiliary copy example: the quiz's "You meet ..." sentence -> its names, numbered.
 
     Answering K&K means copying the inhabitants' names, in order, into ``(i) Name is a ...``
     lines. A model trained from scratch learns that copy circuit late (its response loss sits at
     the no-copy plateau for tens of thousands of full examples); these ~25-token examples teach
     it at a fifth of the cost of a full one.
+
+    ``roles=True`` lays the copy out as an answer: ``(1) A is a knight\n(2) B is a knave ...``,
+    the numbers and names trained, the roles drawn at random and untrained (context, so they
+    carry ``context_loss_weight`` and no copy signal). Plain copies train name after name with
+    nothing between; in a puzzle's answer `` is a knight`` stands between two names, and a base
+    warm-started on plain copies repeated the previous line's name there from 4 people on
+    (docs/tiny_models.md, "K&K by puzzle size").
     """
     n = rng.choice(sizes)
     names = rng.sample(NAME_POOL, n)
     prompt = render_prompt(None, f"You meet {n} inhabitants: {join_names(names)}.", template)
-    return [(prompt, False), ("\n".join(f"({i}) {name}" for i, name in enumerate(names, 1)), True)]
+    if not roles:
+        lines = "\n".join(f"({i}) {name}" for i, name in enumerate(names, 1))
+        return [(prompt, False), (lines, True)]
+    segments: list[Segment] = [(prompt, False)]
+    for i, name in enumerate(names, 1):
+        role = rng.choice(("knight", "knave"))
+        segments.append((f"({i}) {name}", True))
+        segments.append((f" is a {role}" + ("\n" if i < n else ""), False))
+    return segments
 
 
 def _as_list(value) -> list:
@@ -230,10 +247,11 @@ def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[li
     # The copies' list lengths (default: the puzzles' sizes); longer lists than the puzzles have
     # leave a model no positional shortcut (first name, name after "and") to copy them with.
     copy_sizes = _as_list(settings.get("copy_sizes", sizes))
+    copy_roles = bool(settings.get("copy_roles", False))
     rng = random.Random(seed)
     while True:
         if copy_aux and rng.random() < copy_aux:
-            yield kk_copy_example(rng, copy_sizes, settings.get("template", "qwen"))
+            yield kk_copy_example(rng, copy_sizes, settings.get("template", "qwen"), copy_roles)
             continue
         prompt, info = env.reset(seed=rng.getrandbits(62))
         yield [(prompt, False), (kk_response(info, think, prefill), True)]
@@ -489,7 +507,10 @@ def _searchqa_eval_items(settings: dict[str, Any], n: int, split: str) -> list[E
 #: K&K answers of 5 people are 42 tokens, worked math solutions up to ~70; search QA's budget is
 #: the whole episode, observations included.
 KK = TraceBuilder(
-    _kk_examples, _kk_eval_items, ("think", "copy_aux", "copy_sizes"), max_new_tokens=96
+    _kk_examples,
+    _kk_eval_items,
+    ("think", "copy_aux", "copy_sizes", "copy_roles"),
+    max_new_tokens=96,
 )
 MATH = TraceBuilder(_math_examples, _math_eval_items, ("slip_frac",), max_new_tokens=160)
 SEARCHQA = TraceBuilder(
