@@ -15,6 +15,7 @@ from rlvr.agents.checkpoint import CheckpointError, check_writable
 from rlvr.config import ConfigError, config_hash, load_config
 from rlvr.data_paths import rlvr_home
 from rlvr.eval.runner import EvalConfig, evaluate, save_result
+from rlvr.models import quiet_progress
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,10 +54,8 @@ def run_eval(args: argparse.Namespace) -> int:
         check_writable(out)
     except CheckpointError as e:
         raise ConfigError(str(e)) from None
-    if args.quiet:  # transformers' "Loading weights" bar too
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+    if args.quiet:
+        quiet_progress()
     result = evaluate(cfg, progress=not args.quiet)
     try:
         save_result(result, out)

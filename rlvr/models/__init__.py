@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenizers import Tokenizer
+from transformers.utils import logging as hf_logging
 
 from rlvr.config import ConfigError
 from rlvr.models.micro import build_micro, byte_level_tokenizer
@@ -21,6 +22,12 @@ from rlvr.models.tokenizer import PROBE_TEXT, load_tokenizer, reload_mismatch
 from rlvr.repro import install_kernels
 
 install_kernels()  # before any model exists: the reproducible mode's threads and GEMMs
+
+
+def quiet_progress() -> None:
+    """Turn off transformers' own progress bars ("Loading weights", "Writing model shards") in
+    this process: what a command's ``--quiet`` asks for besides its own bars."""
+    hf_logging.disable_progress_bar()
 
 
 def load_model(spec: str, *, seed: int = 0, dtype=None):

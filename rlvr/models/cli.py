@@ -41,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from rlvr.models import quiet_progress
     from rlvr.models.build import ensure_built, with_overrides
     from rlvr.models.presets import base_spec, preset_config
 
@@ -52,10 +53,8 @@ def run(args) -> int:
     if args.base_seed < 0:
         raise SystemExit(f"--base-seed must be >= 0, got {args.base_seed}")
     cfg = with_overrides(preset_config(base_spec(args.name, args.base_seed)), args.overrides)
-    if args.quiet:  # transformers' "Writing model shards" and "Loading weights" bars too
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+    if args.quiet:
+        quiet_progress()
     path = ensure_built(cfg, home=args.home, progress=not args.quiet, rebuild=args.rebuild)
     record = json.loads((path / "build.json").read_text())
     print(path)

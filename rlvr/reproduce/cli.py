@@ -38,6 +38,7 @@ from rlvr.config import ConfigError
 from rlvr.data_paths import rlvr_home
 from rlvr.integrations.verl.results import VerlRuns, VerlRunsMissing
 from rlvr.integrations.verl.scripts import write
+from rlvr.models import quiet_progress
 from rlvr.models.presets import parse_spec
 from rlvr.reproduce.check import run_check
 from rlvr.reproduce.common import Context, command_line, markdown_table
@@ -289,9 +290,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
         except ConfigError as e:
             raise SystemExit(str(e)) from None
     if args.quiet:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+        quiet_progress()
     start = time.perf_counter()
     jobs = args.jobs or (1 if args.smoke else min(4, os.cpu_count() or 1))
     if jobs > 1 and not args.from_verl:  # prefetching trains: nothing to train here
