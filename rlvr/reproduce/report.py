@@ -65,7 +65,9 @@ def _strip_header(text: str) -> str:
     return "\n".join("#" + line if line.startswith("#") else line for line in lines)
 
 
-def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
+def write_report(ctx: Context) -> Path:
+    """REPORT.md of ``ctx.out``; its wall time is the invocation's (``ctx.started``), the
+    ``--jobs`` prefetch included: after a prefetch the scripts themselves find every run cached."""
     out = ctx.out
     metas = {}
     for name in ORDER:
@@ -76,11 +78,7 @@ def write_report(ctx: Context, total_seconds: float | None = None) -> Path:
     from rlvr.repro import machine_info, machine_line
 
     machine = machine_info()
-    wall = (
-        total_seconds
-        if total_seconds is not None
-        else sum(m.get("wall_seconds", 0) for m in metas.values())
-    )
+    wall = time.perf_counter() - ctx.started
     lines = [
         f"# Reproduction report — grid `{ctx.grid.name}`" + (" (smoke run)" if ctx.smoke else ""),
         "",
