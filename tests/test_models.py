@@ -616,3 +616,17 @@ def test_kk_copy_examples_with_roles_train_numbers_and_names_only():
     plain = traces.take(traces.example_stream("kk", settings, seed=3), 200)
     assert all(len(ex) == 2 for ex in plain if "So who is a knight" not in ex[0][0])
     assert "copy_roles" not in traces.env_kwargs("kk", {**settings, "copy_roles": True})
+
+
+def test_kk_copy_first_is_a_curriculum_of_copies_then_the_mix():
+    settings = {**traces.TINY_SETTINGS["kk"], "copy_aux": 0.5, "copy_roles": True}
+    stream = traces.take(traces.example_stream("kk", {**settings, "copy_first": 30}, seed=3), 200)
+    is_puzzle = ["So who is a knight" in ex[0][0] for ex in stream]
+    assert not any(is_puzzle[:30])  # copies only, then puzzles and copies mixed
+    assert 0.3 < sum(is_puzzle[30:]) / 170 < 0.7
+    assert traces.take(traces.example_stream("kk", {**settings, "copy_first": 0}, seed=3), 200) == (
+        traces.take(traces.example_stream("kk", settings, seed=3), 200)
+    )  # off by default: the streams (and the presets' keys) are the ones before the option
+    assert "copy_first" not in traces.env_kwargs("kk", {**settings, "copy_first": 30})
+    with pytest.raises(ValueError, match="copy_first"):
+        next(traces.example_stream("kk", {**settings, "copy_first": -1}))

@@ -248,9 +248,14 @@ def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[li
     # leave a model no positional shortcut (first name, name after "and") to copy them with.
     copy_sizes = _as_list(settings.get("copy_sizes", sizes))
     copy_roles = bool(settings.get("copy_roles", False))
+    # A curriculum: the stream's first ``copy_first`` examples are all copies, so the copy
+    # circuit forms before the puzzles' statements (where every name recurs) compete for it.
+    copy_first = int(settings.get("copy_first", 0))
+    if copy_first < 0:
+        raise ValueError(f"copy_first must be >= 0, got {copy_first}")
     rng = random.Random(seed)
-    while True:
-        if copy_aux and rng.random() < copy_aux:
+    for count in itertools.count():
+        if count < copy_first or (copy_aux and rng.random() < copy_aux):
             yield kk_copy_example(rng, copy_sizes, settings.get("template", "qwen"), copy_roles)
             continue
         prompt, info = env.reset(seed=rng.getrandbits(62))
@@ -509,7 +514,7 @@ def _searchqa_eval_items(settings: dict[str, Any], n: int, split: str) -> list[E
 KK = TraceBuilder(
     _kk_examples,
     _kk_eval_items,
-    ("think", "copy_aux", "copy_sizes", "copy_roles"),
+    ("think", "copy_aux", "copy_sizes", "copy_roles", "copy_first"),
     max_new_tokens=96,
 )
 MATH = TraceBuilder(_math_examples, _math_eval_items, ("slip_frac",), max_new_tokens=160)
