@@ -6,7 +6,8 @@ Each case is a fresh process (the kernel variables are read when torch loads).
   (``rlvr.repro.state_dict_sha256``), for each kernel mode (``native``, ``mkl-avx2``,
   ``reproducible``), each ``ATEN_CPU_CAPABILITY`` a user's environment might request, and each
   requested thread count; ``--emulate`` adds the same cases with the processor answering CPUID
-  as an AMD EPYC (``scripts/emulate/run.py``), so vendor-dispatched kernels show.
+  as the other vendor's processor (``scripts/emulate/run.py``: an AMD EPYC on an Intel host, an
+  Intel Xeon on an AMD host), so vendor-dispatched kernels show.
 - ``--cost R``: R alternating runs of each mode, nothing requested, one thread (the reproducible
   mode's count): the CPU seconds per step of a tiny base build's warm start (``rlvr build-model
   tiny-kk``, ``sft.steps`` of the preset's SFT) and of an RL run of the tiny profile's shape
@@ -103,7 +104,7 @@ print(json.dumps(out))
 """
 
 
-def child_env(mode: str, requested: str | None = None, threads: int = 0, amd: bool = False):
+def child_env(mode: str, requested: str | None = None, threads: int = 0, other: bool = False):
     env = {k: v for k, v in os.environ.items() if k not in KERNEL_VARS}
     env["RLVR_KERNELS"] = mode
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
@@ -111,7 +112,7 @@ def child_env(mode: str, requested: str | None = None, threads: int = 0, amd: bo
         env["ATEN_CPU_CAPABILITY"] = requested
     if threads:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
-    if amd:
+    if other:
         env = emulate.env(env)
         if env is None:
             raise SystemExit(
@@ -148,7 +149,7 @@ def _cpu_seconds(cmd: list[str], env: dict) -> float:
 
 def hashes(args) -> None:
     threads = [int(t) for t in args.threads.split(",")]
-    where = ["this CPU"] + (["emulated AMD"] if args.emulate else [])
+    where = ["this CPU"] + ([f"emulated {emulate.other_vendor()}"] if args.emulate else [])
     print(f"{args.steps} AdamW steps of {args.model}, batch {args.batch} x {args.length} tokens")
     print(
         "| processor | RLVR_KERNELS | requested ATEN_CPU_CAPABILITY | threads asked | dispatched "
@@ -161,7 +162,7 @@ def hashes(args) -> None:
             for requested in args.requested.split(","):
                 for t in threads:
                     env = child_env(mode, None if requested == "unset" else requested, t,
-                                    amd=proc != "this CPU")  # fmt: skip
+                                    other=proc != "this CPU")  # fmt: skip
                     r = _python(STEPS, {**payload, "threads": t}, env)
                     print(
                         f"| {proc} | {mode} | {requested} | {t} | {r['aten']} | {r['gemm']} | "
@@ -238,7 +239,7 @@ def main() -> None:
     p.add_argument("--length", type=int, default=256)
     p.add_argument("--requested", default="unset,avx512", help="ATEN_CPU_CAPABILITY values")
     p.add_argument("--threads", default="1,2,4", help="thread counts to ask for")
-    p.add_argument("--emulate", action="store_true", help="also as an emulated AMD EPYC")
+    p.add_argument("--emulate", action="store_true", help="also as the other vendor's CPU")
     p.add_argument("--cost", type=int, default=0, help="alternating runs per mode (timing only)")
     p.add_argument("--build-steps", type=int, default=60)
     p.add_argument("--rl-steps", type=int, default=4)

@@ -1,10 +1,11 @@
 """The reproducible kernel mode gives one set of bits on Intel and AMD, with any thread count.
 
 The golden hash below is what three training steps of a small Qwen2 model give in the reproducible
-mode. It was measured on an Intel Xeon (2 cores) and, through ``scripts/emulate/run.py`` (CPUID
-answered as an AMD EPYC 9004 would, so oneMKL takes its AMD paths), as AMD; CI fails on either
-vendor when the mode's bits move (a library, kernel or training change), and the emulated run
-fails here if vendor dispatch creeps back in. Kernel libraries read their variables when torch
+mode. It was measured on Intel Xeons and real AMD EPYCs (2 cores) and, through
+``scripts/emulate/run.py`` (CPUID answered as the other vendor's processor would, so oneMKL takes
+that vendor's paths), as the other vendor on each; CI fails on either vendor when the mode's bits
+move (a library, kernel or training change), and the emulated run fails here if vendor dispatch
+creeps back in. Kernel libraries read their variables when torch
 loads, so every case runs in a fresh process.
 """
 
@@ -25,7 +26,8 @@ sys.path.insert(0, str(REPO / "scripts" / "emulate"))
 import run as emulate  # noqa: E402
 
 #: ``CASE`` in the reproducible mode: an Intel Xeon (family 6 model 207, and emulated as an AMD
-#: EPYC) and a real AMD EPYC (family 26 model 2), 1, 2 and 4 threads asked.
+#: EPYC), real AMD EPYCs (family 26 model 2; family 25 model 17, and emulated as an Intel Xeon),
+#: 1, 2 and 4 threads asked.
 GOLDEN = "df70814b8ad5176e"
 
 CASE = r"""
@@ -91,11 +93,21 @@ def test_the_reproducible_mode_gives_the_golden_bits_whatever_the_thread_count()
 
 @needs_avx2
 @pytest.mark.skipif(emulate.library() is None, reason="needs CPUID faulting and a C compiler")
-def test_an_emulated_amd_processor_gives_the_same_bits_and_the_old_mode_did_not():
-    amd = emulate.env()
-    assert _case("reproducible", 1, amd)[0] == GOLDEN
-    # The vendor-dependent mode this one replaced: oneMKL takes its AMD path and the bits move.
-    assert _case("mkl-avx2", 1, amd)[0] != _case("mkl-avx2", 1)[0]
+def test_the_other_vendor_emulated_gives_the_same_bits_and_the_old_mode_did_not():
+    other = emulate.env()  # AMD on an Intel host, Intel on an AMD host
+    assert _case("reproducible", 1, other)[0] == GOLDEN
+    # The vendor-dependent mode this one replaced: oneMKL takes the other vendor's path and the
+    # bits move (on an AMD EPYC Zen 4 emulating Intel: c50c9a19b44202d7, a real Intel Xeon's).
+    assert _case("mkl-avx2", 1, other)[0] != _case("mkl-avx2", 1)[0]
+
+
+def test_the_emulated_vendor_is_the_one_this_machine_is_not(monkeypatch):
+    monkeypatch.setattr(emulate, "host_vendor", lambda: "amd")
+    assert emulate.other_vendor() == "intel"
+    monkeypatch.setattr(emulate, "host_vendor", lambda: "intel")
+    assert emulate.other_vendor() == "amd"
+    with pytest.raises(ValueError, match="vendor"):
+        emulate.library("via")
 
 
 # -- the products themselves (rlvr.blas), in this process -------------------------------------

@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Run a command as if on an AMD EPYC, to see which kernels give other bits there.
+"""Run a command as if on the other x86 vendor's processor, to see which kernels give other bits.
 
     python scripts/emulate/run.py rlvr machine --fingerprint --against docs/fingerprints/X.json
-    python scripts/emulate/run.py python bench/bench_kernels.py --model tiny-arch
+    python scripts/emulate/run.py --as amd python bench/bench_kernels.py --model tiny-arch
 
-The command runs with ``amd_cpuid.c`` preloaded (compiled here with ``cc`` on first use): the
-processor answers CPUID as an AMD EPYC 9004 (Zen 4) would, so libraries that choose their code by
-vendor, as oneMKL does, take their AMD paths, while the instructions run on this CPU. It needs
-Linux on an x86-64 CPU with CPUID faulting (``cpuid_fault`` in /proc/cpuinfo: Intel since Ivy
-Bridge, exposed by KVM) and a C compiler; it exits 2 with one line saying what is missing.
-What it shows is vendor dispatch only: an AMD processor's other differences (cache sizes, the
+The command runs with ``vendor_cpuid.c`` preloaded (compiled here with ``cc`` on first use, once
+per vendor): the processor answers CPUID as an AMD EPYC 9004 (Zen 4) or an Intel Xeon 4th
+generation (Sapphire Rapids) would, by default the vendor this machine is not (``--as amd`` or
+``--as intel`` to choose), so libraries that choose their code by vendor, as oneMKL does, take
+that vendor's paths, while the instructions run on this CPU. It needs Linux on an x86-64 CPU with
+CPUID faulting (``cpuid_fault`` in /proc/cpuinfo: Intel since Ivy Bridge, AMD since Zen 4 or so,
+as KVM exposes it) and a C compiler; it exits 2 with one line saying what is missing. What it
+shows is vendor dispatch only: the other processor's other differences (cache sizes, the
 instructions' own results) are not emulated. docs/reproduce.md says what it measured.
 """
 
@@ -23,12 +25,29 @@ import sys
 import tempfile
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("amd_cpuid.c")
+SOURCE = Path(__file__).with_name("vendor_cpuid.c")
+VENDORS = {"amd": "AuthenticAMD", "intel": "GenuineIntel"}
+_FLAGS = {"amd": [], "intel": ["-DEMULATE_INTEL"]}
 
 
-def library() -> Path | None:
-    """The compiled preload library (cached by the source's hash), or None where it cannot be
-    built or CPUID faulting is missing."""
+def host_vendor() -> str | None:
+    """``"amd"`` or ``"intel"`` from /proc/cpuinfo's vendor_id; None elsewhere."""
+    cpuinfo = Path("/proc/cpuinfo")
+    text = cpuinfo.read_text() if cpuinfo.exists() else ""
+    return next((v for v, ident in VENDORS.items() if ident in text), None)
+
+
+def other_vendor() -> str:
+    """The vendor to emulate by default: the one this machine is not (AMD on anything else)."""
+    return "intel" if host_vendor() == "amd" else "amd"
+
+
+def library(vendor: str | None = None) -> Path | None:
+    """The compiled preload library answering as ``vendor`` (default ``other_vendor()``; cached
+    by the source's hash), or None where it cannot be built or CPUID faulting is missing."""
+    vendor = vendor or other_vendor()
+    if vendor not in VENDORS:
+        raise ValueError(f"vendor must be one of {sorted(VENDORS)}, got {vendor!r}")
     cpuinfo = Path("/proc/cpuinfo")
     if not cpuinfo.exists() or " cpuid_fault" not in cpuinfo.read_text():
         return None
@@ -36,11 +55,12 @@ def library() -> Path | None:
     if cc is None:
         return None
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
-    out = Path(tempfile.gettempdir()) / f"rlvr-amd-cpuid-{digest}.so"
+    out = Path(tempfile.gettempdir()) / f"rlvr-{vendor}-cpuid-{digest}.so"
     if not out.exists():
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
         done = subprocess.run(
-            [cc, "-shared", "-fPIC", "-O2", "-o", str(tmp), str(SOURCE)], capture_output=True
+            [cc, "-shared", "-fPIC", "-O2", *_FLAGS[vendor], "-o", str(tmp), str(SOURCE)],
+            capture_output=True,
         )
         if done.returncode != 0:
             return None
@@ -52,9 +72,10 @@ def library() -> Path | None:
     return out if probe.stdout.strip() == "ok" else None
 
 
-def env(base: dict[str, str] | None = None) -> dict[str, str] | None:
-    """``base`` (default ``os.environ``) with the library preloaded, or None where unavailable."""
-    lib = library()
+def env(base: dict[str, str] | None = None, vendor: str | None = None) -> dict[str, str] | None:
+    """``base`` (default ``os.environ``) with the library of ``vendor`` (default
+    ``other_vendor()``) preloaded, or None where unavailable."""
+    lib = library(vendor)
     if lib is None:
         return None
     base = dict(os.environ if base is None else base)
@@ -63,10 +84,16 @@ def env(base: dict[str, str] | None = None) -> dict[str, str] | None:
 
 
 def main(argv: list[str]) -> int:
+    vendor = None
+    if argv[:1] == ["--as"] and len(argv) > 1:
+        vendor, argv = argv[1], argv[2:]
+        if vendor not in VENDORS:
+            print(f"emulate/run.py: --as takes one of {sorted(VENDORS)}", file=sys.stderr)
+            return 2
     if not argv:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    e = env()
+    e = env(vendor=vendor)
     if e is None:
         print(
             "emulate/run.py: needs Linux x86-64 with CPUID faulting (cpuid_fault in "
