@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from rlvr.config import ConfigError
+from rlvr.envs.kk.render import join_names
 from rlvr.models import load_model, traces
 from rlvr.models.build import BuildConfig, TokenizerConfig, build_key, ensure_built, with_overrides
 from rlvr.models.micro import SPECIAL_TOKENS
@@ -630,3 +631,33 @@ def test_kk_copy_first_is_a_curriculum_of_copies_then_the_mix():
     assert "copy_first" not in traces.env_kwargs("kk", {**settings, "copy_first": 30})
     with pytest.raises(ValueError, match="copy_first"):
         next(traces.example_stream("kk", {**settings, "copy_first": -1}))
+
+
+def test_kk_copy_examples_with_think_are_laid_out_as_a_puzzles_response():
+    settings = {**traces.TINY_SETTINGS["kk"], "copy_aux": 0.5, "copy_sizes": [4, 5]}
+    settings["copy_roles"] = True
+    stream = traces.take(traces.example_stream("kk", {**settings, "copy_think": True}, seed=3), 200)
+    copies = [ex for ex in stream if "So who is a knight" not in ex[0][0]]
+    assert copies
+    for ex in copies:
+        prompt = ex[0][0]
+        assert prompt.endswith("Assistant: <think>")  # prefilled, as the puzzles' prompts are
+        names = re.search(r"inhabitants: (.*)\.", prompt)[1].replace(", and ", ", ").split(", ")
+        response = "".join(t for t, _ in ex[1:])
+        lines = re.search(r"<answer>(.*)</answer>", response, re.S)[1]
+        # The very text a puzzle with these names and roles has as its target.
+        assert response == traces.kk_response(
+            {"names": names, "solution_text_format": lines, "cot": ""}
+        )
+        trained = [t for t, on in ex if on]
+        assert trained[0] == f"The inhabitants are {join_names(names)}.</think><answer>"
+        assert trained[1:-1] == [f"({i}) {name}" for i, name in enumerate(names, 1)]
+        assert trained[-1] == "</answer>" and not any(" is a " in t for t in trained)
+    assert traces.take(
+        traces.example_stream("kk", {**settings, "copy_think": False}, seed=3), 200
+    ) == (
+        traces.take(traces.example_stream("kk", settings, seed=3), 200)
+    )  # off by default: the presets' streams and keys do not move
+    assert "copy_think" not in traces.env_kwargs("kk", {**settings, "copy_think": True})
+    with pytest.raises(ValueError, match="copy_roles"):
+        next(traces.example_stream("kk", {**settings, "copy_roles": False, "copy_think": True}))

@@ -201,7 +201,12 @@ def kk_response(info: dict[str, Any], think: str = "names", prefilled_think: boo
 
 
 def kk_copy_example(
-    rng: random.Random, sizes: list[int], template: str, roles: bool = False
+    rng: random.Random,
+    sizes: list[int],
+    template: str,
+    roles: bool = False,
+    think: bool = False,
+    prefill: bool = True,
 ) -> list[Segment]:
     """An auxiliary copy example: the quiz's "You meet ..." sentence -> its names, numbered.
 
@@ -216,18 +221,31 @@ def kk_copy_example(
     nothing between; in a puzzle's answer `` is a knight`` stands between two names, and a base
     warm-started on plain copies repeated the previous line's name there from 4 people on
     (docs/tiny_models.md, "K&K by puzzle size").
+
+    ``think=True`` (with ``roles``) lays the whole response out as a puzzle's: the prefilled
+    ``<think>`` (when ``prefill``), the restated names (``The inhabitants are A, B, and C.``,
+    trained), ``</think><answer>``, the answer lines, ``</answer>``. The base draws that fail
+    K&K by size miscopy the list already in that think block, which only full puzzles trained.
     """
     n = rng.choice(sizes)
     names = rng.sample(NAME_POOL, n)
-    prompt = render_prompt(None, f"You meet {n} inhabitants: {join_names(names)}.", template)
+    meet = f"You meet {n} inhabitants: {join_names(names)}."
     if not roles:
         lines = "\n".join(f"({i}) {name}" for i, name in enumerate(names, 1))
-        return [(prompt, False), (lines, True)]
-    segments: list[Segment] = [(prompt, False)]
+        return [(render_prompt(None, meet, template), False), (lines, True)]
+    head = "<think>" if think and prefill else ""
+    segments: list[Segment] = [(render_prompt(None, meet, template, prefill=head), False)]
+    if think:
+        opening = "" if prefill else "<think>"
+        segments.append(
+            (f"{opening}The inhabitants are {join_names(names)}.</think><answer>", True)
+        )
     for i, name in enumerate(names, 1):
         role = rng.choice(("knight", "knave"))
         segments.append((f"({i}) {name}", True))
         segments.append((f" is a {role}" + ("\n" if i < n else ""), False))
+    if think:
+        segments.append(("</answer>", True))
     return segments
 
 
@@ -248,6 +266,9 @@ def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[li
     # leave a model no positional shortcut (first name, name after "and") to copy them with.
     copy_sizes = _as_list(settings.get("copy_sizes", sizes))
     copy_roles = bool(settings.get("copy_roles", False))
+    copy_think = bool(settings.get("copy_think", False))
+    if copy_think and not copy_roles:
+        raise ValueError("copy_think lays a copy out as a puzzle's answer: it needs copy_roles")
     # A curriculum: the stream's first ``copy_first`` examples are all copies, so the copy
     # circuit forms before the puzzles' statements (where every name recurs) compete for it.
     copy_first = int(settings.get("copy_first", 0))
@@ -256,7 +277,9 @@ def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[li
     rng = random.Random(seed)
     for count in itertools.count():
         if count < copy_first or (copy_aux and rng.random() < copy_aux):
-            yield kk_copy_example(rng, copy_sizes, settings.get("template", "qwen"), copy_roles)
+            yield kk_copy_example(
+                rng, copy_sizes, settings.get("template", "qwen"), copy_roles, copy_think, prefill
+            )
             continue
         prompt, info = env.reset(seed=rng.getrandbits(62))
         yield [(prompt, False), (kk_response(info, think, prefill), True)]
@@ -514,7 +537,7 @@ def _searchqa_eval_items(settings: dict[str, Any], n: int, split: str) -> list[E
 KK = TraceBuilder(
     _kk_examples,
     _kk_eval_items,
-    ("think", "copy_aux", "copy_sizes", "copy_roles", "copy_first"),
+    ("think", "copy_aux", "copy_sizes", "copy_roles", "copy_think", "copy_first"),
     max_new_tokens=96,
 )
 MATH = TraceBuilder(_math_examples, _math_eval_items, ("slip_frac",), max_new_tokens=160)
