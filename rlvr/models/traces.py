@@ -226,6 +226,8 @@ def kk_copy_example(
     ``<think>`` (when ``prefill``), the restated names (``The inhabitants are A, B, and C.``,
     trained), ``</think><answer>``, the answer lines, ``</answer>``. The base draws that fail
     K&K by size miscopy the list already in that think block, which only full puzzles trained.
+    Measured, it made every base draw worse (docs/tiny_models.md, "K&K by puzzle size"): no
+    preset uses it.
     """
     n = rng.choice(sizes)
     names = rng.sample(NAME_POOL, n)
