@@ -5,8 +5,8 @@ mode. It was measured on Intel Xeons and real AMD EPYCs (2 cores) and, through
 ``scripts/emulate/run.py`` (CPUID answered as the other vendor's processor would, so oneMKL takes
 that vendor's paths), as the other vendor on each; CI fails on either vendor when the mode's bits
 move (a library, kernel or training change), and the emulated run fails here if vendor dispatch
-creeps back in. Kernel libraries read their variables when torch
-loads, so every case runs in a fresh process.
+creeps back in. Kernel libraries read their variables when torch loads, so every case runs in a
+fresh process.
 """
 
 from __future__ import annotations

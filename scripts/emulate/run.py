@@ -30,10 +30,15 @@ VENDORS = {"amd": "AuthenticAMD", "intel": "GenuineIntel"}
 _FLAGS = {"amd": [], "intel": ["-DEMULATE_INTEL"]}
 
 
+def _cpuinfo() -> str:
+    """/proc/cpuinfo's text; empty where there is none (not Linux)."""
+    path = Path("/proc/cpuinfo")
+    return path.read_text() if path.exists() else ""
+
+
 def host_vendor() -> str | None:
     """``"amd"`` or ``"intel"`` from /proc/cpuinfo's vendor_id; None elsewhere."""
-    cpuinfo = Path("/proc/cpuinfo")
-    text = cpuinfo.read_text() if cpuinfo.exists() else ""
+    text = _cpuinfo()
     return next((v for v, ident in VENDORS.items() if ident in text), None)
 
 
@@ -48,8 +53,7 @@ def library(vendor: str | None = None) -> Path | None:
     vendor = vendor or other_vendor()
     if vendor not in VENDORS:
         raise ValueError(f"vendor must be one of {sorted(VENDORS)}, got {vendor!r}")
-    cpuinfo = Path("/proc/cpuinfo")
-    if not cpuinfo.exists() or " cpuid_fault" not in cpuinfo.read_text():
+    if " cpuid_fault" not in _cpuinfo():
         return None
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
