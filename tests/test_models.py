@@ -10,6 +10,7 @@ import dataclasses
 import json
 import random
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -21,7 +22,16 @@ from rlvr.models import load_model, traces
 from rlvr.models.build import BuildConfig, TokenizerConfig, build_key, ensure_built, with_overrides
 from rlvr.models.micro import SPECIAL_TOKENS
 from rlvr.models.presets import PRESETS
-from rlvr.models.sft import SFTConfig, collate, encode_example, lr_at, sft
+from rlvr.models.sft import (
+    SFTConfig,
+    batch_gradients,
+    collate,
+    encode_example,
+    lr_at,
+    response_loss,
+    sft,
+    slices,
+)
 from rlvr.models.tiny import ArchConfig, build_tiny
 from rlvr.models.tokenizer import TAG_TOKENS, train_tokenizer
 from rlvr.models.traces import slipped_solution
@@ -175,9 +185,10 @@ def test_sft_stops_with_a_clear_error_when_every_example_is_too_long(kk_texts, m
         sft(model, tok, traces.example_stream("kk", KK, seed=1), cfg, progress=False)
 
 
-def test_sft_lowers_the_loss_and_is_deterministic(kk_texts):
+@pytest.mark.parametrize("micro_batches", [1, 2])
+def test_sft_lowers_the_loss_and_is_deterministic(kk_texts, micro_batches):
     tok = train_tokenizer(kk_texts, vocab_size=320)
-    cfg = SFTConfig(steps=6, batch_size=4, lr=3e-3, warmup_steps=1)
+    cfg = SFTConfig(steps=6, batch_size=4, lr=3e-3, warmup_steps=1, micro_batches=micro_batches)
 
     def run():
         model = build_tiny(MICRO_ARCH, tok, seed=0)
@@ -191,8 +202,6 @@ def test_sft_lowers_the_loss_and_is_deterministic(kk_texts):
         assert torch.equal(p, q)
     first = [(traces.take(traces.example_stream("kk", KK, seed=1), 4))]
     batch = collate([encode_example(tok, ex) for ex in first[0]], tok.pad_token_id)
-    from rlvr.models.sft import response_loss
-
     fresh = build_tiny(MICRO_ARCH, tok, seed=0)
     with torch.no_grad():
         assert response_loss(m1, batch)[0] < response_loss(fresh, batch)[0]
@@ -202,11 +211,60 @@ def test_sft_lowers_the_loss_and_is_deterministic(kk_texts):
         assert plain[0] != with_ctx[0]
 
 
+def test_micro_batches_add_up_to_the_batch_gradient_in_fixed_bits(kk_texts):
+    """Slices carry the whole batch's denominator, so their gradients add up to the batch's; one
+    slice is a plain ``backward()`` bit for bit (builds without slices keep their weights); two
+    slices give the same bits on two threads as one after the other (so on any core count)."""
+    tok = train_tokenizer(kk_texts, vocab_size=320)
+    model = build_tiny(MICRO_ARCH, tok, seed=0)
+    examples = traces.take(traces.example_stream("kk", KK, seed=1), 5)  # 5 rows: uneven slices
+    batch = collate([encode_example(tok, ex) for ex in examples], tok.pad_token_id)
+
+    def grads():
+        out = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad(set_to_none=True)
+        return out
+
+    loss, n_tokens, _ = response_loss(model, batch, context_weight=0.5)
+    loss.backward()
+    plain = grads()
+    one = batch_gradients(model, batch, 0.5)
+    assert all(torch.equal(g, h) for g, h in zip(grads(), plain))
+    serial = batch_gradients(model, batch, 0.5, None, 2)
+    two_serial = grads()
+    with ThreadPoolExecutor(2) as workers:
+        threaded = batch_gradients(model, batch, 0.5, workers, 2)
+    two_threads = grads()
+    assert all(torch.equal(g, h) for g, h in zip(two_threads, two_serial))
+    assert any(not torch.equal(g, h) for g, h in zip(two_serial, plain))  # other rounding
+    for g, h in zip(two_serial, plain):
+        torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-6)
+    assert one[0] == serial[0] == threaded[0] == n_tokens
+    assert serial[1] == pytest.approx(one[1])
+
+
+def test_slices_cover_the_rows_each_cut_to_its_longest(kk_texts):
+    tok = train_tokenizer(kk_texts, vocab_size=320)
+    examples = traces.take(traces.example_stream("kk", KK, seed=2), 5)
+    encoded = sorted((encode_example(tok, ex) for ex in examples), key=lambda e: len(e[0]))
+    batch = collate(encoded, tok.pad_token_id)
+    pieces = slices(batch, 2)
+    assert [p["input_ids"].shape for p in pieces] == [
+        (2, len(encoded[1][0])),
+        (3, len(encoded[4][0])),
+    ]
+    assert torch.equal(pieces[1]["labels"], batch["labels"][2:])
+
+
 def test_sft_config_rejects_bad_values():
     with pytest.raises(ValueError, match="batch_size"):
         SFTConfig(batch_size=0)
     with pytest.raises(ValueError, match="lr"):
         SFTConfig(lr=0)
+    with pytest.raises(ValueError, match="micro_batches"):
+        SFTConfig(batch_size=4, micro_batches=5)
+    with pytest.raises(ValueError, match="micro_batches"):
+        SFTConfig(micro_batches=0)
 
 
 # -- build and cache -----------------------------------------------------------------------------

@@ -50,7 +50,7 @@ def _nap_then_gpu() -> str:
 
 def test_each_worker_process_gets_its_own_gpu(tmp_path: Path):
     ctx = Context(tiny_grid(smoke=True), tmp_path, tmp_path, [0], progress=False)
-    pool._pool_map(ctx, 2, [(_nap_then_gpu,)] * 4, "probe", gpus=["5", "7"])
+    pool._pool_map(ctx, 2, [(_nap_then_gpu, (), [])] * 4, "probe", gpus=["5", "7"])
     seen = [
         line.split()[-2:]
         for line in ctx.log

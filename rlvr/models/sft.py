@@ -15,14 +15,26 @@ fp32, AdamW, linear warm-up then
 cosine decay to ``min_lr_ratio * lr``. A fixed step budget keeps a build deterministic (dropout
 is 0 in Qwen2, data order comes from the seeded example stream); ``max_seconds`` is a safety cap
 only.
+
+Micro-batches (``micro_batches > 1``): each step's batch is cut into that many slices of rows,
+each slice's gradient is computed on its own thread (``torch.autograd.grad``, so no thread
+writes ``.grad``) with the whole batch's loss denominator, and the slices' gradients are summed
+in slice order. The reproducible kernel mode runs one torch thread per process, so a CPU build
+otherwise uses one core whatever the machine has; the threads give a build a core each while
+every slice's arithmetic, and the order of the sum, stay fixed: the same bits on one core or
+two (measured: docs/tiny_models.md). The split is part of the recipe: 2 slices give other bits
+than 1 (a sum of two half-batch products is rounded differently from one product), and 1 gives
+the bits of a plain ``loss.backward()``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +63,8 @@ class SFTConfig:
     context_loss_weight: float = 0.0
     #: Batches drawn together and cut by length (1: off); see ``length_grouped_batches``.
     length_groups: int = 8
+    #: Slices of each batch computed on as many threads (module docstring); part of the recipe.
+    micro_batches: int = 1
 
     def __post_init__(self):
         if self.steps < 0:
@@ -69,6 +83,11 @@ class SFTConfig:
             raise ValueError(f"SFTConfig.length_groups must be >= 1, got {self.length_groups}")
         if self.max_length < 2:
             raise ValueError(f"SFTConfig.max_length must be >= 2, got {self.max_length}")
+        if not 1 <= self.micro_batches <= self.batch_size:
+            raise ValueError(
+                f"SFTConfig.micro_batches must be in [1, batch_size={self.batch_size}], "
+                f"got {self.micro_batches}"
+            )
 
 
 def encode_example(tokenizer, segments: Sequence[Segment]) -> tuple[list[int], list[int]]:
@@ -130,11 +149,25 @@ def lr_at(step: int, cfg: SFTConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
 
 
+def loss_weights(batch: dict[str, torch.Tensor], context_weight: float) -> torch.Tensor:
+    """Per-target weights, shape (rows, width - 1): 1 on trainable targets, ``context_weight``
+    on the other real tokens, 0 on padding."""
+    response = (batch["labels"][:, 1:] != -100).float()
+    return response + context_weight * batch["context"][:, 1:].float()
+
+
 def response_loss(
-    model, batch: dict[str, torch.Tensor], context_weight: float = 0.0
+    model,
+    batch: dict[str, torch.Tensor],
+    context_weight: float = 0.0,
+    denominator: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, int, float]:
     """Next-token cross-entropy: weight 1 on trainable targets, ``context_weight`` on the other
-    real tokens; returns (weighted token-mean loss, trainable tokens, response-only loss)."""
+    real tokens; returns (weighted loss, trainable tokens, response-only loss summed over them).
+
+    The weighted loss is divided by ``denominator`` (default: this batch's total weight, so a
+    token mean); a micro-batch passes its whole batch's, so that the slices' losses add up to
+    the batch's."""
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     ce = torch.nn.functional.cross_entropy(
         logits[:, :-1].reshape(-1, logits.size(-1)),
@@ -142,11 +175,59 @@ def response_loss(
         reduction="none",
     ).view(logits.size(0), -1)
     response = (batch["labels"][:, 1:] != -100).to(ce.dtype)
-    weight = response + context_weight * batch["context"][:, 1:].to(ce.dtype)
-    n_tokens = int(response.sum())
-    loss = (ce * weight).sum() / weight.sum().clamp_min(1.0)
-    response_ce = float((ce.detach() * response).sum() / max(1, n_tokens))
-    return loss, n_tokens, response_ce
+    weight = loss_weights(batch, context_weight)
+    if denominator is None:
+        denominator = weight.sum().clamp_min(1.0)
+    loss = (ce * weight).sum() / denominator
+    return loss, int(response.sum()), float((ce.detach() * response).sum())
+
+
+def slices(batch: dict[str, torch.Tensor], n: int) -> list[dict[str, torch.Tensor]]:
+    """``batch`` cut into ``n`` slices of consecutive rows, each cut to its own longest row."""
+    rows = batch["input_ids"].size(0)
+    bounds = [round(i * rows / n) for i in range(n + 1)]
+    out = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        width = int(batch["attention_mask"][lo:hi].sum(1).max())
+        out.append({k: v[lo:hi, :width] for k, v in batch.items()})
+    return out
+
+
+def batch_gradients(
+    model,
+    batch: dict[str, torch.Tensor],
+    context_weight: float,
+    workers: ThreadPoolExecutor | None = None,
+    n: int = 1,
+) -> tuple[int, float]:
+    """Set every parameter's ``.grad`` to the gradient of ``batch``'s loss, computed as ``n``
+    slices on ``workers``' threads and summed in slice order; returns (trainable tokens,
+    response-only token-mean loss)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    denominator = loss_weights(batch, context_weight).sum().clamp_min(1.0)
+
+    def part(piece):
+        loss, n_tokens, ce_sum = response_loss(model, piece, context_weight, denominator)
+        return torch.autograd.grad(loss, params), n_tokens, ce_sum
+
+    pieces = slices(batch, n)
+    parts = list(workers.map(part, pieces)) if workers else [part(piece) for piece in pieces]
+    for i, p in enumerate(params):
+        grad = parts[0][0][i]
+        for other in parts[1:]:
+            grad = grad + other[0][i]
+        p.grad = grad
+    n_tokens = sum(t for _, t, _ in parts)
+    return n_tokens, sum(c for _, _, c in parts) / max(1, n_tokens)
+
+
+@contextlib.contextmanager
+def _shutdown(workers: ThreadPoolExecutor | None):
+    try:
+        yield
+    finally:
+        if workers is not None:
+            workers.shutdown()
 
 
 def sft(
@@ -182,7 +263,8 @@ def sft(
     pending: list[list[tuple[list[int], list[int]]]] = []
     order_rng = random.Random(cfg.seed)
     bar = tqdm(total=cfg.steps, desc=desc, disable=not progress, dynamic_ncols=True, leave=False)
-    with torch.random.fork_rng(devices=[]):
+    workers = ThreadPoolExecutor(cfg.micro_batches) if cfg.micro_batches > 1 else None
+    with torch.random.fork_rng(devices=[]), _shutdown(workers):
         torch.manual_seed(cfg.seed)
         for step in range(cfg.steps):
             if cfg.max_seconds and time.perf_counter() - start > cfg.max_seconds:
@@ -208,9 +290,10 @@ def sft(
             batch = {k: v.to(device) for k, v in batch.items()}  # the model's device (CPU or GPU)
             for group in optim.param_groups:
                 group["lr"] = lr_at(step, cfg)
-            loss, n_tokens, value = response_loss(model, batch, cfg.context_loss_weight)
             optim.zero_grad(set_to_none=True)
-            loss.backward()
+            n_tokens, value = batch_gradients(
+                model, batch, cfg.context_loss_weight, workers, cfg.micro_batches
+            )
             if cfg.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optim.step()

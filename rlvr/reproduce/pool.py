@@ -5,9 +5,11 @@ continued-SFT references and evaluations of the plan (``rlvr.reproduce.plan``: w
 figures declared they read) are first computed by a pool of N worker processes, each with
 ``cpu_count // N`` torch threads (a ~1M-parameter model does not use two cores well, so two
 one-thread runs side by side finish sooner than two two-thread runs in a row); then the scripts
-run as usual and find every result in the run cache. Results are the same ones the serial path
-writes: the cache is keyed by configuration hash, and a worker calls the same ``ensure_run`` /
-``ensure_sft_reference`` / ``ensure_eval``.
+run as usual and find every result in the run cache. One pool holds all of it: a run's
+evaluations, and the continued SFT its tokens budget, are queued when the run finishes, and the
+bases' evaluations wait in the same queue, so no worker idles while another trains. Results are
+the same ones the serial path writes: the cache is keyed by configuration hash, and a worker
+calls the same ``ensure_run`` / ``ensure_sft_reference`` / ``ensure_eval``.
 
 On a machine with CUDA GPUs, when the runs train on CUDA, each worker owns one GPU (its
 ``CUDA_VISIBLE_DEVICES`` is one of the parent's visible devices): a colocated vLLM engine and a
@@ -31,12 +33,12 @@ from rlvr.repro import set_threads
 from rlvr.reproduce.common import Context
 from rlvr.reproduce.plan import Plan
 from rlvr.reproduce.runs import (
-    DONE,
     ensure_eval,
     ensure_run,
     ensure_sft_reference,
     eval_config,
     model_identity,
+    run_key,
 )
 
 
@@ -84,7 +86,9 @@ def _train(cfg, cache: str) -> str:
     )
 
 
-def _sft(setting, seed: int, budget: int, cache: str, smoke: bool, model: str) -> str:
+def _sft(setting, run_cfg, seed: int, cache: str, smoke: bool, model: str) -> str:
+    """Continued SFT on the update tokens of the finished run ``run_cfg``, then its evaluation."""
+    budget = ensure_run(run_cfg, Path(cache), say=lambda m: None, progress=False).update_tokens
     path = ensure_sft_reference(
         setting,
         seed,
@@ -95,7 +99,9 @@ def _sft(setting, seed: int, budget: int, cache: str, smoke: bool, model: str) -
         smoke=smoke,
         model=model,
     )
-    return f"continued SFT seed {seed} of {model} ({budget} tokens) -> {path.name}"
+    ecfg = eval_config(setting, run_cfg, str(path), seed=seed)
+    ensure_eval(ecfg, Path(cache), say=lambda m: None, progress=False)
+    return f"continued SFT seed {seed} of {model} ({budget} tokens) -> {path.name}, evaluated"
 
 
 def _build(model: str) -> str:
@@ -107,11 +113,20 @@ def _eval(ecfg, cache: str) -> str:
     return f"evaluated {ecfg.env} {Path(ecfg.model).parent.name or ecfg.model} -> {ev.key}"
 
 
+#: ``(fn, args, then)``: ``fn(*args)`` in a worker; the tasks ``then`` are queued once it is done.
+Task = tuple
+
+
+def _count(tasks: Iterable[Task]) -> int:
+    return sum(1 + _count(then) for _, _, then in tasks)
+
+
 def _pool_map(
-    ctx: Context, jobs: int, tasks: list[tuple], label: str, gpus: list[str] | None = None
+    ctx: Context, jobs: int, tasks: list[Task], label: str, gpus: list[str] | None = None
 ) -> None:
-    """Run ``(fn, *args)`` tasks in ``jobs`` processes, longest first as given; report progress.
-    With ``gpus`` (one per worker, ``len(gpus) >= jobs``) each worker sees only its own GPU."""
+    """Run ``tasks`` in ``jobs`` processes, in the order given, each task's ``then`` queued when
+    it finishes; report progress. With ``gpus`` (one per worker, ``len(gpus) >= jobs``) each
+    worker sees only its own GPU."""
     if not tasks:
         return
     from tqdm.auto import tqdm
@@ -124,24 +139,26 @@ def _pool_map(
         for g in gpus[:jobs]:
             queue.put(g)
     where = f" on GPUs {','.join(gpus[:jobs])}" if gpus else ""
+    total = _count(tasks)
     ctx.say(
-        f"[reproduce] {label}: {len(tasks)} task(s) on {jobs} processes x {threads} "
-        f"thread(s){where}"
+        f"[reproduce] {label}: {total} task(s) on {jobs} processes x {threads} thread(s){where}"
     )
     with (
         ProcessPoolExecutor(
             max_workers=jobs, mp_context=mp, initializer=_init_worker, initargs=(threads, queue)
         ) as pool,
-        tqdm(total=len(tasks), desc=label, disable=not ctx.progress) as bar,
+        tqdm(total=total, desc=label, disable=not ctx.progress) as bar,
     ):
-        pending = {pool.submit(fn, *args) for fn, *args in tasks}
+        pending = {pool.submit(fn, *args): then for fn, args, then in tasks}
         while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            done, _ = wait(set(pending), return_when=FIRST_COMPLETED)
             for f in done:
+                then = pending.pop(f)
                 ctx.log.append(f"[reproduce] {f.result()}")  # re-raises a worker's error here
                 if not ctx.progress:
                     print(ctx.log[-1], flush=True)
                 bar.update(1)
+                pending.update({pool.submit(fn, *args): more for fn, args, more in then})
 
 
 def _cost(cfg) -> tuple:
@@ -163,7 +180,7 @@ def _build_bases(ctx: Context, models: Iterable[str], jobs: int) -> None:
         and not (models_dir() / model_identity(m) / "build.json").exists()
     ]
     if len(missing) > 1 and jobs > 1:
-        _pool_map(ctx, jobs, [(_build, m) for m in missing], "base models")
+        _pool_map(ctx, jobs, [(_build, (m,), []) for m in missing], "base models")
 
     for m in missing:
         ensure_built(preset_config(m), progress=ctx.progress)
@@ -178,56 +195,51 @@ def prefetch(ctx: Context, plan: Plan, jobs: int) -> None:
     if msg:
         ctx.say(msg)
     _build_bases(ctx, [r.config.model for r in runs], jobs)
-    todo = [
-        (_train, r.config, cache)
-        for r in runs
-        if not (Path(cache) / "runs" / r.key / DONE).exists()
-    ]
-    _pool_map(ctx, jobs, todo, "training runs", gpus)
-
-    def finished(cfg):  # a cache hit after the pool (trained here only if a worker failed)
-        return ensure_run(cfg, ctx.cache, say=ctx.say, progress=ctx.progress)
 
     def eval_sets(setting_key: str) -> list:
         return list(ctx.grid.settings[setting_key].eval_sets.values()) or [None]
 
-    evals = []
+    def evals(setting_key: str, cfg, model: str, seed: int) -> list[Task]:
+        setting = ctx.grid.settings[setting_key]
+        return [
+            (_eval, (eval_config(setting, cfg, model, seed=seed, eval_set=e), cache), [])
+            for e in eval_sets(setting_key)
+        ]
+
+    sft = {
+        run_key(cfg): (key, seed, cfg) for (key, (_, seed)), cfg in plan.references["sft"].items()
+    }
+    tasks: list[Task] = []
     for r in runs:
-        if r.evaluate:
-            setting, final = ctx.grid.settings[r.setting], str(finished(r.config).final)
-            for eval_set in eval_sets(r.setting):
-                evals.append(eval_config(setting, r.config, final, seed=r.seed, eval_set=eval_set))
-    for (key, (_, seed)), cfg in plan.references["base"].items():  # the untrained bases
-        for eval_set in eval_sets(key):
-            evals.append(
-                eval_config(ctx.grid.settings[key], cfg, cfg.model, seed=seed, eval_set=eval_set)
-            )
-    sft = plan.references["sft"]
-    tasks = []
-    for (key, (_, seed)), cfg in sft.items():  # continued SFT on the matching GRPO run's tokens
-        budget = finished(cfg).update_tokens
-        tasks.append((_sft, ctx.grid.settings[key], seed, budget, cache, ctx.smoke, cfg.model))
-    _pool_map(ctx, jobs, tasks, "continued SFT references", gpus)
-    for (key, (_, seed)), cfg in sft.items():  # their evaluations need the SFT folders
+        final = str(Path(cache) / "runs" / r.key / "final")
+        then = evals(r.setting, r.config, final, r.seed) if r.evaluate else []
+        if r.key in sft:  # continued SFT on this run's update tokens, and its evaluation
+            key, seed, cfg = sft.pop(r.key)
+            setting = ctx.grid.settings[key]
+            then.append((_sft, (setting, cfg, seed, cache, ctx.smoke, cfg.model), []))
+        tasks.append((_train, (r.config, cache), then))
+    for key, seed, cfg in sft.values():  # a reference whose run the plan does not train
         setting = ctx.grid.settings[key]
-        path = ensure_sft_reference(
-            setting,
-            seed,
-            finished(cfg).update_tokens,
-            ctx.cache,
-            say=ctx.say,
-            progress=False,
-            smoke=ctx.smoke,
-            model=cfg.model,
-        )
-        evals.append(eval_config(setting, cfg, str(path), seed=seed))
-    seen, unique = set(), []
-    for e in evals:
-        k = repr(e)
-        if k not in seen:
-            seen.add(k)
-            unique.append((_eval, e, cache))
-    _pool_map(ctx, jobs, unique, "evaluations", gpus)
+        tasks.append((_sft, (setting, cfg, seed, cache, ctx.smoke, cfg.model), []))
+    for (key, (_, seed)), cfg in plan.references["base"].items():  # the untrained bases
+        tasks += evals(key, cfg, cfg.model, seed)
+    _pool_map(ctx, jobs, _unique(tasks), "runs and evaluations", gpus)
+
+
+def _unique(tasks: list[Task]) -> list[Task]:
+    """``tasks`` (and their ``then``) without repeats: an evaluation two figures ask for once."""
+    seen: set[str] = set()
+
+    def keep(ts: list[Task]) -> list[Task]:
+        out = []
+        for fn, args, then in ts:
+            k = repr((fn.__name__, args))
+            if k not in seen:
+                seen.add(k)
+                out.append((fn, args, keep(then)))
+        return out
+
+    return keep(tasks)
 
 
 __all__ = ["prefetch", "visible_gpus", "worker_gpus"]
