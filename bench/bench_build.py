@@ -3,11 +3,11 @@
 The reproducible kernel mode runs one torch thread per process, so a plain build uses one core.
 ``SFTConfig.micro_batches`` computes slices of each batch on as many threads
 (``rlvr.models.sft``). This builds the first ``--steps`` steps of a preset (default tiny-kk)
-three ways, each in a fresh process: one slice; the preset's slices on every core; the preset's
+three ways, each in a fresh process: one slice; ``--micro`` slices on every core; ``--micro``
 slices pinned to one core. It prints wall time, tokens/s and the weights' SHA-256 side by side:
 the last two must be the same bits, the first other bits (and slower on 2+ cores).
 
-    python bench/bench_build.py [--preset tiny-kk] [--steps 300]
+    python bench/bench_build.py [--preset tiny-kk] [--steps 300] [--micro 2]
 
 Measured: docs/tiny_models.md ("Two micro-batches").
 """
@@ -50,12 +50,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="tiny-kk")
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--micro", type=int, default=2, help="slices of the compared builds (>= 2)")
     args = ap.parse_args()
-    from rlvr.models.presets import preset_config
-
-    micro = preset_config(args.preset).sft.micro_batches
-    if micro == 1:
-        sys.exit(f"{args.preset} builds on one slice: pass a preset with sft.micro_batches > 1")
+    micro = args.micro
+    if micro < 2:
+        sys.exit(f"--micro {micro}: compare one slice against 2 or more")
     cases = [
         ("1 slice, every core", 1, False),
         (f"{micro} slices, every core", micro, False),

@@ -61,3 +61,24 @@ def test_each_worker_process_gets_its_own_gpu(tmp_path: Path):
     assert all(gpu_of[pid] == gpu for pid, gpu in seen)
     assert len(set(gpu_of.values())) == len(gpu_of)
     assert "on GPUs 5,7" in ctx.log[0]
+
+
+def _stamp(name: str) -> str:
+    return f"stamp {name} {time.monotonic():.6f}"
+
+
+def test_a_task_s_follow_ups_run_after_it_and_repeats_run_once(tmp_path: Path):
+    """The pool of ``--jobs``: a run's evaluations and continued SFT are queued when it finishes
+    (they read its results), and a task two figures ask for runs once."""
+    ctx = Context(tiny_grid(smoke=True), tmp_path, tmp_path, [0], progress=False)
+    after_a = [(_stamp, ("b",), []), (_stamp, ("c",), [])]
+    tasks = pool._unique([(_stamp, ("a",), after_a), (_stamp, ("b",), []), (_stamp, ("d",), [])])
+    assert pool._count(tasks) == 4
+    pool._pool_map(ctx, 2, tasks, "probe")
+    when = {
+        line.split()[2]: float(line.split()[3])
+        for line in ctx.log
+        if line.startswith("[reproduce] stamp")
+    }
+    assert sorted(when) == ["a", "b", "c", "d"]
+    assert when["a"] < when["b"] and when["a"] < when["c"]
