@@ -39,6 +39,7 @@ from rlvr.reproduce.runs import (
     eval_config,
     model_identity,
     run_key,
+    run_path,
 )
 
 
@@ -211,7 +212,7 @@ def prefetch(ctx: Context, plan: Plan, jobs: int) -> None:
     }
     tasks: list[Task] = []
     for r in runs:
-        final = str(Path(cache) / "runs" / r.key / "final")
+        final = str(run_path(cache, r.key) / "final")
         then = evals(r.setting, r.config, final, r.seed) if r.evaluate else []
         if r.key in sft:  # continued SFT on this run's update tokens, and its evaluation
             key, seed, cfg = sft.pop(r.key)

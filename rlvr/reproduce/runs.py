@@ -234,10 +234,15 @@ def _train_run(cfg, key: str, path: Path, *, say, progress: bool) -> None:
     )
 
 
+def run_path(cache: str | Path, key: str) -> Path:
+    """Where the run cache keeps run ``key`` (its ``final`` weights, metrics, ``run.json``)."""
+    return Path(cache) / "runs" / key
+
+
 def ensure_run(cfg, cache: Path, *, say=print, progress: bool = True) -> Run:
     """The finished run of ``cfg`` from the cache, trained (or resumed) first when needed."""
     key = run_key(cfg)
-    path = Path(cache) / "runs" / key
+    path = run_path(cache, key)
     done = path / DONE
     if not done.exists():  # another process training the same run is waited for, not joined
         with hold(path / LOCK_FILE, wait=True, what=f"run {path}", say=say):
@@ -459,6 +464,7 @@ __all__ = [
     "eval_key",
     "model_identity",
     "run_key",
+    "run_path",
     "train_config",
     "update_tokens",
 ]
