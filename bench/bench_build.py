@@ -3,9 +3,10 @@
 The reproducible kernel mode runs one torch thread per process, so a plain build uses one core.
 ``SFTConfig.micro_batches`` computes slices of each batch on as many threads
 (``rlvr.models.sft``). This builds the first ``--steps`` steps of a preset (default tiny-kk)
-three ways, each in a fresh process: one slice; ``--micro`` slices on every core; ``--micro``
-slices pinned to one core. It prints wall time, tokens/s and the weights' SHA-256 side by side:
-the last two must be the same bits, the first other bits (and slower on 2+ cores).
+three ways, each in a fresh process and without the preset's acceptance check: one slice;
+``--micro`` slices on every core; ``--micro`` slices pinned to one core. It prints wall time,
+tokens/s and the weights' SHA-256 side by side: the last two must be the same bits, the first
+other bits (and slower on 2+ cores).
 
     python bench/bench_build.py [--preset tiny-kk] [--steps 300] [--micro 2]
 
@@ -30,7 +31,9 @@ from rlvr.models.presets import preset_config
 preset, steps, micro, one_core, out = sys.argv[1:6]
 if one_core == "1":
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-cfg = with_overrides(preset_config(preset), [f"sft.steps={steps}", f"sft.micro_batches={micro}"])
+cfg = with_overrides(
+    preset_config(preset), [f"sft.steps={steps}", f"sft.micro_batches={micro}", "accept.draws=1"]
+)
 rec = build(cfg, out, progress=False)
 print(json.dumps({"seconds": rec["sft"]["seconds"], "tokens_per_s": rec["sft"]["tokens_per_s"],
                   "weights": rec["weights_sha256"], "cores": len(os.sched_getaffinity(0))}))

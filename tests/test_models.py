@@ -18,8 +18,16 @@ import torch
 
 from rlvr.config import ConfigError
 from rlvr.envs.kk.render import join_names
-from rlvr.models import load_model, traces
-from rlvr.models.build import BuildConfig, TokenizerConfig, build_key, ensure_built, with_overrides
+from rlvr.models import accept, load_model, traces
+from rlvr.models.accept import DRAW_STRIDE, AcceptConfig
+from rlvr.models.build import (
+    BuildConfig,
+    TokenizerConfig,
+    build_key,
+    draw_config,
+    ensure_built,
+    with_overrides,
+)
 from rlvr.models.micro import SPECIAL_TOKENS
 from rlvr.models.presets import PRESETS
 from rlvr.models.sft import (
@@ -318,6 +326,81 @@ def test_cache_key_changes_with_any_setting():
     assert key not in keys and len(keys) == len(changed)
 
 
+def test_an_acceptance_check_draws_again_until_a_draw_passes_and_resumes_after_a_kill(
+    tmp_path, monkeypatch
+):
+    """Draw 0 fails the check, the process dies checking draw 1; the next call resumes at draw
+    1 (draw 0 is not built again) and keeps it: the bits of the recipe at seed +DRAW_STRIDE."""
+    cfg = micro_build_config(accept=AcceptConfig(draws=3, groups=(2, 3), items=2))
+    scores = iter([0.0, "kill", 0.5])
+    calls = []
+
+    def scripted(model, tokenizer, task, settings, *, n, split):
+        assert split == "train" and settings["n_people"] == [2, 3] and n == 2
+        calls.append(next(scores))
+        if calls[-1] == "kill":
+            raise KeyboardInterrupt
+        return [{"group": f"kk{s}", "accuracy": calls[-1]} for s in (2, 3)]
+
+    monkeypatch.setattr(accept, "evaluate_base", scripted)
+    with pytest.raises(KeyboardInterrupt):
+        ensure_built(cfg, home=tmp_path, progress=False)
+    log = tmp_path / f"{build_key(cfg)}.draws.json"
+    assert [t["seed"] for t in json.loads(log.read_text())] == [0]
+    path = ensure_built(cfg, home=tmp_path, progress=False)
+    assert calls == [0.0, "kill", 0.5] and not log.exists()
+    record = json.loads((path / "build.json").read_text())
+    assert record["config"]["seed"] == DRAW_STRIDE and record["accept"]["passed"]
+    assert [(t["draw"], t["accuracy"]) for t in record["rejected"]] == [
+        (0, {"kk2": 0.0, "kk3": 0.0})
+    ]
+    plain = dataclasses.replace(draw_config(cfg, 1), accept=AcceptConfig())
+    again = json.loads(
+        (ensure_built(plain, home=tmp_path / "plain", progress=False) / "build.json").read_text()
+    )
+    assert again["weights_sha256"] == record["weights_sha256"]
+
+
+def test_a_build_whose_draws_all_fail_stops_with_their_scores_and_keeps_them(tmp_path):
+    """The real check on micro models: an untrained model scores 0, under any positive band."""
+    cfg = micro_build_config(accept=AcceptConfig(draws=2, groups=(2,), items=3, low=0.5))
+    with pytest.raises(RuntimeError, match=rf"no draw of 2 .*seed 0 .*seed {DRAW_STRIDE} "):
+        ensure_built(cfg, home=tmp_path, progress=False)
+    log = tmp_path / f"{build_key(cfg)}.draws.json"
+    tried = json.loads(log.read_text())
+    assert [t["accuracy"] for t in tried] == [{"kk2": 0.0}, {"kk2": 0.0}]
+    assert tried[0]["weights_sha256"] != tried[1]["weights_sha256"]
+    with pytest.raises(RuntimeError, match="no draw of 2"):  # nothing built again
+        ensure_built(cfg, home=tmp_path, progress=False)
+    assert json.loads(log.read_text()) == tried
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    passing = dataclasses.replace(cfg, accept=AcceptConfig(draws=2, groups=(2,), items=3, low=0))
+    record = json.loads(
+        (ensure_built(passing, home=tmp_path, progress=False) / "build.json").read_text()
+    )
+    assert record["accept"] == {
+        "accuracy": {"kk2": 0.0},
+        "passed": True,
+        "seconds": record["accept"]["seconds"],
+    }
+    assert "rejected" not in record and record["weights_sha256"] == tried[0]["weights_sha256"]
+
+
+def test_the_acceptance_check_is_out_of_the_key_until_set_and_refuses_bad_values():
+    cfg = micro_build_config()
+    assert build_key(dataclasses.replace(cfg, accept=AcceptConfig())) == build_key(cfg)
+    checked = with_overrides(cfg, ["accept.draws=3", "accept.groups=[3,4,5]"])
+    assert checked.accept.groups == (3, 4, 5) and build_key(checked) != build_key(cfg)
+    for bad, match in [
+        (dict(draws=0), "draws"),
+        (dict(draws=2), "groups"),
+        (dict(low=0.5, high=0.4), "low"),
+        (dict(items=0), "items"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            AcceptConfig(**bad)
+
+
 def test_overrides_name_the_bad_key():
     with pytest.raises(ConfigError, match="sft.stepz"):
         with_overrides(micro_build_config(), ["sft.stepz=3"])
@@ -343,6 +426,10 @@ def test_build_model_cli_builds_and_evaluates(tmp_path, capsys):
             "arch.num_kv_heads=1",
             "arch.intermediate_size=64",
             "data.n_people=[2]",
+            "accept.draws=2",
+            "accept.groups=[3,4,5]",
+            "accept.low=0",  # an untrained model passes its check (0 is in the band)...
+            "accept.items=2",
             "--home",
             str(tmp_path),
             "--quiet",
@@ -356,6 +443,8 @@ def test_build_model_cli_builds_and_evaluates(tmp_path, capsys):
     assert "it/s" not in captured.err  # --quiet: no bar, transformers' "Writing model shards" too
     lines = captured.out.strip().splitlines()
     assert lines[0].startswith(str(tmp_path / "tiny-kk-"))
+    checked = json.loads(lines[1])["accept"]  # ...on those sizes, read on the train split
+    assert checked["passed"] and sorted(checked["accuracy"]) == ["kk3", "kk4", "kk5"]
     rows = [json.loads(line) for line in lines[2:]]
     assert [r["group"] for r in rows] == ["kk2"]
     assert all(0.0 <= r["accuracy"] <= 1.0 and r["items"] == 2 for r in rows)
@@ -603,6 +692,7 @@ def micro_bases(tmp_path_factory):
             tokenizer=tok,
             arch=MICRO_ARCH,
             sft=SFTConfig(steps=2, batch_size=2, warmup_steps=1),
+            accept=AcceptConfig(),  # two steps of a micro model are not a base to check
         )
         out[cfg.task] = ensure_built(small, home=home, progress=False)
     return out

@@ -27,7 +27,8 @@ import torch
 from rlvr.config import ConfigError, merge, parse_overrides, to_dict
 from rlvr.data_paths import rlvr_home
 from rlvr.locks import hold
-from rlvr.models import traces
+from rlvr.models import accept, traces
+from rlvr.models.accept import DRAW_STRIDE, AcceptConfig
 from rlvr.models.sft import SFTConfig, sft
 from rlvr.models.tiny import ArchConfig, build_tiny, count_parameters
 from rlvr.models.tokenizer import PROBE_TEXT, load_tokenizer, reload_mismatch, train_tokenizer
@@ -38,6 +39,7 @@ BUILD_FORMAT = 3  # bump when the build procedure itself changes meaning (2: Qwe
 #: Settings added after BUILD_FORMAT 3 whose default computes the same bits as a build before
 #: them (tests/test_models.py): left out of the key at that default, so cached bases keep theirs.
 LATER_SETTINGS = {("sft", "micro_batches"): 1}
+LATER_SECTIONS = {"accept": AcceptConfig()}
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,8 @@ class BuildConfig:
     #: slower than training, like sympy-checked math); 0: a fresh example every time.
     unique_examples: int = 0
     seed: int = 0
+    #: Check each draw and draw again when it fails (``rlvr.models.accept``; default: no check).
+    accept: AcceptConfig = AcceptConfig()
 
     def __post_init__(self):
         if self.task not in traces.tasks():
@@ -111,6 +115,9 @@ def build_key(cfg: BuildConfig) -> str:
     for (section, name), default in LATER_SETTINGS.items():
         if config[section][name] == default:
             del config[section][name]
+    for section, default in LATER_SECTIONS.items():
+        if config[section] == to_dict(default):
+            del config[section]
     blob = json.dumps(
         {"format": BUILD_FORMAT, "config": config, "data": data_fingerprint(cfg)},
         sort_keys=True,
@@ -175,6 +182,10 @@ def build(cfg: BuildConfig, out_dir: str | Path, progress: bool = True) -> dict[
         "weights_sha256": weights_sha256(out_dir),
         "machine": machine_info(),
     }
+    if cfg.accept.draws > 1:
+        t1 = time.perf_counter()
+        record["accept"] = accept.check(model, tokenizer, cfg.task, cfg.data, cfg.accept)
+        record["accept"]["seconds"] = round(time.perf_counter() - t1, 2)
     (out_dir / "build.json").write_text(json.dumps(record, indent=2, default=str))
     return record
 
@@ -182,7 +193,10 @@ def build(cfg: BuildConfig, out_dir: str | Path, progress: bool = True) -> dict[
 def ensure_built(
     cfg: BuildConfig, home: str | Path | None = None, progress: bool = True, rebuild: bool = False
 ) -> Path:
-    """The cached directory of ``cfg``, built first when missing (or when ``rebuild``)."""
+    """The cached directory of ``cfg``, built first when missing (or when ``rebuild``). With an
+    acceptance check (``cfg.accept.draws > 1``) the folder holds the first draw that passes it;
+    the rejected draws are listed in its ``build.json`` (and, while the build runs, in
+    ``<key>.draws.json`` beside it, so a killed build resumes at the next draw)."""
     root = models_dir(home)
     root.mkdir(parents=True, exist_ok=True)
     final = root / build_key(cfg)
@@ -193,17 +207,54 @@ def ensure_built(
     with hold(root / f"{final.name}.lock", wait=True, what=f"model {final}"):
         if (final / "build.json").exists() and not rebuild:
             return final
+        log = root / f"{final.name}.draws.json"
+        if rebuild:
+            log.unlink(missing_ok=True)
+        tried = accept.rejected(log)
         tmp = root / f".{final.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        if progress:
-            print(f"building base model {cfg.name} -> {final}", flush=True)
         try:
-            build(cfg, tmp, progress=progress)
-            shutil.rmtree(final, ignore_errors=True)  # a rebuild, or a build a kill left partial
-            os.replace(tmp, final)
+            for d in range(len(tried), cfg.accept.draws):
+                draw = draw_config(cfg, d)
+                shutil.rmtree(tmp, ignore_errors=True)
+                if progress:
+                    of = f" (draw {d + 1} of at most {cfg.accept.draws})" if d else ""
+                    print(f"building base model {cfg.name}{of} -> {final}", flush=True)
+                record = build(draw, tmp, progress=progress)
+                verdict = record.get("accept")
+                if verdict is None or verdict["passed"]:
+                    if tried:
+                        record["rejected"] = tried
+                        (tmp / "build.json").write_text(json.dumps(record, indent=2, default=str))
+                    shutil.rmtree(final, ignore_errors=True)  # a rebuild, or a kill left it partial
+                    os.replace(tmp, final)
+                    log.unlink(missing_ok=True)
+                    return final
+                tried.append(
+                    {
+                        "draw": d,
+                        "seed": draw.seed,
+                        "accuracy": verdict["accuracy"],
+                        "weights_sha256": record["weights_sha256"],
+                        "seconds": record["seconds"],
+                    }
+                )
+                accept.reject(log, tried[-1])
+                if progress:
+                    print(f"draw {d + 1} of {cfg.name} rejected: {verdict['accuracy']}", flush=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    a = cfg.accept
+    raise RuntimeError(
+        f"model {cfg.name}: no draw of {a.draws} has greedy accuracy in [{a.low}, {a.high}] on "
+        f"every train-split group {list(a.groups)}: "
+        + "; ".join(f"seed {t['seed']} {t['accuracy']}" for t in tried)
+        + f" (tried draws: {log}; --rebuild starts over)"
+    )
+
+
+def draw_config(cfg: BuildConfig, draw: int) -> BuildConfig:
+    """Draw ``draw`` of ``cfg``: the same recipe from seed ``seed + DRAW_STRIDE * draw``."""
+    return dataclasses.replace(cfg, seed=cfg.seed + DRAW_STRIDE * draw) if draw else cfg
 
 
 def with_overrides(cfg: BuildConfig, overrides: list[str] | dict[str, Any] | None) -> BuildConfig:

@@ -62,7 +62,15 @@ def run(args) -> int:
         json.dumps(
             {
                 k: record[k]
-                for k in ("parameters", "vocab_size", "seconds", "sft", "weights_sha256")
+                for k in (
+                    "parameters",
+                    "vocab_size",
+                    "seconds",
+                    "sft",
+                    "weights_sha256",
+                    "accept",
+                    "rejected",
+                )
                 if k in record
             }
         )

@@ -435,7 +435,8 @@ def _base_build(model: str):
 
 def base_weights(model: str) -> dict[str, str]:
     """``{"build": <build dir name>, "weights_sha256": ...}`` of a preset base (the hash empty
-    when it is not built here: nothing is built to record it); ``{}`` for other models."""
+    when it is not built here: nothing is built to record it), with the seed of the draw kept
+    and those rejected when its acceptance check drew again; ``{}`` for other models."""
     from rlvr.models.build import models_dir
     from rlvr.models.presets import parse_spec
 
@@ -445,10 +446,13 @@ def base_weights(model: str) -> dict[str, str]:
     if not (base_dir / "build.json").exists():
         return {"build": base_dir.name, "weights_sha256": ""}
     record = json.loads((base_dir / "build.json").read_text())
-    return {
+    out = {
         "build": base_dir.name,
         "weights_sha256": record.get("weights_sha256") or _hash_if_present(base_dir),
     }
+    if record.get("rejected"):  # the draw kept after the acceptance check (rlvr.models.accept)
+        out.update(seed=record["config"]["seed"], rejected=[t["seed"] for t in record["rejected"]])
+    return out
 
 
 __all__ = [
