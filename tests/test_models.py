@@ -450,6 +450,18 @@ def test_build_model_cli_builds_and_evaluates(tmp_path, capsys):
     assert all(0.0 <= r["accuracy"] <= 1.0 and r["items"] == 2 for r in rows)
 
 
+def test_build_model_cli_says_in_one_line_that_no_draw_passed(tmp_path):
+    from rlvr.cli import main
+
+    micro = ["sft.steps=1", "sft.batch_size=2", "tokenizer.vocab_size=320"]
+    micro += ["tokenizer.tasks=kk", "tokenizer.texts_per_task=40", "arch.hidden_size=32"]
+    micro += ["arch.num_layers=1", "arch.num_heads=2", "arch.num_kv_heads=1"]
+    micro += ["arch.intermediate_size=64", "data.n_people=[2]"]
+    checked = ["accept.draws=2", "accept.groups=[2]", "accept.items=2", "accept.low=0.5"]
+    with pytest.raises(SystemExit, match=r"^rlvr build-model: model tiny-kk: no draw of 2 "):
+        main(["build-model", "tiny-kk", *micro, *checked, "--home", str(tmp_path), "--quiet"])
+
+
 # -- presets and the tiny profile ----------------------------------------------------------------
 def test_presets_are_consistent():
     for name, cfg in PRESETS.items():

@@ -55,7 +55,10 @@ def run(args) -> int:
     cfg = with_overrides(preset_config(base_spec(args.name, args.base_seed)), args.overrides)
     if args.quiet:
         quiet_progress()
-    path = ensure_built(cfg, home=args.home, progress=not args.quiet, rebuild=args.rebuild)
+    try:
+        path = ensure_built(cfg, home=args.home, progress=not args.quiet, rebuild=args.rebuild)
+    except RuntimeError as e:  # no draw passed its acceptance check; a tokenizer that reloads wrong
+        raise SystemExit(f"rlvr build-model: {e}") from None
     record = json.loads((path / "build.json").read_text())
     print(path)
     print(
