@@ -69,13 +69,13 @@ def check(model, tokenizer, task: str, data: dict[str, Any], accept: AcceptConfi
 
 
 def rejected(log: Path) -> list[dict]:
-    """The draws a build has already tried and rejected (``log``: written by ``reject``), so a
-    killed build resumes at the next draw instead of rebuilding the rejected ones."""
+    """The draws a build has already tried and rejected (``log``: written by ``save_rejected``),
+    so a killed build resumes at the next draw instead of rebuilding the rejected ones."""
     return json.loads(log.read_text()) if log.exists() else []
 
 
-def reject(log: Path, record: dict) -> None:
-    """Add a rejected draw's record to ``log`` (written whole, then renamed into place)."""
+def save_rejected(log: Path, tried: list[dict]) -> None:
+    """Write the rejected draws to ``log`` (whole, then renamed into place)."""
     tmp = log.with_name(f".{log.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps([*rejected(log), record], indent=2))
+    tmp.write_text(json.dumps(tried, indent=2))
     os.replace(tmp, log)

@@ -238,7 +238,7 @@ def ensure_built(
                         "seconds": record["seconds"],
                     }
                 )
-                accept.reject(log, tried[-1])
+                accept.save_rejected(log, tried)
                 if progress:
                     print(f"draw {d + 1} of {cfg.name} rejected: {verdict['accuracy']}", flush=True)
         finally:
