@@ -23,7 +23,7 @@ PRESETS: dict[str, BuildConfig] = {
     # with weight decay 0.1 give a draw the roles' logic at 5 people; copy examples of 2-8 names
     # laid out as answer lines (``copy_roles``, traces.copy_example) make the name copy a copy by
     # content; four key-value heads and prompt tokens at weight 0.1 make it form on more draws.
-    # Two micro-batches put the build on two cores (same bits on one): 4,500 steps in ~14 min.
+    # Two micro-batches put the build on two cores (same bits on one): 4,500 steps in ~12 min.
     # Whether a draw gets all three sizes is itself a draw (5 of the 7 measured did), so each is
     # checked on 100 train-split puzzles per size and redrawn, up to 6 draws, when it misses.
     "tiny-kk": BuildConfig(
