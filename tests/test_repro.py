@@ -259,6 +259,9 @@ def test_check_samples_compares_and_refuses_old_folders(tmp_path):
     assert check.stated_interval(floor, "qa/grpo/base0/seed0", "greedy_em").high > 0.01
     reward = check.stated_interval(floor, "qa/grpo/base0/seed0", "greedy_reward")
     assert reward.low == reward.high == -0.5  # a reward is no proportion: no floor, no bounds
+    # the evaluation's design: equal or not comparable, never a "0-1 interval" around 200 items
+    assert check.stated_interval(floor, "qa/grpo/base0/seed0", "n_items") is None
+    assert check.verdict(200.0, 100.0, None) == "outside the prediction interval"
     (tmp_path / "fig2.meta.json").write_text(json.dumps({"profile": "tiny", "train_runs": {}}))
     with pytest.raises(SystemExit, match="older rlvr"):
         check.load_records(tmp_path)

@@ -110,9 +110,16 @@ def sample_labels(records: dict[str, dict], n: int) -> list[str]:
     return sorted(ok, key=order)[: max(0, n)]
 
 
+#: Numbers an evaluation records about its own design, not its outcome: a rerun matches them
+#: exactly or evaluated something else, so they get no prediction interval.
+DESIGN = ("n_items", "n_samples")
+
+
 def stated_interval(records: dict[str, dict], label: str, metric: str) -> Interval | None:
     """The 95% prediction interval of one new draw of ``label``'s setting and method, from every
-    recorded run of it (None with fewer than two)."""
+    recorded run of it (None with fewer than two, and for the evaluation's ``DESIGN`` counts)."""
+    if metric in DESIGN:
+        return None
     p = parse_label(label)
     values, bases, items = [], [], []
     for other, rec in records.items():
@@ -245,6 +252,7 @@ def run_check(
 
 
 __all__ = [
+    "DESIGN",
     "INSIDE",
     "OUTSIDE",
     "load_records",
