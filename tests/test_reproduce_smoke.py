@@ -69,6 +69,10 @@ def test_reproduce_all_smoke(tmp_path):
     for name in EXPECTED:
         assert f"]({name}" in text
     assert "GRPO-SG beats GRPO" in text and "Smoke run" in text
+    # Every setting's prompt settings are in its figures' records and in the report (issue 54).
+    meta = json.loads((out / "fig2.meta.json").read_text())
+    assert meta["prompt_formats"]["kk"]["template"] == "plain"
+    assert "## Prompt formats" in text and "| kk | `template='plain'" in text
     # --jobs relies on required_runs listing every run the scripts trained, and nothing more.
     from rlvr.reproduce import grid
     from rlvr.reproduce.common import Context

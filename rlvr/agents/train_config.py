@@ -10,13 +10,12 @@ profile (``profile=paper_kk``) is that profile for that env (``profile=paper env
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Literal, Optional
 
 from rlvr.agents.algorithms import WeightConfig, algorithm_names, get_algorithm, load_plugins
 from rlvr.agents.metrics import MAX_TOOL_FAILURE_RATE, check_failure_rate
-from rlvr.config import ConfigError, check_interval, deep_merge, layered, merge, parse_overrides
+from rlvr.config import ConfigError, check_interval, layered, merge, parse_overrides
 from rlvr.device import check_device
 from rlvr.envs import ENVS, env_spec
 from rlvr.eval.runner import EvalConfig
@@ -300,33 +299,15 @@ def check_model(model: str) -> None:
         )
 
 
-def base_env_kwargs(model: str, env: str) -> dict[str, Any]:
-    """The environment settings a tiny base was warm-started on, when ``model`` is one for
-    ``env`` (else ``{}``): a preset name (``tiny-kk``, ``tiny-kk@1``...) or a folder a build wrote
-    (its ``build.json``). A run on that base inherits them, so the prompt format has one source
-    (``rlvr.models.traces.TINY_SETTINGS``) whichever way the base is named."""
-    from rlvr.models.presets import preset_config
+def with_model_format(values: dict[str, Any], env: str) -> dict[str, Any]:
+    """``values`` with the prompt format the model carries under the profile's and the command
+    line's ``env_kwargs`` (``rlvr.models.prompt_formats.with_format``: a tiny base trains on the
+    prompts it was warm-started on whichever way it is named; a contradiction is one line)."""
+    from rlvr.models.prompt_formats import with_format
 
-    try:
-        build = preset_config(model)
-    except ValueError:
-        return {}
-    task, data = (build.task, build.data) if build is not None else _built_folder(model)
-    if task != env:
-        return {}
-    from rlvr.models import traces
-
-    return traces.env_kwargs(env, data)
-
-
-def _built_folder(model: str) -> tuple[str | None, dict[str, Any]]:
-    """Task and trace settings in ``model``'s ``build.json`` (``(None, {})`` if none)."""
-    record = Path(model).expanduser() / "build.json"
-    try:
-        config = json.loads(record.read_text())["config"]
-        return config["task"], dict(config["data"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None, {}
+    model = str(values.get("model", TrainConfig.model))
+    kwargs, fmt = with_format(model, env, values.get("env_kwargs") or {})
+    return values if fmt is None else {**values, "env_kwargs": kwargs}
 
 
 def upgrade_legacy(values: dict[str, Any]) -> dict[str, Any]:
@@ -404,9 +385,7 @@ def load_train_config(
     if env not in ENVS:
         raise ConfigError(f"env: {env!r} is not one of {sorted(ENVS)}")
     values = upgrade_legacy(layered(profile_layers(profile, env, profile_dir), ov))
-    prompt = base_env_kwargs(str(values.get("model", TrainConfig.model)), env)
-    if prompt:  # the prompt format the base was warm-started on, under the profile's choices
-        values = deep_merge({"env_kwargs": prompt}, values)
+    values = with_model_format(values, env)
     cfg = merge(TrainConfig(), values)
     cfg.validate()
     return cfg

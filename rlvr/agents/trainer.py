@@ -65,6 +65,7 @@ from rlvr.device import resolve_device
 from rlvr.envs import env_spec, make_env
 from rlvr.eval.loop import plan, play, task_runs
 from rlvr.locks import LOCK_FILE, hold
+from rlvr.prompt_format import write_format
 from rlvr.repro import set_threads
 
 #: Tasks in a row whose ``env.reset`` may fail before the run stops (``Trainer._reset_group``).
@@ -535,6 +536,7 @@ class Trainer:
         try:
             self.model.save_pretrained(final)
             self.tokenizer.save_pretrained(final)
+            write_format(final, cfg.env, cfg.env_kwargs, base=cfg.model)
         except Exception as e:  # noqa: BLE001 - safetensors' errors are not OSErrors
             raise write_failure(final, e) from None
         return records

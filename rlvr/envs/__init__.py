@@ -52,6 +52,7 @@ def register_all() -> None:
             min_reward=-3.0,  # format -1 + answer -2 (docs/design.md §4)
             group_key="n_people",
             record_keys=("n_people",),
+            prompt_keys=("template", "system_prompt", "prefill_think"),
             options={"prefilled_think": bool},
             row_options="rlvr.envs.kk.reward:row_options",
             gold="rlvr.envs.kk.reward:gold_text",
@@ -72,6 +73,7 @@ def register_all() -> None:
             min_reward=0.0,
             group_key="difficulty",
             record_keys=("difficulty",),
+            prompt_keys=("template", "system_prompt", "prefill"),
             batch_scorer="rlvr.envs.math.reward:score_batch",  # the verifier pool
             options={"require_think": bool, "answer_form": str, "timeout_s": float},
             row_options="rlvr.envs.math.reward:row_options",

@@ -3,15 +3,17 @@
     rlvr sample --env kk -n 8 --seed 0 n_people=3 > tasks.jsonl
     rlvr score --env kk tasks_with_responses.jsonl --out scored.jsonl
 
-``sample`` writes one JSON object per task: ``index``, ``seed``, ``prompt``, ``ground_truth`` and
-the env's task metadata. ``score`` reads JSONL lines with ``response`` and ``ground_truth`` (as
-``sample`` wrote them, plus a ``response`` field), scores each with the env's pure reward
-function, writes the lines back with ``reward``, ``correct``, ``components`` and ``reason``, and
-prints a summary. Lines that are not valid JSON (nested too deeply, an integer past Python's
-int-string limit...) or lack a field are reported with their line number and skipped, never
-fatal: the lines after them are scored. A missing input or an output that cannot be written
-(``--out /dev/full``) is one line, exit 2.
-"""
+``sample`` writes one JSON object per task: ``index``, ``seed``, ``prompt``, ``ground_truth``, the
+env's task metadata and the scoring options its prompt implies (``EnvSpec.row_options``: K&K's
+``prefilled_think`` when the prompt ends with ``<think>``); ``--model`` starts the env from the
+prompt format that model carries. ``score`` reads JSONL lines with ``response`` and
+``ground_truth`` (as ``sample`` wrote them, plus a ``response`` field), scores each with the env's
+pure reward function under the row's scoring options (``key=value`` arguments win), writes the
+lines back with ``reward``, ``correct``, ``components`` and ``reason``, and prints a summary.
+Lines that are not valid JSON (nested too deeply, an integer past Python's int-string limit...) or
+lack a field are reported with their line number and skipped, never fatal: the lines after them
+are scored. A missing input or an output that cannot be written (``--out /dev/full``) is one line,
+exit 2."""
 
 from __future__ import annotations
 
@@ -47,6 +49,12 @@ def add_sample_arguments(p: argparse.ArgumentParser) -> None:
         "--seed", type=int, default=0, help="seed of the first task (task i uses seed+i)"
     )
     p.add_argument("--out", default="-", help="output JSONL (default: stdout)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="the model the prompts are for: the environment starts from the prompt format it "
+        "carries (a tiny base's, a trained run's, a chat model's template)",
+    )
     p.add_argument("kwargs", nargs="*", metavar="key=value", help="environment keyword arguments")
 
 
@@ -79,8 +87,14 @@ def _output(path: str | None):
 
 def run_sample(args) -> int:
     kwargs = parse_overrides(args.kwargs)
+    if args.model:
+        # Only here: resolving a model name imports the models (torch); plain sampling stays light.
+        from rlvr.models.prompt_formats import with_format
+
+        kwargs = with_format(args.model, args.env, kwargs)[0]
+    spec = env_spec(args.env)
     try:
-        env = gym.make(env_spec(args.env).id, **kwargs)
+        env = gym.make(spec.id, **kwargs)
     except (TypeError, ValueError, OSError) as e:  # a bad key=value or dataset: one line
         raise ConfigError(f"{env_spec(args.env).id}: {e}") from None
     try:
@@ -89,6 +103,7 @@ def run_sample(args) -> int:
                 prompt, info = env.reset(seed=args.seed + i)
                 info = {k: v for k, v in info.items() if k != "messages"}
                 rec = {"index": i, "seed": args.seed + i, "env": args.env, "prompt": prompt, **info}
+                rec.update(spec.export_options(kwargs, prompt))  # what ``score`` reads back
                 out.write(json.dumps(_jsonable(rec)) + "\n")
     finally:
         env.close()
@@ -103,7 +118,8 @@ def add_score_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_score(args) -> int:
-    score = env_spec(args.env).score
+    spec = env_spec(args.env)
+    score = spec.score
     kwargs = parse_overrides(args.kwargs)
     try:  # bad key=value arguments fail once, here, not on every line
         score("", "", **kwargs)
@@ -119,7 +135,7 @@ def run_score(args) -> int:
                 try:
                     rec = json.loads(line)
                     response, gt = rec["response"], rec["ground_truth"]
-                    s = score(response, gt, **kwargs)
+                    s = score(response, gt, **{**spec.read_options(rec), **kwargs})
                     scored = json.dumps(
                         _jsonable(
                             {

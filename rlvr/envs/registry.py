@@ -94,6 +94,10 @@ class EnvSpec:
     gold: Any = None
     #: The warm-start trace builder (``rlvr.models.traces.TraceBuilder``); ``None``: no tiny base.
     traces: Any = None
+    #: The keyword arguments that change the text a model sees around a task (template, system
+    #: prompt, assistant prefill): a model's prompt format (``rlvr.models.prompt_format``) is
+    #: checked against an explicit value of these, and evaluations record them.
+    prompt_keys: tuple[str, ...] = ("template",)
     verl: VerlSpec = field(default_factory=VerlSpec)
 
     # -- what consumers call ------------------------------------------------------------------
@@ -138,6 +142,18 @@ class EnvSpec:
 
     def export_options(self, env_kwargs: dict, prompt: str | None = None) -> dict:
         return {} if self.row_options is None else load(self.row_options)(env_kwargs, prompt)
+
+    def prompt_settings(self, env_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``prompt_keys`` an environment made with ``env_kwargs`` uses: the given value, else
+        the constructor's default (``None`` where the environment picks its own text)."""
+        params = inspect.signature(self.entry()).parameters
+        out = {}
+        for key in self.prompt_keys:
+            if key in env_kwargs:
+                out[key] = env_kwargs[key]
+            elif key in params and params[key].default is not inspect.Parameter.empty:
+                out[key] = params[key].default
+        return out
 
     def tool_calls(self, text: str) -> int:
         """Tool calls in a response (closing tags of the tools' templates)."""

@@ -16,6 +16,7 @@ from rlvr.config import ConfigError, config_hash, load_config
 from rlvr.data_paths import rlvr_home
 from rlvr.eval.runner import EvalConfig, evaluate, save_result
 from rlvr.models import quiet_progress
+from rlvr.prompt_format import describe
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +62,8 @@ def run_eval(args: argparse.Namespace) -> int:
         save_result(result, out)
     except OSError as e:  # a disk that filled during the evaluation
         raise ConfigError(f"out: cannot write to {out} ({e.strerror or e})") from None
+    settings = {k: v for k, v in result.prompt.items() if k != "source"}
+    print(f"prompt format: {describe(settings)} (from the {result.prompt.get('source')})")
     print(format_summary(result.summary))
     print(
         json.dumps(

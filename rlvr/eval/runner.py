@@ -97,6 +97,8 @@ class EvalResult:
     summary: dict[Any, dict[str, float]]
     seconds: float
     config: dict[str, Any]
+    #: The prompt settings the model saw (``EnvSpec.prompt_keys``) and where they came from.
+    prompt: dict[str, Any] = field(default_factory=dict)
 
     def metric(self, name: str, group: Any = "all") -> float:
         return self.summary[group][name]
@@ -340,9 +342,14 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
     is loaded with ``rlvr.models.load_model``.
     """
     start = time.perf_counter()
+    source = "settings given"
     if model is None:
         from rlvr.models import load_model
+        from rlvr.models.prompt_formats import with_format
 
+        kwargs, fmt = with_format(cfg.model, cfg.env, cfg.env_kwargs)
+        if fmt is not None and fmt.settings(cfg.env):
+            cfg, source = dataclasses.replace(cfg, env_kwargs=kwargs), f"model: {fmt.source}"
         check_device_present(cfg.device)
         model, tokenizer = load_model(cfg.model)
         model.to(resolve_device(cfg.device))
@@ -387,7 +394,10 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
             env.close()
     ks = sorted(set(cfg.pass_ks) | ({cfg.k} if cfg.k else set()))
     summary = summarize_by_group(records, ks=ks)
-    return EvalResult(records, summary, time.perf_counter() - start, dataclasses.asdict(cfg))
+    prompt = {**env_spec(cfg.env).prompt_settings(cfg.env_kwargs), "source": source}
+    return EvalResult(
+        records, summary, time.perf_counter() - start, dataclasses.asdict(cfg), prompt
+    )
 
 
 def write_jsonl(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
@@ -417,6 +427,7 @@ def save_result(result: EvalResult, out_dir: str | Path) -> Path:
             _jsonable(
                 {
                     "config": result.config,
+                    "prompt_format": result.prompt,
                     "seconds": round(result.seconds, 2),
                     "summary": result.summary,
                 }

@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 
 from rlvr.envs import Tool, env_spec
 from rlvr.integrations.episodes import Episode, Transition, check_env_name, episode_rows
+from rlvr.models.prompt_formats import export_settings
 
 
 class RlvrEnvironment:
@@ -106,10 +107,14 @@ def environment_class(env: str) -> type:
     return _CLASSES[env]
 
 
-def environment_factory(env: str, **env_kwargs: Any) -> Callable[[], RlvrEnvironment]:
+def environment_factory(
+    env: str, *, model: str | None = None, **env_kwargs: Any
+) -> Callable[[], RlvrEnvironment]:
     """``environment_factory`` for ``GRPOTrainer``: makes instances of ``environment_class(env)``
-    with ``env_kwargs`` (e.g. ``dataset="nq", retriever="http://127.0.0.1:8000"``)."""
+    with ``env_kwargs`` (e.g. ``dataset="nq", retriever="http://127.0.0.1:8000"``), over the
+    prompt format ``model`` carries when given (``rlvr.models.prompt_formats``)."""
     cls = environment_class(env)
+    env_kwargs = export_settings(model, env, env_kwargs, chat=True)
     cls(**env_kwargs)._episode.close()  # bad env arguments fail here, not inside the trainer
 
     def factory() -> RlvrEnvironment:
@@ -156,7 +161,13 @@ def episode_reward(
 
 def trl_env_dataset(env: str, n: int, **kwargs: Any):
     """``datasets.Dataset`` of ``episodes.episode_rows(env, n, **kwargs)``: ``prompt`` (chat
-    messages), ``index`` and ``seed``, which ``reset`` reads."""
+    messages), ``index`` and ``seed``, which ``reset`` reads; ``model=`` as for
+    ``environment_factory``."""
     from datasets import Dataset
 
+    model = kwargs.pop("model", None)
+    if model is not None:
+        kwargs["env_kwargs"] = export_settings(
+            model, env, kwargs.get("env_kwargs") or {}, chat=True
+        )
     return Dataset.from_list(episode_rows(env, n, **kwargs))

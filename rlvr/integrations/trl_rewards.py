@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from rlvr.envs import env_spec, reset_tasks
+from rlvr.models.prompt_formats import export_settings
 
 
 def completion_text(completion: Any) -> str:
@@ -106,16 +107,18 @@ def trl_rows(
     start: int = 0,
     env_kwargs: Optional[dict] = None,
     conversational: bool = True,
+    model: Optional[str] = None,
 ) -> list[dict]:
     """Rows for a TRL prompt-only dataset: ``prompt`` plus ``ground_truth`` and scoring columns.
 
     ``conversational=True``: ``prompt`` is the chat messages (TRL applies the model's chat
     template); K&K rows then get ``prefilled_think=False``. ``conversational=False``: ``prompt`` is
     the environment's rendered prompt string (``template`` env argument, e.g. ``"qwen"``), and
-    ``prefilled_think`` says whether it ends with ``<think>``.
+    ``prefilled_think`` says whether it ends with ``<think>``. ``model``: the env settings start
+    from the prompt format that model carries (``rlvr.models.prompt_formats``).
     """
     spec = env_spec(env)
-    kwargs = dict(env_kwargs or {})
+    kwargs = export_settings(model, env, env_kwargs or {}, chat=conversational)
     kwargs.setdefault("split", split)
     return [
         {

@@ -29,7 +29,7 @@ import os
 import shutil
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,9 @@ class GGUFSource:
     file: str
     upstream: str
     license: str
+    #: The model's prompt format for any environment (``rlvr.prompt_format``): a chat model is
+    #: prompted with its own chat template.
+    prompt: dict[str, Any] = field(default_factory=lambda: {"template": "chat"})
 
     @property
     def install(self) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from rlvr.envs import env_spec
 from rlvr.eval.power import estimate_components, mde
 from rlvr.eval.stats import (
     UNDERPOWERED,
@@ -76,6 +77,11 @@ def record_base(out: Output, model: str) -> None:
         out.bases[model] = base_weights(model)
 
 
+def record_prompt(out: Output, setting_key: str, ecfg) -> None:
+    """The prompt settings the setting's models were evaluated with, for REPORT.md."""
+    out.prompts.setdefault(setting_key, env_spec(ecfg.env).prompt_settings(ecfg.env_kwargs))
+
+
 def evals_for(
     ctx: Context,
     out: Output,
@@ -97,6 +103,7 @@ def evals_for(
         )
         ev = ensure_eval(ecfg, ctx.cache, say=ctx.say, progress=ctx.progress)
         ev.unit = (run.base_seed, run.config.seed)
+        record_prompt(out, setting_key, ecfg)
         out.evals[f"{run.key}{'/' + eval_set[0] if eval_set else ''}"] = ev.key
         if run.key in labels and eval_set is None:
             out.run_records[labels[run.key]]["numbers"] = dict(ev.summary.get("all", {}))
@@ -118,6 +125,7 @@ def base_evals(
         )
         ev = ensure_eval(ecfg, ctx.cache, say=ctx.say, progress=ctx.progress)
         ev.unit = (base_seed, seed)
+        record_prompt(out, setting_key, ecfg)
         label = unit_label(setting_key, "base", base_seed, seed)
         out.evals[f"{label}{'/' + eval_set[0] if eval_set else ''}"] = ev.key
         record_base(out, cfg.model)
@@ -146,6 +154,7 @@ def sft_evals(
         ecfg = eval_config(setting, run.config, str(path), seed=run.config.seed)
         ev = ensure_eval(ecfg, ctx.cache, say=ctx.say, progress=ctx.progress)
         ev.unit = (run.base_seed, run.config.seed)
+        record_prompt(out, setting_key, ecfg)
         label = unit_label(setting_key, "sft", run.base_seed, run.config.seed)
         out.evals[label] = ev.key
         out.run_records[label] = {

@@ -137,6 +137,8 @@ class Output:
     run_records: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: base model name -> {"build", "weights_sha256"}
     bases: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: setting -> the prompt settings its models were evaluated with (``EnvSpec.prompt_keys``)
+    prompts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def path(self, suffix: str) -> Path:
         self.ctx.out.mkdir(parents=True, exist_ok=True)
@@ -209,6 +211,7 @@ class Output:
             "evaluations": self.evals,
             "bases": self.bases,
             "run_records": self.run_records,
+            "prompt_formats": self.prompts,
             "claims": self.claims,
             "notes": self.notes,
             **(

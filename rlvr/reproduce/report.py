@@ -13,6 +13,7 @@ import json
 import time
 from pathlib import Path
 
+from rlvr.prompt_format import describe
 from rlvr.reproduce import paper_numbers
 from rlvr.reproduce.common import Context, markdown_table, versions
 from rlvr.reproduce.precision import CLAIMS_HEADER, claims_rows, restate
@@ -165,6 +166,22 @@ def write_report(ctx: Context) -> Path:
             lines += [_strip_header((out / f"{name}.md").read_text()), ""]
         for note in m.get("notes", []):
             lines += [f"- {note}"]
+    prompts = {k: p for meta in metas.values() for k, p in meta.get("prompt_formats", {}).items()}
+    if prompts:
+        lines += [
+            "",
+            "## Prompt formats",
+            "",
+            "What every model of a setting was prompted with (the template, system prompt and "
+            "assistant prefill; `None` is the environment's own default text): the format its "
+            "base was built on (`rlvr.models.prompt_formats`) under the grid's settings.",
+            "",
+            markdown_table(
+                ["setting", "prompt settings"],
+                [[k, f"`{describe(p)}`"] for k, p in sorted(prompts.items())],
+            ),
+            "",
+        ]
     bases = {m: b for meta in metas.values() for m, b in meta.get("bases", {}).items() if b}
     if bases:
         lines += [

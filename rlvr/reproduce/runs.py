@@ -28,6 +28,7 @@ from rlvr.eval.metrics import summarize_by_group
 from rlvr.eval.runner import EvalConfig, EvalResult, evaluate, read_jsonl, save_result
 from rlvr.integrations.verl.checkpoints import checkpoint_identity, is_verl_checkpoint
 from rlvr.locks import LOCK_FILE, hold
+from rlvr.prompt_format import write_format
 from rlvr.reproduce.grid import Setting, setting_overrides
 
 DONE = "run.json"
@@ -406,6 +407,7 @@ def _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, p
     tmp.mkdir(parents=True)
     net.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    write_format(tmp, task, traces.env_kwargs(task, data), base=model)
     (tmp / "sft.json").write_text(
         json.dumps(
             {

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 from rlvr.config import ConfigError, parse_overrides
 from rlvr.envs import env_names, env_spec, load, reset_tasks
+from rlvr.models.prompt_formats import export_settings
 
 #: The verl 0.9.1 overrides a run on a multi-turn env needs (its agent loop, e.g. search QA's
 #: ``rlvr_searchqa`` of ``rlvr.integrations.verl.agent_loop``), ``key: value`` as Hydra
@@ -149,13 +150,15 @@ def verl_rows(
     seed: int = 0,
     start: int = 0,
     env_kwargs: dict | None = None,
+    model: str | None = None,
 ) -> Iterator[dict]:
     """Rows ``start .. start+n-1`` of ``env``'s ``split`` in verl's parquet layout (module
-    docstring)."""
+    docstring); with ``model``, the env settings start from the prompt format it carries
+    (``rlvr.models.prompt_formats``; verl renders the messages with its chat template)."""
     spec = env_spec(env)
     if n < 0 or start < 0:
         raise ValueError(f"n/start: must be >= 0, got n={n}, start={start}")
-    kwargs = dict(env_kwargs or {})
+    kwargs = export_settings(model, env, env_kwargs or {}, chat=True)
     kwargs.setdefault("split", split)
     if spec.verl.export_kwargs is not None:
         kwargs = load(spec.verl.export_kwargs)(kwargs)
@@ -206,6 +209,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="environment keyword argument, e.g. n_people=5 or dataset=aime24 (repeatable)",
     )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="the model the rows are for: its prompt format (a tiny base's, a run's) is the "
+        "environment's starting settings",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -217,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             start=args.start,
             env_kwargs=parse_env_args(args.env_arg),
+            model=args.model,
         )
     )
     path = write_parquet(rows, args.out)
