@@ -206,7 +206,7 @@ def load_config(
     overrides: list[str] | dict[str, Any] | None = None,
 ) -> T:
     """The one loader: defaults of ``cls`` <- YAML ``files`` <- ``overrides`` (``layered``).
-    ``rlvr train`` reads its profile layers with it (``rlvr.agents.train_config``), ``rlvr eval``
+    ``rlvr train`` reads its profile layers with it (``rlvr.training.train_config``), ``rlvr eval``
     its ``--config`` file, and the reproduction grids their YAML (``rlvr.reproduce.grid``)."""
     return merge(cls(), layered(files, overrides))
 

@@ -217,8 +217,8 @@ def train(
 def make_trainer(base: Path, out: Path, **overrides):
     """The trainer of the check: GRPO-SG on K&K with the micro profile on ``base``, with
     ``overrides`` (device, dtype, batch shape...) on top."""
-    from rlvr.agents.train_config import load_train_config
-    from rlvr.agents.trainer import Trainer
+    from rlvr.training.train_config import load_train_config
+    from rlvr.training.trainer import Trainer
 
     cfg = {
         "profile": "micro",

@@ -90,7 +90,7 @@ def test_the_cycle_finder_sees_imports_inside_functions():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
     # trainer -> eval: evaluation must not import the trainer back, not even in a function
-    assert "rlvr.agents.trainer" not in import_graph()["rlvr.eval.runner"]
+    assert "rlvr.training.trainer" not in import_graph()["rlvr.eval.runner"]
 
 
 REPRODUCE = "rlvr.reproduce."

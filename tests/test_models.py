@@ -473,7 +473,7 @@ def test_presets_are_consistent():
 
 @pytest.mark.parametrize("env", ["kk", "math", "searchqa"])
 def test_tiny_profile_validates_and_matches_its_base(env, tmp_path):
-    from rlvr.agents.train_config import load_train_config
+    from rlvr.training.train_config import load_train_config
 
     cfg = load_train_config([f"env={env}", "profile=tiny", f"out={tmp_path}"])
     assert cfg.model == f"tiny-{env}" and cfg.model in PRESETS
@@ -496,7 +496,7 @@ def test_tiny_profile_validates_and_matches_its_base(env, tmp_path):
 def test_a_run_on_a_built_folder_inherits_its_env_settings(tmp_path):
     """A base named by its folder trains on the prompts it was built for, as a preset name does
     (issue 28: a folder run got the searchqa defaults, the qwen template and 3 passages)."""
-    from rlvr.agents.train_config import load_train_config
+    from rlvr.training.train_config import load_train_config
 
     folder = tmp_path / "tiny-searchqa-0123456789ab"
     folder.mkdir()
@@ -712,8 +712,8 @@ def micro_bases(tmp_path_factory):
 
 @pytest.mark.parametrize("env", ["kk", "math", "searchqa"])
 def test_two_rl_steps_with_the_tiny_profile_on_a_micro_base(env, micro_bases, tmp_path):
-    from rlvr.agents.train_config import load_train_config
-    from rlvr.agents.trainer import Trainer, read_metrics
+    from rlvr.training.train_config import load_train_config
+    from rlvr.training.trainer import Trainer, read_metrics
 
     cfg = load_train_config(
         [

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.agents.train_config import load_train_config
 from rlvr.cli import main
 from rlvr.config import ConfigError
 from rlvr.eval.runner import evaluate, read_jsonl
@@ -27,6 +26,7 @@ from rlvr.models.tokenizer import train_tokenizer
 from rlvr.prompt_format import FORMAT_FILE, write_format
 from rlvr.reproduce.grid import load_grid
 from rlvr.reproduce.runs import eval_config, train_config
+from rlvr.training.train_config import load_train_config
 
 EVAL = ["group_by=n_people", "group_values=[3]", "n_items=2", "max_new_tokens=8", "batch_size=8"]
 

@@ -1,7 +1,7 @@
 """``rlvr reproduce <name> --from-verl DIR``: figures, evaluations and the report from runs verl
 trained.
 
-The fixture is a generated folder as verl leaves it (``rlvr.integrations.verl.results``): per run
+The fixture is a generated folder as verl leaves it (``rlvr.reproduce.verl.results``): per run
 ``rlvr_run.json``, a ``metrics.jsonl`` in the exact format of verl 0.9.1's ``FileLogger``
 (compact JSON, ``{"step", "data"}``, NaN as ``null``, a validation-only line at step 0) and a real
 micro model saved where verl's checkpoint manager saves Hugging Face weights. The same reader is
@@ -17,18 +17,18 @@ import shutil
 
 import pytest
 
-from rlvr.integrations.verl.results import (
+from rlvr.models import build_micro
+from rlvr.repro import weights_sha256
+from rlvr.reproduce import grid, runs
+from rlvr.reproduce.common import Context, Output
+from rlvr.reproduce.plan import PlannedRun
+from rlvr.reproduce.verl.results import (
     METRIC_NAMES,
     VerlRuns,
     folder_name,
     read_file_logger,
     read_metrics,
 )
-from rlvr.models import build_micro
-from rlvr.repro import weights_sha256
-from rlvr.reproduce import grid, runs
-from rlvr.reproduce.common import Context, Output
-from rlvr.reproduce.plan import PlannedRun
 
 #: (setting, algorithm) of every run fig2 and fig3 read in the smoke grid.
 RUNS = [

@@ -18,7 +18,7 @@ def test_run_cache_reuses_and_resumes(tmp_path, monkeypatch):
     assert (first.path / runs.DONE).exists() and (first.final / "config.json").exists()
     assert len(first.metrics) == cfg.steps == 2
 
-    import rlvr.agents.trainer as trainer_mod
+    import rlvr.training.trainer as trainer_mod
 
     class NoTraining:
         def __init__(self, *a, **k):

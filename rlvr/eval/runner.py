@@ -10,12 +10,12 @@ are redrawn without rerunning the model.
 
 ``EvalConfig`` is the one description of an evaluation: the trainer's periodic evaluation is
 the ``EvalConfig`` its ``eval.*`` schedule and ``rollout.*`` settings give
-(``rlvr.agents.train_config.periodic_eval_config``), played on the live policy.
+(``rlvr.training.train_config.periodic_eval_config``), played on the live policy.
 
-Responses come from the evaluation loop the trainer also uses (``rlvr.eval.loop``): the trainer's
-rollout backend (``rlvr.agents.rollout.hf``; ``backend=generate`` swaps in ``model.generate``) and
-its episode driver, so tool calls, observations and turn limits of multi-turn environments (search
-QA) match training exactly.
+Responses come from the job loop the trainer also uses (``rlvr.agents.rollout.jobs``): the
+trainer's rollout backend (``rlvr.agents.rollout.hf``; ``backend=generate`` swaps in
+``model.generate``) and its episode driver, so tool calls, observations and turn limits of
+multi-turn environments (search QA) match training exactly.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from tqdm.auto import tqdm
 
 from rlvr.agents.rollout import Generation, RolloutBackend, SamplingParams, make_backend
 from rlvr.agents.rollout.chat import model_prompt
+from rlvr.agents.rollout.jobs import Job, plan, play
 from rlvr.agents.rollout.multiturn import episode_seed
 from rlvr.config import ConfigError
 from rlvr.device import check_device, check_device_present, resolve_device
 from rlvr.envs import env_spec, make_env
-from rlvr.eval.loop import Job, plan, play
 from rlvr.eval.metrics import ANSWER_METRICS, summarize_by_group
 
 
@@ -265,7 +265,7 @@ def _close(envs) -> None:
 def _records(
     cfg: EvalConfig, model, tokenizer, tasks, multi_turn: bool, bar
 ) -> list[dict[str, Any]]:
-    """Play every job (``rlvr.eval.loop``) and turn each episode into a record.
+    """Play every job (``rlvr.agents.rollout.jobs``) and turn each episode into a record.
 
     Single-turn tasks sample with the seed of their chunk itself and list their records task by
     task; multi-turn tasks (search QA) run the trainer's multi-turn driver with the chunk seed,

@@ -1,9 +1,9 @@
 """Accuracy of a base model on held-out items of its task (greedy, or avg@k when sampling).
 
 A small check for building and tuning the tiny bases; the full evaluation runner is
-``rlvr.eval``. Responses come from the shared evaluation loop (``rlvr.eval.loop``: the trainer's
-rollout backend and episode driver) and are scored by the environment's own ``step``; search QA
-also reports the share of episodes that called the search tool.
+``rlvr.eval``. Responses come from the shared job loop (``rlvr.agents.rollout.jobs``: the
+trainer's rollout backend and episode driver) and are scored by the environment's own
+``step``; search QA also reports the share of episodes that called the search tool.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections import defaultdict
 from typing import Any
 
 from rlvr.agents.rollout import SamplingParams, make_backend
+from rlvr.agents.rollout.jobs import plan, play, task_runs
 from rlvr.envs import env_spec
-from rlvr.eval.loop import plan, play, task_runs
 from rlvr.models import traces
 
 

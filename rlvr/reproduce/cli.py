@@ -7,7 +7,7 @@ their runs from the plan; the report part (``report``, ``compare``, ``check``) r
 wrote; this module ties them together. ``--profile`` is the old name of ``--grid`` (deprecated).
 
 ``--engine verl --grid paper --out DIR`` trains nothing: it writes one verl launch folder per
-training run of the figures and tables named (``rlvr.integrations.verl.scripts``).
+training run of the figures and tables named (``rlvr.reproduce.verl.launch``).
 
 Outputs are named after the script (``fig2.png``, ``fig2.csv``, ``table_kk.md``...) in ``--out``
 (default ``rlvr-results/<grid>/`` in the working directory; ``rlvr-results/<grid>-smoke/``
@@ -17,7 +17,7 @@ with ``--smoke``): the committed ``results/`` are written only when ``--out`` na
 ``--power DIR`` prints DIR's claims with their precision and the draws and items that would
 decide them (``rlvr.reproduce.precision``).
 ``--from-verl DIR`` takes the training runs from a folder verl trained
-(``rlvr.integrations.verl.results``) and writes to ``DIR/results`` by default.
+(``rlvr.reproduce.verl.results``) and writes to ``DIR/results`` by default.
 Training runs and
 evaluations are cached under ``--cache`` (default ``rlvr_home()``; with ``--smoke``,
 ``<out>/.cache``) by config hash, shared by every script and resumed when interrupted. With
@@ -36,8 +36,6 @@ from pathlib import Path
 
 from rlvr.config import ConfigError
 from rlvr.data_paths import rlvr_home
-from rlvr.integrations.verl.results import VerlRuns, VerlRunsMissing
-from rlvr.integrations.verl.scripts import write
 from rlvr.models import quiet_progress
 from rlvr.models.presets import parse_spec
 from rlvr.reproduce.check import run_check
@@ -48,6 +46,8 @@ from rlvr.reproduce.grid import PLAN_NOTE, check_engines, get_grid, grid_names, 
 from rlvr.reproduce.pool import prefetch
 from rlvr.reproduce.precision import TARGET, run_power
 from rlvr.reproduce.report import ORDER, write_report
+from rlvr.reproduce.verl.launch import write
+from rlvr.reproduce.verl.results import VerlRuns, VerlRunsMissing
 
 
 def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
@@ -126,7 +126,7 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
         default="native",
         choices=("native", "verl"),
         help="native: train here (default); verl: write one verl launch folder per run of the "
-        "paper grid into --out (rlvr.integrations.verl.scripts; --grid paper only)",
+        "paper grid into --out (rlvr.reproduce.verl.launch; --grid paper only)",
     )
     parser.add_argument("--cache", default=None, help="run cache folder (default RLVR_HOME)")
     parser.add_argument(

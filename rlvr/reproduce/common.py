@@ -101,7 +101,7 @@ class Context:
     #: Base builds each method is trained from (``tiny-kk@b``; 0 is the preset itself).
     base_seeds: list[int] = field(default_factory=lambda: [0])
     #: Where finished runs come from: None trains them here (``runs.ensure_run``); a
-    #: ``rlvr.integrations.verl.results.VerlRuns`` reads the runs verl trained (``--from-verl``).
+    #: ``rlvr.reproduce.verl.results.VerlRuns`` reads the runs verl trained (``--from-verl``).
     run_source: Any = None
     #: The runs the invocation's figures need, each with its identity (``rlvr.reproduce.plan``).
     plan: Any = None

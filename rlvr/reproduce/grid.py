@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.agents.algorithms import algorithm_names
-from rlvr.agents.train_config import PROFILE_DIR, load_train_config
 from rlvr.config import ConfigError, load_yaml, merge, nest
 from rlvr.envs import ENVS
+from rlvr.training.train_config import PROFILE_DIR, load_train_config
 
 #: The grids, one YAML file per ``--grid`` (and ``smoke.yaml``).
 GRID_DIR = Path(__file__).resolve().parent / "grids"

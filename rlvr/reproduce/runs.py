@@ -77,8 +77,8 @@ def train_config(
 ):
     """The ``TrainConfig`` of one run (the setting's overrides + env/algo/seed + ``extra``), from
     base build ``base_seed`` of the setting's model (``tiny-kk@1``; 0 is the model itself)."""
-    from rlvr.agents.train_config import load_train_config
     from rlvr.models.presets import base_spec, parse_spec
+    from rlvr.training.train_config import load_train_config
 
     more: dict[str, Any] = {}
     if base_seed:
@@ -206,7 +206,7 @@ def _read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def _train_run(cfg, key: str, path: Path, *, say, progress: bool) -> None:
-    from rlvr.agents.trainer import Trainer
+    from rlvr.training.trainer import Trainer
 
     resuming = (path / "checkpoints").exists()
     say(

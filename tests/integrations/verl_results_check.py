@@ -1,4 +1,4 @@
-"""Reading verl's results back (``rlvr.integrations.verl.results``) from files verl 0.9.1 itself
+"""Reading verl's results back (``rlvr.reproduce.verl.results``) from files verl 0.9.1 itself
 wrote.
 
 Run inside verl's venv by ``scripts/test_integrations.sh verl``. The metrics come from verl's own
@@ -29,10 +29,10 @@ from verl.utils.metric import reduce_metrics
 from verl.utils.py_functional import rename_dict
 from verl.utils.tracking import FileLogger
 
-from rlvr.integrations.verl.results import METRIC_NAMES, VerlRuns, folder_name, read_metrics
 from rlvr.models import build_micro, load_model
 from rlvr.reproduce import grid, runs
 from rlvr.reproduce.plan import PlannedRun
+from rlvr.reproduce.verl.results import METRIC_NAMES, VerlRuns, folder_name, read_metrics
 
 P, R, B = 4, 6, 4  # prompt and response widths, batch size
 

@@ -41,8 +41,6 @@ from rlvr.agents.algorithms.entropy_top import n_kept
 from rlvr.agents.metrics import ToolFailureError
 from rlvr.agents.policy import TokenStats, head_token_stats
 from rlvr.agents.rollout.base import RolloutBatch
-from rlvr.agents.train_config import LossConfig, TrainConfig
-from rlvr.agents.update import MicroBatch, Normalisers, Precision, Updater
 from rlvr.integrations.verl import main as verl_main
 from rlvr.integrations.verl import trainer as verl_trainer
 from rlvr.integrations.verl.actor import LOPTI_STAGE_KEY, SAMPLED_LOGIT_KEY, RlvrActorLoss
@@ -52,6 +50,8 @@ from rlvr.integrations.verl.trainer import (
     apply_rlvr,
     read_rlvr,
 )
+from rlvr.training.train_config import LossConfig, TrainConfig
+from rlvr.training.update import MicroBatch, Normalisers, Precision, Updater
 
 VOCAB, HIDDEN, PROMPT, RESPONSE = 13, 8, 3, 6
 TEMPERATURE = 0.7

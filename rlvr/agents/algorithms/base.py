@@ -4,7 +4,7 @@ An ``Algorithm`` holds everything every engine needs to know about a method (its
 its weight function, the ``WeightConfig`` fields it reads (each a ``Param`` with its type,
 default and interval: the one range check), its stages or token selection, what verl needs and
 how it is drawn. ``rlvr.agents.weights.token_weights`` applies a weight (no gradient, masked
-zeros); ``rlvr.agents.update`` runs the stages; ``Algorithm.verl_path`` says how verl runs it.
+zeros); ``rlvr.training.update`` runs the stages; ``Algorithm.verl_path`` says how verl runs it.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 
 from rlvr.repro import weights_sha256
 
-#: What a generated run folder says it stands for (``rlvr.integrations.verl.scripts``).
+#: What a generated run folder says it stands for (``rlvr.reproduce.verl.launch``).
 RUN_FILE = "rlvr_run.json"
 #: Where the SHA-256 of a run's final weights is kept, with the files it was computed from.
 WEIGHTS_FILE = "rlvr_weights.json"

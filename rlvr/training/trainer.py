@@ -7,7 +7,7 @@ One step:
    reset to the same task);
 2. play all episodes (``rollout.multiturn.run_episodes``), rewards from the envs;
 3. ``A = group_advantages(r)`` per sequence;
-4. the update of the algorithm ``cfg.algo`` (``rlvr.agents.update``, ``rlvr.agents.algorithms``):
+4. the update of the algorithm ``cfg.algo`` (``rlvr.training.update``, ``rlvr.agents.algorithms``):
    its stages, ``ppo_epochs`` passes of mini-batch optimizer steps of the token-weighted clipped
    loss, AdamW with gradient clipping and a warm-up/schedule;
 5. metrics to ``metrics.jsonl`` (``rlvr.agents.metrics``), periodic evaluation, atomic checkpoints.
@@ -57,16 +57,16 @@ from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: publ
 from rlvr.agents.policy import Policy
 from rlvr.agents.rollout.base import RolloutBatch, SamplingParams, collate
 from rlvr.agents.rollout.chat import model_prompt
+from rlvr.agents.rollout.jobs import plan, play, task_runs
 from rlvr.agents.rollout.multiturn import Episode, run_episodes
-from rlvr.agents.train_config import TrainConfig, periodic_eval_config
-from rlvr.agents.update import Precision, Updater, optimizer_steps_per_batch
 from rlvr.config import ConfigError, dump_yaml
 from rlvr.device import resolve_device
 from rlvr.envs import env_spec, make_env
-from rlvr.eval.loop import plan, play, task_runs
 from rlvr.locks import LOCK_FILE, hold
 from rlvr.prompt_format import write_format
 from rlvr.repro import set_threads
+from rlvr.training.train_config import TrainConfig, periodic_eval_config
+from rlvr.training.update import Precision, Updater, optimizer_steps_per_batch
 
 #: Tasks in a row whose ``env.reset`` may fail before the run stops (``Trainer._reset_group``).
 MAX_RESET_SKIPS = 8
@@ -318,8 +318,8 @@ class Trainer:
     def evaluate(self, step: int) -> dict[str, float]:
         """Greedy and sampled accuracy on the first ``eval.n_prompts`` held-out tasks: the
         ``rlvr.eval.runner.EvalConfig`` of ``periodic_eval_config``, played by the shared
-        evaluation loop (``rlvr.eval.loop``) on the live policy, as one chunk over a reused env
-        pool, the tasks reset and seeded as training tasks are."""
+        job loop (``rlvr.agents.rollout.jobs``) on the live policy, as one chunk over a reused
+        env pool, the tasks reset and seeded as training tasks are."""
         ecfg = periodic_eval_config(self.cfg)
         n = ecfg.n_items * max(1, ecfg.k)
         if self._eval_envs is None or len(self._eval_envs) != n:

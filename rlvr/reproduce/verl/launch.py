@@ -13,7 +13,7 @@ Layout (the verl contract, §4)::
     DIR/data/<task>/{train,test...}.parquet      written by run.sh when missing
     DIR/runs/<run_key>/{run.sh,config.yaml,rlvr_run.json}
 
-``python -m rlvr.integrations.verl.scripts count ENV --split S --cap N [--env-arg k=v...]`` prints
+``python -m rlvr.reproduce.verl.launch count ENV --split S --cap N [--env-arg k=v...]`` prints
 ``min(N, tasks in the split)``: run.sh exports that many tasks (a dataset smaller than the run's
 ``steps x prompts_per_step`` is exported whole and verl cycles over it in epochs, as the native
 trainer does). ``... model-view MODEL --out DIR --drop FILE`` writes the model folder a run reads
@@ -45,12 +45,12 @@ from rlvr.integrations.verl.config import (
     translate,
 )
 from rlvr.integrations.verl.data import parse_env_args
-from rlvr.integrations.verl.results import folder_name
 from rlvr.reproduce import figures
 from rlvr.reproduce.common import Context, markdown_table
 from rlvr.reproduce.grid import param_count, verl_gpus, verl_rollout_memory
 from rlvr.reproduce.plan import Need, PlannedRun, build_plan
 from rlvr.reproduce.runs import eval_config
+from rlvr.reproduce.verl.results import folder_name
 
 #: bf16 dense peak of one GPU (NVIDIA H100/H200 SXM datasheets: 989 TFLOP/s without sparsity).
 PEAK_FLOPS = {"H200-141GB": 989e12, "H100-80GB": 989e12}
@@ -273,7 +273,7 @@ prepare() {{  # OUT ENV SPLIT CAP [KEY=VALUE...]: rlvr prepare-verl, min(CAP, ta
   [[ -f "$out" ]] && return 0
   local args=()
   for kv in "$@"; do args+=(--env-arg "$kv"); done
-  n="$("$PYTHON" -m rlvr.integrations.verl.scripts count "$env" --split "$split" --cap "$cap" \\
+  n="$("$PYTHON" -m rlvr.reproduce.verl.launch count "$env" --split "$split" --cap "$cap" \\
     ${{args[@]+"${{args[@]}}"}})"
   mkdir -p "$(dirname "$out")"
   tmp="$out.$$.tmp"
@@ -333,7 +333,7 @@ MODEL_VIEW = """# {model}: hf_overrides remove {keys} for vLLM, which must then 
 # of the hub snapshot without them (links into this node's Hugging Face cache: on several nodes,
 # keep HF_HOME on the shared filesystem).
 MODEL_VIEW="${{RLVR_MODEL_VIEWS:-$ROOT/models}}/{slug}"
-"$PYTHON" -m rlvr.integrations.verl.scripts model-view {model} --out "$MODEL_VIEW" {drop}
+"$PYTHON" -m rlvr.reproduce.verl.launch model-view {model} --out "$MODEL_VIEW" {drop}
 OVERRIDES+=("actor_rollout_ref.model.path=$MODEL_VIEW")
 """
 
@@ -524,7 +524,7 @@ def readme(rows: list[dict[str, Any]], command: str) -> str:
             "",
             "`bound (h)`: an upper bound on wall time, every response at the full budget "
             f"at {ASSUMED_MFU:.0%} of the GPUs' bf16 peak "
-            "(`rlvr.integrations.verl.scripts.estimate_hours`).",
+            "(`rlvr.reproduce.verl.launch.estimate_hours`).",
             "",
             markdown_table(header, body),
             "",
@@ -578,7 +578,7 @@ def task_count(env: str, split: str, env_kwargs: dict[str, Any]) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rlvr.integrations.verl.scripts")
+    p = argparse.ArgumentParser(prog="python -m rlvr.reproduce.verl.launch")
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("count", help="print min(--cap, tasks in the split)")
     c.add_argument("env")

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from rlvr.agents.rollout import BACKENDS, SamplingParams, make_backend
+from rlvr.agents.rollout.jobs import Job, parts, plan, play, task_runs
 from rlvr.agents.rollout.multiturn import episode_seed, turn_seed
 from rlvr.envs import env_accepts, make_env
-from rlvr.eval.loop import Job, parts, plan, play, task_runs
 from rlvr.models import build_micro
 
 from _rlvr_toys import LetterEnv, ScriptedBackend, ToolEnv

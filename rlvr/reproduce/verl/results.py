@@ -50,7 +50,7 @@ ENGINE = "verl"
 METRICS_FILE = "metrics.jsonl"
 
 #: verl 0.9.1 metric name -> the native metric name (``rlvr.agents.metrics``,
-#: ``rlvr.agents.update``, ``rlvr.agents.trainer``) that the figures read. Sources in verl:
+#: ``rlvr.training.update``, ``rlvr.training.trainer``) that the figures read. Sources in verl:
 #: ``trainer/ppo/metric_utils.py`` (``compute_data_metrics``, ``compute_timing_metrics``,
 #: ``compute_throughout_metrics``), ``trainer/ppo/ray_trainer.py`` (``actor/entropy``: the
 #: entropy of the rollout policy from the old-log-prob pass, as the native ``entropy``; the
