@@ -14,7 +14,7 @@ import gymnasium as gym
 from rlvr.agents.rollout.base import Generation, RolloutBackend, truncate_at_stop
 from rlvr.envs import ENVS, EnvSpec, VerlSpec, register_env
 from rlvr.envs.base import AnyText, Score, SingleTurnEnv, coerce_text
-from rlvr.models.traces import EvalItem, TraceBuilder
+from rlvr.envs.warmstart import EvalItem, TraceBuilder
 
 OBS = "\n<information>Doc 1(Title: T) tool text</information>\n"
 

@@ -17,8 +17,9 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.config import ConfigError
+from rlvr.envs import warmstart
+from rlvr.envs.kk.traces import kk_response
 from rlvr.eval.runner import evaluate, read_jsonl
-from rlvr.models import traces
 from rlvr.models.presets import PRESETS
 from rlvr.models.prompt_formats import model_format, with_format
 from rlvr.models.tiny import ArchConfig, build_tiny
@@ -36,7 +37,7 @@ def tiny_kk_folder(path: Path) -> Path:
     warm-started on the tiny-kk preset's settings (the ``plain`` template, no system prompt,
     ``<think>``), and its tokenizer is one rlvr trains, as a build's is."""
     build = PRESETS["tiny-kk"]
-    env = traces.make_env("kk", build.data, "train")
+    env = warmstart.make_env("kk", build.data, "train")
     texts = [env.reset(seed=0, options={"index": i})[0] for i in range(20)]
     tokenizer = train_tokenizer(texts, vocab_size=320)
     arch = ArchConfig(
@@ -174,9 +175,7 @@ def test_sample_for_a_model_then_score_marks_its_right_answers_right(tmp_path):
     rows = [json.loads(line) for line in tasks.read_text().splitlines()]
     assert all(r["prompt"].endswith("Assistant: <think>") and r["prefilled_think"] for r in rows)
     answered = tmp_path / "answered.jsonl"
-    answered.write_text(
-        "".join(json.dumps({**r, "response": traces.kk_response(r)}) + "\n" for r in rows)
-    )
+    answered.write_text("".join(json.dumps({**r, "response": kk_response(r)}) + "\n" for r in rows))
     scored = tmp_path / "scored.jsonl"
     assert main(["score", "--env", "kk", str(answered), "--out", str(scored)]) == 0
     assert [json.loads(x)["reward"] for x in scored.read_text().splitlines()] == [3.0] * 3

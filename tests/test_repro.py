@@ -272,18 +272,18 @@ def test_check_samples_compares_and_refuses_old_folders(tmp_path):
 
 
 def test_a_base_seed_builds_another_base_and_records_its_hash(tmp_path, monkeypatch):
+    from rlvr.envs.warmstart import tiny_settings
     from rlvr.models import load_model, presets
     from rlvr.models.build import BuildConfig, TokenizerConfig
     from rlvr.models.sft import SFTConfig
     from rlvr.models.tiny import ArchConfig
-    from rlvr.models.traces import TINY_SETTINGS
     from rlvr.reproduce.runs import _preset_build_key, base_weights
 
     monkeypatch.setenv("RLVR_HOME", str(tmp_path))
     small = BuildConfig(
         name="tiny-test",
         task="kk",
-        data=dict(TINY_SETTINGS["kk"]),
+        data=dict(tiny_settings("kk")),
         tokenizer=TokenizerConfig(vocab_size=300, tasks=("kk",), texts_per_task=40),
         arch=ArchConfig(
             hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64

@@ -56,7 +56,7 @@ def register_all() -> None:
             options={"prefilled_think": bool},
             row_options="rlvr.envs.kk.reward:row_options",
             gold="rlvr.envs.kk.reward:gold_text",
-            traces="rlvr.models.traces:KK",
+            traces="rlvr.envs.kk.traces:KK",
             verl=VerlSpec(
                 ability="logic",
                 defaults={"prefilled_think": True},  # Logic-RL's prompts end with <think>
@@ -78,7 +78,7 @@ def register_all() -> None:
             options={"require_think": bool, "answer_form": str, "timeout_s": float},
             row_options="rlvr.envs.math.reward:row_options",
             gold="rlvr.envs.math.reward:gold_of",
-            traces="rlvr.models.traces:MATH",
+            traces="rlvr.envs.math.traces:MATH",
             verl=VerlSpec(
                 ability="math",
                 data_sources=(  # DeepScaleR's and verl's example math sets
@@ -103,7 +103,7 @@ def register_all() -> None:
             record_keys=("hops",),
             answer_metrics=("em", "f1"),
             gold="rlvr.envs.searchqa.reward:gold_answers",
-            traces="rlvr.models.traces:SEARCHQA",
+            traces="rlvr.envs.searchqa.traces:SEARCHQA",
             verl=VerlSpec(
                 ability="qa",
                 gold="rlvr.envs.searchqa.reward:search_r1_gold",

@@ -92,7 +92,8 @@ class EnvSpec:
     row_options: Any = None
     #: ``info -> ground truth`` as exported rows carry it (default ``info["ground_truth"]``).
     gold: Any = None
-    #: The warm-start trace builder (``rlvr.models.traces.TraceBuilder``); ``None``: no tiny base.
+    #: The warm start of its tiny base (``rlvr.envs.warmstart.TraceBuilder``: trace builders,
+    #: tiny settings); ``None``: no tiny base.
     traces: Any = None
     #: The keyword arguments that change the text a model sees around a task (template, system
     #: prompt, assistant prefill): a model's prompt format (``rlvr.models.prompt_format``) is

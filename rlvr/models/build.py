@@ -1,7 +1,7 @@
 """Build, cache and load the tiny base models.
 
 A build is: train a tokenizer on task text -> initialise a Qwen2 model of ``ArchConfig`` ->
-supervised warm start on generator traces (``rlvr.models.traces``) -> ``save_pretrained``.
+supervised warm start on generator traces (``rlvr.envs.warmstart``) -> ``save_pretrained``.
 It lives in ``rlvr_home()/models/<name>-<hash>``, where the hash covers the whole
 ``BuildConfig`` *and* a fingerprint of the first generated examples, so a change to any setting
 or to a generator's output gives a new directory instead of a stale model. Directories are
@@ -26,10 +26,11 @@ import torch
 
 from rlvr.config import ConfigError, merge, parse_overrides, to_dict
 from rlvr.data_paths import rlvr_home
+from rlvr.envs import warmstart
 from rlvr.locks import hold
-from rlvr.models import accept, traces
+from rlvr.models import accept
 from rlvr.models.accept import DRAW_STRIDE, AcceptConfig
-from rlvr.models.sft import SFTConfig, sft
+from rlvr.models.sft import SFTConfig, epochs, prefetch, sft
 from rlvr.models.tiny import ArchConfig, build_tiny, count_parameters
 from rlvr.models.tokenizer import PROBE_TEXT, load_tokenizer, reload_mismatch, train_tokenizer
 from rlvr.repro import machine_info, weights_sha256
@@ -51,8 +52,10 @@ class TokenizerConfig:
     #: Tasks whose text the tokenizer is trained on (all three: one vocabulary covers every task,
     #: and every base built with the same ``TokenizerConfig`` gets the same tokenizer).
     tasks: tuple[str, ...] = ("kk", "math", "searchqa")
-    #: Task settings of the tokenizer corpus (default: ``traces.TINY_SETTINGS``).
-    settings: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(traces.TINY_SETTINGS))
+    #: Task settings of the tokenizer corpus (default: each task's tiny settings).
+    settings: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {t: warmstart.tiny_settings(t) for t in ("kk", "math", "searchqa")}
+    )
     texts_per_task: int = 3000
     seed: int = 1234
 
@@ -61,7 +64,8 @@ class TokenizerConfig:
 class BuildConfig:
     name: str = "tiny-kk"
     task: str = "kk"
-    #: Task settings handed to ``rlvr.models.traces`` (generator options, template, CoT...).
+    #: Task settings handed to the task's warm start (``rlvr.envs.warmstart``: generator options,
+    #: template, CoT...).
     data: dict[str, Any] = field(default_factory=dict)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     arch: ArchConfig = ArchConfig()
@@ -74,11 +78,11 @@ class BuildConfig:
     accept: AcceptConfig = AcceptConfig()
 
     def __post_init__(self):
-        if self.task not in traces.tasks():
+        if self.task not in warmstart.tasks():
             raise ConfigError(
-                f"BuildConfig.task must be one of {sorted(traces.tasks())}, got {self.task!r}"
+                f"BuildConfig.task must be one of {sorted(warmstart.tasks())}, got {self.task!r}"
             )
-        unknown = set(self.tokenizer.tasks) - set(traces.tasks())
+        unknown = set(self.tokenizer.tasks) - set(warmstart.tasks())
         if unknown:
             raise ConfigError(f"BuildConfig.tokenizer.tasks has unknown task(s) {sorted(unknown)}")
         if not self.name or "/" in self.name:
@@ -93,7 +97,7 @@ def tokenizer_corpus(cfg: TokenizerConfig, per_task: int | None = None) -> list[
     for task in cfg.tasks:
         if task not in cfg.settings:
             raise ConfigError(f"tokenizer.settings has no entry for task {task!r}")
-        texts += traces.tokenizer_texts(
+        texts += warmstart.tokenizer_texts(
             task, cfg.settings[task], per_task or cfg.texts_per_task, seed=cfg.seed
         )
     return texts
@@ -102,7 +106,7 @@ def tokenizer_corpus(cfg: TokenizerConfig, per_task: int | None = None) -> list[
 def data_fingerprint(cfg: BuildConfig, n: int = 16) -> str:
     """Hash of the first ``n`` training examples and tokenizer texts: catches generator changes."""
     h = hashlib.sha256()
-    for seg in traces.take(traces.example_stream(cfg.task, cfg.data, seed=cfg.seed), n):
+    for seg in warmstart.take(warmstart.example_stream(cfg.task, cfg.data, seed=cfg.seed), n):
         h.update(json.dumps(seg).encode())
     for text in tokenizer_corpus(cfg.tokenizer, per_task=4):
         h.update(text.encode())
@@ -149,11 +153,11 @@ def build(cfg: BuildConfig, out_dir: str | Path, progress: bool = True) -> dict[
             f"build {cfg.name}: the tokenizer loads as {type(tokenizer).__name__} and encodes "
             f"{differs[:80]!r} otherwise than trained (rlvr.models.tokenizer)"
         )
-    stream = traces.example_stream(cfg.task, cfg.data, seed=cfg.seed)
+    stream = warmstart.example_stream(cfg.task, cfg.data, seed=cfg.seed)
     if cfg.unique_examples:
         from tqdm.auto import tqdm
 
-        pool = traces.take(
+        pool = warmstart.take(
             tqdm(
                 stream,
                 total=cfg.unique_examples,
@@ -163,9 +167,9 @@ def build(cfg: BuildConfig, out_dir: str | Path, progress: bool = True) -> dict[
             ),
             cfg.unique_examples,
         )
-        stream = traces.epochs(pool, seed=cfg.seed)
+        stream = epochs(pool, seed=cfg.seed)
     else:
-        stream = traces.prefetch(stream)
+        stream = prefetch(stream)
     stats = sft(model, tokenizer, stream, cfg.sft, progress=progress, desc=f"build {cfg.name}")
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

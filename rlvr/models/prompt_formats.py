@@ -23,8 +23,7 @@ from typing import Any
 import yaml
 
 from rlvr.config import ConfigError, deep_merge
-from rlvr.envs import ENVS, env_spec
-from rlvr.models import traces
+from rlvr.envs import ENVS, env_spec, warmstart
 from rlvr.models.presets import preset_config
 from rlvr.models.pretrained import PRETRAINED
 from rlvr.prompt_format import (
@@ -64,7 +63,7 @@ def model_format(model: str, _depth: int = 0) -> PromptFormat | None:
 
 def _built(task: str, data: Mapping[str, Any], source: str) -> PromptFormat:
     """A tiny base's format: its trace settings less the trace builder's own options."""
-    kwargs = traces.env_kwargs(task, dict(data)) if task in ENVS else dict(data)
+    kwargs = warmstart.env_kwargs(task, dict(data)) if task in ENVS else dict(data)
     return PromptFormat(task, kwargs, from_scratch=True, source=source)
 
 

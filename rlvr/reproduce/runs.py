@@ -335,7 +335,7 @@ def ensure_sft_reference(
     """
     import hashlib
 
-    from rlvr.models import traces
+    from rlvr.envs import warmstart
     from rlvr.models.sft import SFTConfig
 
     model = model or setting.model
@@ -349,7 +349,7 @@ def ensure_sft_reference(
         )
     if build_cfg is None:  # micro (smoke): no build record; two steps on the K&K traces
         sft_cfg = SFTConfig(steps=2, batch_size=2, warmup_steps=0, seed=seed, max_length=2048)
-        task, data = setting.env, dict(traces.TINY_SETTINGS.get(setting.env, {}))
+        task, data = setting.env, warmstart.tiny_settings(setting.env)
     else:
         record = json.loads((base_dir / "build.json").read_text())
         tokens_per_step = record["sft"]["tokens"] / max(record["sft"]["steps"], 1)
@@ -383,7 +383,7 @@ def ensure_sft_reference(
 
 
 def _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, progress) -> None:
-    from rlvr.models import traces
+    from rlvr.envs import warmstart
     from rlvr.models.sft import sft
 
     say(f"[reproduce] continued SFT of {model} for {sft_cfg.steps} steps -> {path}")
@@ -394,7 +394,7 @@ def _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, p
     stats = sft(
         net,
         tokenizer,
-        traces.example_stream(task, data, seed=sft_cfg.seed),
+        warmstart.example_stream(task, data, seed=sft_cfg.seed),
         sft_cfg,
         progress=progress,
         desc="continued sft",
@@ -407,7 +407,7 @@ def _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, p
     tmp.mkdir(parents=True)
     net.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    write_format(tmp, task, traces.env_kwargs(task, data), base=model)
+    write_format(tmp, task, warmstart.env_kwargs(task, data), base=model)
     (tmp / "sft.json").write_text(
         json.dumps(
             {
