@@ -19,7 +19,8 @@ from rlvr.cli import main
 from rlvr.config import ConfigError
 from rlvr.envs import warmstart
 from rlvr.envs.kk.traces import kk_response
-from rlvr.eval.runner import evaluate, read_jsonl
+from rlvr.eval.records import read_jsonl
+from rlvr.eval.runner import evaluate
 from rlvr.models.presets import PRESETS
 from rlvr.models.prompt_formats import model_format, with_format
 from rlvr.models.tiny import ArchConfig, build_tiny

@@ -19,7 +19,7 @@ import pytest
 
 from rlvr.models import build_micro
 from rlvr.repro import weights_sha256
-from rlvr.reproduce import grid, runs
+from rlvr.reproduce import grid, keys, runs
 from rlvr.reproduce.common import Context, Output
 from rlvr.reproduce.plan import PlannedRun
 from rlvr.reproduce.verl.results import (
@@ -86,7 +86,7 @@ def write_run(root, setting_key: str, algo: str, i: int, g) -> str:
                 "seed": 0,
                 "model": cfg.model,
                 "params": cfg.weights.params(algo),
-                "native_config_hash": runs.run_key(cfg),
+                "native_config_hash": keys.run_key(cfg),
                 "fig_or_table": "fig2",
                 "run_key": name,
                 "engine": "verl",
@@ -202,7 +202,7 @@ def test_fig3_and_fig2_from_verl(verl_dir, monkeypatch):
         out / "runs.csv"
     ).read_text()
     # Evaluations are keyed by the weights, not by where the folder lives.
-    assert runs.model_identity(str(hf)) == f"verl-weights:{weights_sha256(hf)}"
+    assert keys.model_identity(str(hf)) == f"verl-weights:{weights_sha256(hf)}"
 
 
 def test_missing_and_incomplete_runs_fail_in_one_line(verl_dir, tmp_path, capsys):
@@ -251,7 +251,7 @@ def test_a_folder_from_an_older_config_is_matched_and_noted(verl_dir, tmp_path):
     g = grid.tiny_grid(smoke=True)
     cfg = runs.train_config(g.settings["kk"], "grpo_sg", 0)
     source = VerlRuns(tmp_path)
-    run = source.run(PlannedRun("kk", "grpo_sg", {}, 0, 0, cfg, runs.run_key(cfg)))
+    run = source.run(PlannedRun("kk", "grpo_sg", {}, 0, 0, cfg, keys.run_key(cfg)))
     assert run.key == "kk__grpo_sg__seed0"
     assert "generated from native config 000000000000" in run.info["note"]
     out = Output(Context(g, tmp_path / "results", tmp_path / "cache", [0]), "fig3")

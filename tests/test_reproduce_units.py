@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from rlvr.agents.algorithms import algorithm_names
-from rlvr.reproduce import collect, fig3, fig4, grid, report
+from rlvr.reproduce import collect, fig3, fig4, gpu_plan, grid, report
 from rlvr.reproduce.common import Context, Output
 from rlvr.reproduce.figures import plan_for
-from rlvr.reproduce.runs import run_key, train_config
+from rlvr.reproduce.keys import run_key
+from rlvr.reproduce.runs import train_config
 
 
 def test_count_spikes_by_hand():
@@ -112,7 +113,7 @@ def test_run_key_ignores_output_fields_only():
 def test_paper_grid_validates_and_plans():
     p = grid.paper_grid()
     assert grid.validate(p) == len(p.settings) * len(algorithm_names())
-    rows = {r["setting"]: r for r in grid.plan_rows(p)}
+    rows = {r["setting"]: r for r in gpu_plan.plan_rows(p)}
     # Public parameter counts: Qwen2.5-3B 3.09B, Qwen2.5-7B 7.62B.
     assert rows["kk"]["params_B"] == pytest.approx(3.09, abs=0.01)
     assert rows["kk-7b"]["params_B"] == pytest.approx(7.62, abs=0.01)
@@ -178,25 +179,25 @@ def test_report_states_each_verdict_plainly(tmp_path):
 def test_keys_follow_the_preset_a_model_name_stands_for(monkeypatch):
     """A changed tiny preset must not reuse runs or evaluations of the old base."""
     from rlvr.models import presets
-    from rlvr.reproduce import runs
+    from rlvr.reproduce import keys, runs
 
     setting = grid.tiny_grid().settings["kk"]
     cfg = train_config(setting, "grpo", 0)
     ecfg = runs.eval_config(setting, cfg, setting.model)
-    runs._preset_build_key.cache_clear()
-    before = run_key(cfg), runs.eval_key(ecfg)
+    keys.preset_build_key.cache_clear()
+    before = run_key(cfg), keys.eval_key(ecfg)
     changed = dataclasses.replace(
         presets.PRESETS["tiny-kk"], seed=presets.PRESETS["tiny-kk"].seed + 1
     )
     monkeypatch.setitem(presets.PRESETS, "tiny-kk", changed)
-    runs._preset_build_key.cache_clear()
+    keys.preset_build_key.cache_clear()
     try:
-        after = run_key(cfg), runs.eval_key(ecfg)
+        after = run_key(cfg), keys.eval_key(ecfg)
     finally:
-        runs._preset_build_key.cache_clear()
+        keys.preset_build_key.cache_clear()
     assert before[0] != after[0] and before[1] != after[1]
     # A path or hub name is hashed as given.
-    assert runs.model_identity("/some/dir") == "/some/dir"
+    assert keys.model_identity("/some/dir") == "/some/dir"
 
 
 def test_table_kk_has_a_table_and_claims_per_kk_model(tmp_path):

@@ -23,10 +23,13 @@ from rlvr.cli import main as rlvr_main
 from rlvr.integrations.verl.config import VerlTranslationError, gpu_layout, translate
 from rlvr.integrations.verl.data import agent_loop_overrides, check_retrieval_reachable
 from rlvr.reproduce.common import Context
-from rlvr.reproduce.grid import get_grid, verl_gpus
+from rlvr.reproduce.gpu_plan import verl_gpus
+from rlvr.reproduce.grid import get_grid
+from rlvr.reproduce.keys import run_key
 from rlvr.reproduce.parallel import required_runs
-from rlvr.reproduce.runs import eval_config, run_key, train_config
-from rlvr.reproduce.verl.launch import grid, main, write
+from rlvr.reproduce.runs import eval_config, train_config
+from rlvr.reproduce.verl.launch import grid, write
+from rlvr.reproduce.verl.run_tools import main
 
 LOGIT = {"weights.shaping_input": "logit"}
 
@@ -405,7 +408,7 @@ if [[ "$1" == -c ]]; then exec "$REAL_PYTHON" "$@"; fi
 module="$2"; shift 2
 echo "$module $* | VERL_FILE_LOGGER_PATH=${VERL_FILE_LOGGER_PATH:-}" >> "$LOG"
 case "$module" in
-  rlvr.reproduce.verl.launch) echo 7 ;;
+  rlvr.reproduce.verl.run_tools) echo 7 ;;
   rlvr.cli)
     if [[ "$1" == prepare-verl ]]; then
       while [[ $# -gt 0 ]]; do [[ "$1" == --out ]] && touch "$2"; shift; done
@@ -466,7 +469,7 @@ def test_run_sh_prepares_once_then_launches(launch, tmp_path):
     log = (tmp_path / "log").read_text().splitlines()
     prepares = [line for line in log if line.startswith("rlvr.cli prepare-verl")]
     assert len(prepares) == 6  # train + one test file per size 3..7
-    counts = [line for line in log if line.startswith("rlvr.reproduce.verl.launch count")]
+    counts = [line for line in log if line.startswith("rlvr.reproduce.verl.run_tools count")]
     assert "--split train --cap 22528 " in counts[0]
     # the native periodic evaluation's 100 puzzles, shared by the five sizes
     assert all("--split test --cap 20 " in line for line in counts[1:]) and len(counts) == 6
@@ -594,7 +597,7 @@ def test_cli_engine_flag(tmp_path, capsys):
 
 
 def test_wall_time_bound_counts_generation_updates_and_validation():
-    from rlvr.reproduce.grid import param_count
+    from rlvr.reproduce.gpu_plan import param_count
     from rlvr.reproduce.verl.launch import estimate_hours
 
     setting = get_grid("paper").settings["kk"]
@@ -681,7 +684,7 @@ def test_gpu_memory_utilization_comes_from_the_plan(launch):
     """Each run's ``gpu_memory_utilization`` is its memory plan's: the KV cache it leaves holds
     every rollout of the engine at full length, beside the FSDP shards, within the GPU; the
     README prints the plan per run."""
-    from rlvr.reproduce.grid import GPUS
+    from rlvr.reproduce.gpu_plan import GPUS
 
     out, rows = launch
     readme = (out / "README.md").read_text()
@@ -705,7 +708,7 @@ def test_a_1m_run_reads_a_model_view_without_the_sparse_attention_file(launch, t
     """vLLM's verify step writes a model folder's sparse_attention_config.json into
     ``dual_chunk_attention_config``, which the override made None: a kk-7b run.sh points the actor
     and vLLM at a view of the snapshot without that file (and only kk-7b runs do)."""
-    from rlvr.reproduce.verl.launch import model_view
+    from rlvr.reproduce.verl.run_tools import model_view
 
     out, rows = launch
     for row in rows:
@@ -717,7 +720,7 @@ def test_a_1m_run_reads_a_model_view_without_the_sparse_attention_file(launch, t
     log = (tmp_path / "log").read_text().splitlines()
     view = tmp_path / "views" / "Qwen--Qwen2.5-7B-Instruct-1M"
     assert any(
-        line.startswith("rlvr.reproduce.verl.launch model-view Qwen/Qwen2.5-7B-Instruct-1M ")
+        line.startswith("rlvr.reproduce.verl.run_tools model-view Qwen/Qwen2.5-7B-Instruct-1M ")
         and f"--out {view} --drop sparse_attention_config.json" in line
         for line in log
     ), log

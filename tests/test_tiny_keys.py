@@ -1,7 +1,7 @@
 """The run-cache keys of the tiny reproduction are pinned: a change to what a tiny run or
 evaluation computes must be deliberate.
 
-``tests/data/tiny_keys.json`` lists the key (``rlvr.reproduce.runs.run_key`` / ``eval_key``) of
+``tests/data/tiny_keys.json`` lists the key (``rlvr.reproduce.keys.run_key`` / ``eval_key``) of
 every training run and evaluation that ``rlvr reproduce all --profile tiny`` (with and without
 ``--smoke``) asks for, and the build key of every tiny base, computed without training. A change
 that moves one of them makes the run cache train again from scratch; when that is intended,
@@ -32,8 +32,9 @@ def grid_keys(smoke: bool) -> dict[str, dict[str, str]]:
     from rlvr.reproduce import tables
     from rlvr.reproduce.common import Context
     from rlvr.reproduce.grid import get_grid
+    from rlvr.reproduce.keys import eval_key, model_identity, run_key
     from rlvr.reproduce.parallel import required_runs
-    from rlvr.reproduce.runs import eval_config, eval_key, model_identity, run_key, train_config
+    from rlvr.reproduce.runs import eval_config, train_config
 
     profile = get_grid("tiny", smoke=smoke)
     n_seeds, n_bases = DRAWS["smoke" if smoke else "tiny"]

@@ -14,7 +14,8 @@ import json
 from rlvr.agents.checkpoint import CheckpointError, check_writable
 from rlvr.config import ConfigError, config_hash, load_config
 from rlvr.data_paths import rlvr_home
-from rlvr.eval.runner import EvalConfig, evaluate, save_result
+from rlvr.eval.records import save_result
+from rlvr.eval.runner import EvalConfig, evaluate
 from rlvr.models import quiet_progress
 from rlvr.prompt_format import describe
 

@@ -5,8 +5,8 @@ draws items ``0..n_items-1`` of each group (fewer when the split has fewer tasks
 ``env.reset(seed=cfg.seed, options={"index": i})`` (``split="test"``), generates one greedy
 response and ``k`` sampled responses per item in batches (a tqdm bar counts responses), scores
 each with the environment's own ``step`` and returns every response as a record (see
-``rlvr.eval.metrics``) with the summary per group. ``write_jsonl`` saves the records, so figures
-are redrawn without rerunning the model.
+``rlvr.eval.metrics``) with the summary per group. ``rlvr.eval.records`` saves the records, so
+figures are redrawn without rerunning the model.
 
 ``EvalConfig`` is the one description of an evaluation: the trainer's periodic evaluation is
 the ``EvalConfig`` its ``eval.*`` schedule and ``rollout.*`` settings give
@@ -21,14 +21,11 @@ multi-turn environments (search QA) match training exactly.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from rlvr.agents.rollout import Generation, RolloutBackend, SamplingParams, make_backend
@@ -39,6 +36,7 @@ from rlvr.config import ConfigError
 from rlvr.device import check_device, check_device_present, resolve_device
 from rlvr.envs import env_spec, make_env
 from rlvr.eval.metrics import ANSWER_METRICS, summarize_by_group
+from rlvr.eval.records import jsonable
 
 
 @dataclass
@@ -164,20 +162,6 @@ def _groups(cfg: EvalConfig) -> list[tuple[str, dict[str, Any]]]:
     return [(str(v), {**cfg.env_kwargs, cfg.group_by: v}) for v in cfg.group_values]
 
 
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple, set)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if x is None or isinstance(x, (str, int, float, bool)):
-        return x
-    return str(x)
-
-
 def _record(
     cfg: EvalConfig,
     group: str,
@@ -206,14 +190,14 @@ def _record(
         "reward": float(reward),
         "correct": bool(step_info.get("correct")),
         "reason": step_info.get("reason", ""),
-        "parsed": _jsonable(step_info.get("parsed")),
-        "ground_truth": _jsonable(reset_info.get("ground_truth")),
-        "components": _jsonable(step_info.get("reward_components", {})),
+        "parsed": jsonable(step_info.get("parsed")),
+        "ground_truth": jsonable(reset_info.get("ground_truth")),
+        "components": jsonable(step_info.get("reward_components", {})),
     }
     spec = env_spec(cfg.env)
     for key in spec.record_keys:
         if key in reset_info:
-            rec[key] = _jsonable(reset_info[key])
+            rec[key] = jsonable(reset_info[key])
     for name in spec.answer_metrics:  # EM and F1 of a QA answer
         rec[name] = ANSWER_METRICS[name](step_info.get("parsed"), reset_info.get("ground_truth"))
     rec.update(extra or {})
@@ -400,44 +384,6 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
     )
 
 
-def write_jsonl(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
-    """One JSON object per response (written to a temporary file, then renamed)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        for r in records:
-            f.write(json.dumps(_jsonable(r)) + "\n")
-    tmp.replace(path)
-    return path
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def save_result(result: EvalResult, out_dir: str | Path) -> Path:
-    """``responses.jsonl`` and ``summary.json`` (config, seconds, metrics per group) in
-    ``out_dir``."""
-    out = Path(out_dir)
-    write_jsonl(result.records, out / "responses.jsonl")
-    (out / "summary.json").write_text(
-        json.dumps(
-            _jsonable(
-                {
-                    "config": result.config,
-                    "prompt_format": result.prompt,
-                    "seconds": round(result.seconds, 2),
-                    "summary": result.summary,
-                }
-            ),
-            indent=2,
-        )
-    )
-    return out
-
-
 __all__ = [
     "Completion",
     "EvalConfig",
@@ -445,7 +391,4 @@ __all__ = [
     "evaluate",
     "make_env",
     "make_generate_fn",
-    "read_jsonl",
-    "save_result",
-    "write_jsonl",
 ]

@@ -39,13 +39,13 @@ from rlvr.eval.stats import Interval
 from rlvr.repro import machine_info, machine_line
 from rlvr.reproduce.common import markdown_table
 from rlvr.reproduce.grid import get_grid
+from rlvr.reproduce.keys import run_key
 from rlvr.reproduce.runs import (
     DONE,
     base_weights,
     ensure_eval,
     ensure_run,
     eval_config,
-    run_key,
     train_config,
 )
 

@@ -42,7 +42,8 @@ from rlvr.reproduce.check import run_check
 from rlvr.reproduce.common import Context, command_line, markdown_table
 from rlvr.reproduce.compare import run_compare
 from rlvr.reproduce.figures import FIGURES, NAMES, plan_for
-from rlvr.reproduce.grid import PLAN_NOTE, check_engines, get_grid, grid_names, plan_rows, validate
+from rlvr.reproduce.gpu_plan import PLAN_NOTE, check_engines, plan_rows
+from rlvr.reproduce.grid import get_grid, grid_names, validate
 from rlvr.reproduce.pool import prefetch
 from rlvr.reproduce.precision import TARGET, run_power
 from rlvr.reproduce.report import ORDER, write_report

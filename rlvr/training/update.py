@@ -49,6 +49,25 @@ from rlvr.agents.rollout.base import RolloutBatch
 from rlvr.agents.weights import token_weights
 
 
+def lr_factor(step: int, *, warmup: int, total: int, schedule: str, min_ratio: float) -> float:
+    """Multiplier of the base learning rate at optimizer-schedule step ``step`` (0-based).
+
+    Linear warm-up over ``warmup`` steps, then ``constant``, ``linear`` decay or ``cosine``
+    (Loshchilov & Hutter 2017) down to ``min_ratio`` at ``total``.
+    """
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    span = max(1, total - warmup)
+    progress = min(1.0, max(0.0, (step - warmup) / span))
+    if schedule == "linear":
+        return min_ratio + (1.0 - min_ratio) * (1.0 - progress)
+    if schedule == "cosine":
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"optim.schedule: unknown schedule {schedule!r}")
+
+
 def optimizer_steps_per_batch(cfg, algorithm: Algorithm) -> int:
     """Optimizer steps of one batch: stages x epochs x mini-batches."""
     batch = cfg.prompts_per_step * cfg.group_size

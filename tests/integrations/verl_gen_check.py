@@ -59,7 +59,7 @@ RECORDER = """#!/usr/bin/env bash
 set -euo pipefail
 module="$2"; shift 2
 case "$module" in
-  rlvr.reproduce.verl.launch) echo 64 ;;
+  rlvr.reproduce.verl.run_tools) echo 64 ;;
   rlvr.cli)
     if [[ "$1" == prepare-verl ]]; then
       while [[ $# -gt 0 ]]; do [[ "$1" == --out ]] && touch "$2"; shift; done

@@ -96,7 +96,7 @@ UNSUPPORTED_CONFIG_KEYS = {
 #: override too) and writes ``sparse_attention_config.json`` into the key's value, which fails on
 #: ``None`` (vLLM 0.32 ``config/model.py`` ~1509-1530). A folder the engine reads must not hold
 #: them: ``VLLMBackend.from_model`` saves one without; a verl run reads a view of the hub snapshot
-#: without them (``rlvr.reproduce.verl.launch.model_view``).
+#: without them (``rlvr.reproduce.verl.run_tools.model_view``).
 UNSUPPORTED_FILES = {"dual_chunk_attention_config": ("sparse_attention_config.json",)}
 
 

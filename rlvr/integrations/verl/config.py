@@ -301,8 +301,8 @@ def translate(
     """Flat ``dotted.key -> value`` overrides of verl's ``ppo_trainer`` for one native run.
 
     ``cfg``: the run's ``TrainConfig``; ``ecfg``: the setting's ``EvalConfig`` (validation
-    protocol); ``gpus``: the run's GPUs (``grid.verl_gpus``); paths as the run sees them;
-    ``memory``: the rollout memory plan (``grid.verl_rollout_memory(...).record()``:
+    protocol); ``gpus``: the run's GPUs (``gpu_plan.verl_gpus``); paths as the run sees them;
+    ``memory``: the rollout memory plan (``gpu_plan.verl_rollout_memory(...).record()``:
     ``gpu_memory_utilization``, ``optimizer_offload``; None: the profile's value);
     ``hf_config``: what is known of the model's ``config.json`` (keys vLLM cannot serve get
     ``hf_overrides``, ``rlvr.agents.rollout.vllm.hf_overrides``).

@@ -4,7 +4,7 @@
 ``DIR/runs/<run_key>/`` (``<setting>__<algo>__seed<seed>``), that verl fills in:
 
 - ``rlvr_run.json``: what the run stands for (``setting``, ``algo``, ``seed``, ``model``,
-  ``params``, ``native_config_hash``: ``rlvr.reproduce.runs.run_key`` of the native
+  ``params``, ``native_config_hash``: ``rlvr.reproduce.keys.run_key`` of the native
   ``TrainConfig`` the verl config was generated from);
 - ``metrics.jsonl``: verl 0.9.1's file logger (``verl/utils/tracking.py`` ``FileLogger``,
   path from ``VERL_FILE_LOGGER_PATH``): one line per ``logger.log`` call,
@@ -44,7 +44,8 @@ from rlvr.integrations.verl.checkpoints import (
     checkpoint_sha256,
     has_weights,
 )
-from rlvr.reproduce.runs import Run, compute_seconds, run_key, run_summary
+from rlvr.reproduce.keys import run_key
+from rlvr.reproduce.runs import Run, compute_seconds, run_summary
 
 ENGINE = "verl"
 METRICS_FILE = "metrics.jsonl"
