@@ -13,6 +13,7 @@ from rlvr.reproduce import collect, fig3, fig4, gpu_plan, grid, report
 from rlvr.reproduce.common import Context, Output
 from rlvr.reproduce.figures import plan_for
 from rlvr.reproduce.keys import run_key
+from rlvr.reproduce.plan import Need
 from rlvr.reproduce.runs import train_config
 
 
@@ -334,3 +335,43 @@ def test_old_claims_are_restated_from_their_per_run_numbers_and_interval(tmp_pat
     # items for +-0.03 at 3 bases x 1 seed: (0.053) / ((0.03 / z)^2 - s2 / 3), rounded up
     need = int(np.ceil(c["components"]["item"] / ((0.03 / z) ** 2 - s2 / 3)))
     assert f"| GRPO-SG beats GRPO | K&K | {need} |" in text
+
+
+def test_a_new_figure_is_one_registration(tmp_path, capsys):
+    """A figure defined in the tests alone (name, caption, place in the report, needs, run) is
+    planned and run by ``all``, gets its REPORT.md section and its ``--power`` rows."""
+    from rlvr.reproduce import figures
+    from rlvr.reproduce.cli import run_all
+    from rlvr.reproduce.precision import run_power
+
+    def needs(ctx):
+        return [Need.of("kk", "grpo", units=((0, 0),))]
+
+    def run(ctx):
+        out = Output(ctx, "toy_fig")
+        out.claim("a toy claim", "K&K", "held", "diff +0.1 [+0.05, +0.15]", diff_mean=0.1,
+                  diff_low=0.05, diff_high=0.15, n=10, half_width=0.05)  # fmt: skip
+        out.write_md("# Toy\n\n| a |\n|---|\n| 1 |")
+        return out.finish()
+
+    toy = figures.register_figure(figures.Figure("toy_fig", "Toy — from the tests", 5, needs, run))
+    try:
+        ctx = _ctx(tmp_path)
+        assert figures.expand(["all"])[-1] == "toy_fig" and "toy_fig" in figures.names()
+        assert figures.report_order()[0] == "toy_fig"
+        plan = plan_for(ctx, ["toy_fig"])
+        assert [(r.setting, r.algo) for r in plan.runs.values()] == [("kk", "grpo")]
+        registered = dict(figures.FIGURES)
+        figures.FIGURES.clear()
+        figures.FIGURES["toy_fig"] = toy  # `all` runs the toy alone here (no training)
+        try:
+            meta = run_all(ctx)
+        finally:
+            figures.FIGURES.update(registered)
+        assert meta["scripts"] == ["toy_fig"]
+        text = (tmp_path / "REPORT.md").read_text()
+        assert "## Toy — from the tests" in text and "| a toy claim | K&K |" in text
+        assert run_power(tmp_path, figures.report_order()) == 0
+        assert "a toy claim" in capsys.readouterr().out
+    finally:
+        figures.FIGURES.pop("toy_fig")

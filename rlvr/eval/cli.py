@@ -12,7 +12,7 @@ import argparse
 import json
 
 from rlvr.agents.checkpoint import CheckpointError, check_writable
-from rlvr.config import ConfigError, config_hash, load_config
+from rlvr.config import ConfigError, config_key, load_config
 from rlvr.data_paths import rlvr_home
 from rlvr.eval.records import save_result
 from rlvr.eval.runner import EvalConfig, evaluate
@@ -51,7 +51,7 @@ def run_eval(args: argparse.Namespace) -> int:
     ``out`` that cannot be written are one line, exit 2; ``out`` is probed before the model
     loads, so a bad one costs no evaluation."""
     cfg = load_config(EvalConfig, args.config, args.overrides)
-    out = cfg.out or str(rlvr_home() / "evals" / config_hash(cfg))
+    out = cfg.out or str(rlvr_home() / "evals" / config_key(cfg))
     try:
         check_writable(out)
     except CheckpointError as e:
@@ -68,7 +68,7 @@ def run_eval(args: argparse.Namespace) -> int:
     print(format_summary(result.summary))
     print(
         json.dumps(
-            {"out": out, "seconds": round(result.seconds, 1), "config_hash": config_hash(cfg)}
+            {"out": out, "seconds": round(result.seconds, 1), "config_hash": config_key(cfg)}
         )
     )
     return 0

@@ -32,7 +32,7 @@ from rlvr.agents.rollout import Generation, RolloutBackend, SamplingParams, make
 from rlvr.agents.rollout.chat import model_prompt
 from rlvr.agents.rollout.jobs import Job, plan, play
 from rlvr.agents.rollout.multiturn import episode_seed
-from rlvr.config import ConfigError
+from rlvr.config import ConfigError, unkeyed
 from rlvr.device import check_device, check_device_present, resolve_device
 from rlvr.envs import env_spec, make_env
 from rlvr.eval.metrics import ANSWER_METRICS, summarize_by_group
@@ -67,7 +67,7 @@ class EvalConfig:
     seed: int = 0
     backend: Literal["auto", "rollout", "generate"] = "auto"
     device: str = "cpu"
-    out: str = ""
+    out: str = unkeyed("")
 
     def __post_init__(self):
         for name in ("n_items", "batch_size", "max_new_tokens"):

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from rlvr.config import ConfigError, merge, parse_overrides, to_dict
+from rlvr.config import ConfigError, config_key, merge, parse_overrides, to_dict
 from rlvr.data_paths import rlvr_home
 from rlvr.envs import warmstart
 from rlvr.locks import hold
@@ -37,10 +37,6 @@ from rlvr.repro import machine_info, weights_sha256
 
 BUILD_FORMAT = 3  # bump when the build procedure itself changes meaning (2: Qwen2 text split;
 # 3: the reproducible mode's float32 sqrt, rlvr.blas.sqrt, which moved every base's bits)
-#: Settings added after BUILD_FORMAT 3 whose default computes the same bits as a build before
-#: them (tests/test_models.py): left out of the key at that default, so cached bases keep theirs.
-LATER_SETTINGS = {("sft", "micro_batches"): 1}
-LATER_SECTIONS = {"accept": AcceptConfig()}
 
 
 @dataclass(frozen=True)
@@ -49,13 +45,13 @@ class TokenizerConfig:
 
     vocab_size: int = 1024
     min_frequency: int = 2
-    #: Tasks whose text the tokenizer is trained on (all three: one vocabulary covers every task,
-    #: and every base built with the same ``TokenizerConfig`` gets the same tokenizer).
-    tasks: tuple[str, ...] = ("kk", "math", "searchqa")
-    #: Task settings of the tokenizer corpus (default: each task's tiny settings).
-    settings: dict[str, dict[str, Any]] = field(
-        default_factory=lambda: {t: warmstart.tiny_settings(t) for t in ("kk", "math", "searchqa")}
-    )
+    #: Tasks whose text the tokenizer is trained on (``()``: every registered environment with a
+    #: warm start, ``rlvr.envs.warmstart.tasks``). One vocabulary covers every task, and every base
+    #: built with the same ``TokenizerConfig`` gets the same tokenizer.
+    tasks: tuple[str, ...] = ()
+    #: Task settings of the tokenizer corpus (a task without an entry: its tiny settings,
+    #: ``rlvr.envs.warmstart.tiny_settings``).
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     texts_per_task: int = 3000
     seed: int = 1234
 
@@ -92,13 +88,12 @@ class BuildConfig:
 
 
 def tokenizer_corpus(cfg: TokenizerConfig, per_task: int | None = None) -> list[str]:
-    """Texts of every task in ``cfg.tasks``, ``per_task`` (default ``texts_per_task``) each."""
+    """Texts of every task of ``cfg``, ``per_task`` (default ``texts_per_task``) each."""
     texts: list[str] = []
-    for task in cfg.tasks:
-        if task not in cfg.settings:
-            raise ConfigError(f"tokenizer.settings has no entry for task {task!r}")
+    for task in cfg.tasks or warmstart.tasks():
+        settings = cfg.settings[task] if task in cfg.settings else warmstart.tiny_settings(task)
         texts += warmstart.tokenizer_texts(
-            task, cfg.settings[task], per_task or cfg.texts_per_task, seed=cfg.seed
+            task, settings, per_task or cfg.texts_per_task, seed=cfg.seed
         )
     return texts
 
@@ -114,20 +109,10 @@ def data_fingerprint(cfg: BuildConfig, n: int = 16) -> str:
 
 
 def build_key(cfg: BuildConfig) -> str:
-    """``<name>-<12 hex>``: hash of the full configuration plus the data fingerprint."""
-    config = to_dict(cfg)
-    for (section, name), default in LATER_SETTINGS.items():
-        if config[section][name] == default:
-            del config[section][name]
-    for section, default in LATER_SECTIONS.items():
-        if config[section] == to_dict(default):
-            del config[section]
-    blob = json.dumps(
-        {"format": BUILD_FORMAT, "config": config, "data": data_fingerprint(cfg)},
-        sort_keys=True,
-        default=str,
-    )
-    return f"{cfg.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+    """``<name>-<12 hex>``: the key of the configuration (``rlvr.config.config_key``: its fields
+    that differ from the defaults, so a setting added with a default that builds the same bits
+    moves no key) with the build format and the data fingerprint."""
+    return f"{cfg.name}-{config_key(cfg, format=BUILD_FORMAT, data=data_fingerprint(cfg))}"
 
 
 def models_dir(home: str | Path | None = None) -> Path:

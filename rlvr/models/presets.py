@@ -13,9 +13,13 @@ import dataclasses
 
 from rlvr.envs.warmstart import tiny_settings
 from rlvr.models.accept import AcceptConfig
-from rlvr.models.build import BuildConfig
+from rlvr.models.build import BuildConfig, TokenizerConfig
 from rlvr.models.sft import SFTConfig
 from rlvr.models.tiny import ArchConfig
+
+#: The tokenizer every preset shares, part of their recipe: trained on the text of the three tasks
+#: at their tiny settings (an environment registered later does not change it).
+TOKENIZER = TokenizerConfig(tasks=("kk", "math", "searchqa"))
 
 PRESETS: dict[str, BuildConfig] = {
     # K&K by puzzle size (issue 28): a base between 0.05 and 0.8 greedy on 3, 4 and 5 people.
@@ -29,6 +33,7 @@ PRESETS: dict[str, BuildConfig] = {
     # checked on 100 train-split puzzles per size and redrawn, up to 6 draws, when it misses.
     "tiny-kk": BuildConfig(
         name="tiny-kk",
+        tokenizer=TOKENIZER,
         task="kk",
         data={
             **tiny_settings("kk"),
@@ -57,6 +62,7 @@ PRESETS: dict[str, BuildConfig] = {
     # 2,800 steps (7.0 min at 2 threads) give a base near greedy 0.37 rather than 0.14.
     "tiny-math": BuildConfig(
         name="tiny-math",
+        tokenizer=TOKENIZER,
         task="math",
         data={**tiny_settings("math"), "slip_frac": 0.3},
         # sympy makes ~60 problems/s here, slower than training consumes them: draw 8,000 once.
@@ -75,6 +81,7 @@ PRESETS: dict[str, BuildConfig] = {
     # (results/tiny/SEARCHQA_DIAGNOSIS.md). 57-61 min at 1 thread (AMD EPYC Zen 2).
     "tiny-searchqa": BuildConfig(
         name="tiny-searchqa",
+        tokenizer=TOKENIZER,
         task="searchqa",
         data={
             **tiny_settings("searchqa"),

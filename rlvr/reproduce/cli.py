@@ -41,12 +41,12 @@ from rlvr.models.presets import parse_spec
 from rlvr.reproduce.check import run_check
 from rlvr.reproduce.common import Context, command_line, markdown_table
 from rlvr.reproduce.compare import run_compare
-from rlvr.reproduce.figures import FIGURES, NAMES, plan_for
+from rlvr.reproduce.figures import FIGURES, names, plan_for, report_order
 from rlvr.reproduce.gpu_plan import PLAN_NOTE, check_engines, plan_rows
 from rlvr.reproduce.grid import get_grid, grid_names, validate
 from rlvr.reproduce.pool import prefetch
 from rlvr.reproduce.precision import TARGET, run_power
-from rlvr.reproduce.report import ORDER, write_report
+from rlvr.reproduce.report import write_report
 from rlvr.reproduce.verl.launch import write
 from rlvr.reproduce.verl.results import VerlRuns, VerlRunsMissing
 
@@ -55,7 +55,7 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "name",
         nargs="?",
-        choices=NAMES,
+        choices=names(),
         help="the figure or table to reproduce (all: every one + REPORT.md)",
     )
     parser.add_argument(
@@ -237,7 +237,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
     if args.compare:
         return run_compare(Path(args.compare[0]), Path(args.compare[1]))
     if args.power:
-        return run_power(Path(args.power), list(ORDER), args.target)
+        return run_power(Path(args.power), report_order(), args.target)
     if args.check:
         return run_check(
             Path(args.check),

@@ -23,6 +23,7 @@ from typing import Any
 import matplotlib
 
 from rlvr.agents.algorithms import algorithm_names, get_algorithm
+from rlvr.config import KEY_SCHEMA
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -211,6 +212,7 @@ class Output:
             "evaluations": self.evals,
             "bases": self.bases,
             "run_records": self.run_records,
+            "key_schema": KEY_SCHEMA,
             "prompt_formats": self.prompts,
             "claims": self.claims,
             "notes": self.notes,

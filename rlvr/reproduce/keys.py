@@ -1,9 +1,12 @@
-"""The keys of the run cache: what identifies a training run, an evaluation and a base model.
+"""The keys of the run cache: what identifies a training run and an evaluation.
 
-A training run is identified by the hash of its ``TrainConfig`` (``run_key``), an evaluation by
-that of its ``EvalConfig`` (``eval_key``), each with the model named by what it stands for
-(``model_identity``): the run cache (``rlvr.reproduce.runs``) keeps them under
-``<cache>/runs/<key>/`` and ``<cache>/evals/<key>/``.
+A key covers a configuration's effective fields (``rlvr.config.effective``: what differs from the
+defaults, the fields declared ``unkeyed`` left out) and the key schema (``rlvr.config.KEY_SCHEMA``),
+with the model named by what it stands for (``model_identity``); a training run's key also covers
+the resolved parameters of its own method (``rlvr.agents.algorithms.resolved_fields``), not the
+other methods' fields of its ``WeightConfig``. So registering a method, or adding a field whose
+default computes what was computed before, moves no key. The run cache (``rlvr.reproduce.runs``)
+keeps runs under ``<cache>/runs/<run_key>/`` and evaluations under ``<cache>/evals/<eval_key>/``.
 """
 
 from __future__ import annotations
@@ -12,15 +15,10 @@ import dataclasses
 import functools
 from pathlib import Path
 
-from rlvr.config import config_hash
+from rlvr.agents.algorithms import resolved_fields
+from rlvr.config import config_key
 from rlvr.eval.runner import EvalConfig
 from rlvr.integrations.verl.checkpoints import checkpoint_identity, is_verl_checkpoint
-
-#: Fields that do not change what a run computes (blanked before hashing).
-_NEUTRAL = {"out": "", "resume": False, "progress": True, "tensorboard": False}
-#: Fields that change nothing a run computes, added after runs were cached: left out of the key,
-#: so that cached runs keep theirs.
-_UNKEYED = ("max_tool_failure_rate",)
 
 
 def model_identity(model: str) -> str:
@@ -66,10 +64,11 @@ def base_seed_of(model: str) -> int:
 
 
 def run_key(cfg) -> str:
-    return config_hash(
-        dataclasses.replace(cfg, **_NEUTRAL, model=model_identity(cfg.model)), leave_out=_UNKEYED
-    )
+    """The key of training run ``cfg`` (a ``TrainConfig``; module docstring)."""
+    general = dataclasses.replace(cfg, model=model_identity(cfg.model), weights=type(cfg)().weights)
+    return config_key(general, weights=resolved_fields(cfg.weights, cfg.algo))
 
 
 def eval_key(ecfg: EvalConfig) -> str:
-    return config_hash(dataclasses.replace(ecfg, out="", model=model_identity(ecfg.model)))
+    """The key of evaluation ``ecfg`` (module docstring)."""
+    return config_key(dataclasses.replace(ecfg, model=model_identity(ecfg.model)))

@@ -13,9 +13,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Literal, Optional
 
+from rlvr.agents.advantages import get_estimator
 from rlvr.agents.algorithms import WeightConfig, algorithm_names, get_algorithm, load_plugins
 from rlvr.agents.metrics import MAX_TOOL_FAILURE_RATE, check_failure_rate
-from rlvr.config import ConfigError, check_interval, layered, merge, parse_overrides
+from rlvr.config import ConfigError, check_interval, layered, merge, parse_overrides, unkeyed
 from rlvr.device import check_device
 from rlvr.envs import ENVS, env_spec
 from rlvr.eval.runner import EvalConfig
@@ -41,7 +42,8 @@ class LossConfig:
     ] = "token-mean"
     loss_scale_factor: float | None = None
     weight_position: Literal["surrogate", "ratio"] = "surrogate"
-    advantage: Literal["grpo", "drgrpo"] = "grpo"
+    #: A registered advantage estimator (``rlvr.agents.advantages``: ``grpo``, ``drgrpo``...).
+    advantage: str = "grpo"
     adv_eps: float = 1e-6
 
     def policy_loss_kwargs(self) -> dict:
@@ -125,7 +127,8 @@ class TrainConfig:
     #: Modules to import before the configuration is checked (algorithms registered outside
     #: ``rlvr``, e.g. ``plugins=[my_lab.algos]``).
     plugins: list[str] = dataclasses.field(default_factory=list)
-    out: str = ""
+    #: Fields declared ``unkeyed`` change nothing a run computes: no run key covers them.
+    out: str = unkeyed("")
     #: ``micro``, a local directory, or a Hugging Face hub name.
     model: str = "micro"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -156,17 +159,17 @@ class TrainConfig:
     eval: EvalScheduleConfig = dataclasses.field(default_factory=EvalScheduleConfig)
     save_every: int = 0
     keep_checkpoints: int = 2
-    resume: bool = False
+    resume: bool = unkeyed(False)
     profile: str = "default"
-    progress: bool = True
-    tensorboard: bool = False
+    progress: bool = unkeyed(True)
+    tensorboard: bool = unkeyed(False)
     #: Refuse settings whose estimated memory exceeds what is available (``memory.py``).
     memory_check: bool = True
     #: CPU threads for torch (0: leave torch's default).
     num_threads: int = 0
     #: Stop the run when more than this share of a step's (or an evaluation's) tool calls fail:
     #: a retrieval service down or out of reach (``agents.metrics.check_tool_failures``).
-    max_tool_failure_rate: float = MAX_TOOL_FAILURE_RATE
+    max_tool_failure_rate: float = unkeyed(MAX_TOOL_FAILURE_RATE)
 
     def validate(self) -> None:
         """One ``ConfigError`` naming the first bad key and its accepted range."""
@@ -239,6 +242,10 @@ class TrainConfig:
             algorithm = get_algorithm(self.algo)
         except ValueError as e:
             raise ConfigError(str(e)) from e
+        try:
+            get_estimator(lo.advantage)
+        except ValueError as e:
+            raise ConfigError(f"loss.advantage: {e}") from None
         try:
             algorithm.parameters(self.weights)  # and the checks across them (GRPO-SG's L <= U)
         except ValueError as e:

@@ -330,11 +330,7 @@ class VLLMBackend(RolloutBackend):
         from vllm.inputs import TokensPrompt
 
         n = len(contexts)
-        budgets = (
-            [params.max_new_tokens] * n
-            if max_new_tokens is None
-            else [max(0, min(b, params.max_new_tokens)) for b in max_new_tokens]
-        )
+        budgets = params.budgets(n, max_new_tokens)
         live = [i for i in range(n) if budgets[i] > 0]
         token_ids: list[list[int]] = [[] for _ in range(n)]
         logprobs: list[list[float]] = [[] for _ in range(n)]
