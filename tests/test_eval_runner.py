@@ -110,7 +110,7 @@ def test_cuda_without_a_gpu_is_one_line_before_loading(monkeypatch, capsys):
     from rlvr.cli import main
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr("rlvr.models.load_model", lambda *a: pytest.fail("loaded a model"))
+    monkeypatch.setattr(R, "load_model", lambda *a: pytest.fail("loaded a model"))
     assert main(["eval", "model=micro", "env=kk", "device=cuda", "--quiet"]) == 2
     assert "device: 'cuda' but torch sees no CUDA GPU" in capsys.readouterr().err
 

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from rlvr import registries
+
 #: ``fn(rewards [B], group_size, *, eps) -> advantages [B]``.
 AdvantageFn = Callable[..., torch.Tensor]
 
@@ -47,11 +49,7 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
 
 def register_advantage_estimator(estimator: AdvantageEstimator) -> AdvantageEstimator:
     """Add ``estimator`` to the registry (a different one under a known name raises)."""
-    known = ADVANTAGE_ESTIMATORS.get(estimator.name)
-    if known is not None and known != estimator:
-        raise ValueError(f"estimator: {estimator.name!r} is already registered")
-    ADVANTAGE_ESTIMATORS[estimator.name] = estimator
-    return estimator
+    return registries.add(ADVANTAGE_ESTIMATORS, estimator.name, estimator, "estimator")
 
 
 def get_estimator(name: str) -> AdvantageEstimator:

@@ -12,6 +12,7 @@ from rlvr.envs.base import AnyText, Score, SingleTurnEnv, Tool, coerce_text
 from rlvr.envs.registry import (
     ENVS,
     EnvSpec,
+    VerlService,
     VerlSpec,
     env_accepts,
     env_names,
@@ -30,6 +31,17 @@ SEARCH = Tool(
     argument_doc="What to look up, as a short search-engine query.",
     returns="The best matching passages inside <information>, one per line as "
     '"Doc i(Title: title) text".',
+)
+
+#: Search-R1's retrieval service, which run.sh serves with ``rlvr retrieval-serve`` over an index.
+RETRIEVAL = VerlService(
+    what="Search QA: the retrieval service (Search-R1's POST /retrieve)",
+    url_key="retrieval_url",
+    serve='retrieval-serve --index "$RLVR_INDEX" --host {host} --port {port} --topk {topk}',
+    url_var="RLVR_RETRIEVAL_URL",
+    source_var="RLVR_INDEX",
+    source_help="a folder written by rlvr index (e5 over wiki-18)",
+    wait_var="RLVR_RETRIEVAL_WAIT_S",
 )
 
 #: Search-R1 names its parquet data sources after the QA sets
@@ -109,6 +121,15 @@ def register_all() -> None:
                 gold="rlvr.envs.searchqa.reward:search_r1_gold",
                 info_keys=("question",),
                 agent_loop="rlvr_searchqa",
+                section="rlvr.envs.searchqa.verl_spec:section",
+                section_keys={  # the agent loop's settings -> search QA's keyword arguments
+                    "retrieval_url": "retriever",
+                    "max_turns": "max_turns",
+                    "topk": "topk",
+                    "max_obs_chars": "max_obs_chars",
+                },
+                task="rlvr.envs.searchqa.verl_spec:task",
+                service=RETRIEVAL,
                 data_sources=SEARCH_R1_SOURCES,
                 export_kwargs="rlvr.envs.searchqa.env:export_kwargs",
             ),
@@ -123,6 +144,7 @@ __all__ = [
     "Score",
     "SingleTurnEnv",
     "Tool",
+    "VerlService",
     "VerlSpec",
     "coerce_text",
     "env_accepts",

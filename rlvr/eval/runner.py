@@ -37,6 +37,8 @@ from rlvr.device import check_device, check_device_present, resolve_device
 from rlvr.envs import env_spec, make_env
 from rlvr.eval.metrics import ANSWER_METRICS, summarize_by_group
 from rlvr.eval.records import jsonable
+from rlvr.models import load_model
+from rlvr.models.prompt_formats import with_format
 
 
 @dataclass
@@ -328,9 +330,6 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
     start = time.perf_counter()
     source = "settings given"
     if model is None:
-        from rlvr.models import load_model
-        from rlvr.models.prompt_formats import with_format
-
         kwargs, fmt = with_format(cfg.model, cfg.env, cfg.env_kwargs)
         if fmt is not None and fmt.settings(cfg.env):
             cfg, source = dataclasses.replace(cfg, env_kwargs=kwargs), f"model: {fmt.source}"

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
+from rlvr import registries
 from rlvr.reproduce import fig1, fig2, fig3, fig4, sweep, table_kk, table_math, table_qa
 from rlvr.reproduce.plan import Need, Plan, build_plan
 
@@ -42,11 +43,7 @@ FIGURES: dict[str, Figure] = {}
 
 def register_figure(figure: Figure) -> Figure:
     """Add ``figure`` to the registry (a different one under a known name raises)."""
-    known = FIGURES.get(figure.name)
-    if known is not None and known != figure:
-        raise ValueError(f"figure: {figure.name!r} is already registered")
-    FIGURES[figure.name] = figure
-    return figure
+    return registries.add(FIGURES, figure.name, figure, "figure")
 
 
 for _module in (table_kk, fig2, fig1, fig3, fig4, table_math, table_qa, sweep):

@@ -20,6 +20,7 @@ from rlvr.config import ConfigError, check_interval, layered, merge, parse_overr
 from rlvr.device import check_device
 from rlvr.envs import ENVS, env_spec
 from rlvr.eval.runner import EvalConfig
+from rlvr.models.prompt_formats import with_format
 from rlvr.repro import check_threads
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
@@ -310,8 +311,6 @@ def with_model_format(values: dict[str, Any], env: str) -> dict[str, Any]:
     """``values`` with the prompt format the model carries under the profile's and the command
     line's ``env_kwargs`` (``rlvr.models.prompt_formats.with_format``: a tiny base trains on the
     prompts it was warm-started on whichever way it is named; a contradiction is one line)."""
-    from rlvr.models.prompt_formats import with_format
-
     model = str(values.get("model", TrainConfig.model))
     kwargs, fmt = with_format(model, env, values.get("env_kwargs") or {})
     return values if fmt is None else {**values, "env_kwargs": kwargs}

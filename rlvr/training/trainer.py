@@ -53,6 +53,7 @@ from rlvr.config import ConfigError, dump_yaml
 from rlvr.device import resolve_device
 from rlvr.envs import env_spec, make_env
 from rlvr.locks import LOCK_FILE, hold
+from rlvr.models import load_model
 from rlvr.prompt_format import write_format
 from rlvr.repro import set_threads
 from rlvr.training.live_eval import evaluate_live
@@ -108,8 +109,6 @@ class Trainer:
         set_threads(cfg.num_threads)
         self._seed_everything(cfg.seed)
         if model is None:
-            from rlvr.models import load_model
-
             model, tokenizer = load_model(cfg.model, seed=cfg.seed, dtype=torch.float32)
         self.with_reference = cfg.loss.kl_coef > 0 or cfg.track_kl
         if cfg.memory_check:

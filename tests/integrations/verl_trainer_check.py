@@ -539,12 +539,12 @@ def test_run_sh_cluster_check_refuses_loopback_on_two_nodes(monkeypatch, capsys)
 
     node = {"NodeID": "a" * 56, "Alive": True, "Resources": {"CPU": 8.0, "GPU": 8.0}}
     monkeypatch.setattr(cluster, "cluster_nodes", lambda: [node, {**node, "NodeID": "b" * 56}])
-    assert cluster.main(["--url", "http://127.0.0.1:8000"]) == 2
+    assert cluster.main(["--env", "searchqa", "--url", "http://127.0.0.1:8000"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is a loopback address" in err[0] and "all 2 nodes" in err[0]
-    assert cluster.main(["--url", "http://10.0.0.1:8000"]) == 0
+    assert cluster.main(["--env", "searchqa", "--url", "http://10.0.0.1:8000"]) == 0
     monkeypatch.setattr(cluster, "cluster_nodes", lambda: [node])
-    assert cluster.main(["--url", "http://127.0.0.1:8000"]) == 0
+    assert cluster.main(["--env", "searchqa", "--url", "http://127.0.0.1:8000"]) == 0
 
 
 def test_verl_main_reports_a_failure_from_the_task_runner_in_one_line(monkeypatch, tmp_path):

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from rlvr import registries
 from rlvr.config import check_interval
 
 #: ``fn(*, logprobs, mask, logits, old_logprobs, entropy, **params) -> w`` (tensors ``[B, T]``).
@@ -133,8 +134,4 @@ ALGORITHMS: dict[str, Algorithm] = {}
 
 def register_algorithm(algorithm: Algorithm) -> Algorithm:
     """Add ``algorithm`` to the registry (a second, different one under the same name raises)."""
-    known = ALGORITHMS.get(algorithm.name)
-    if known is not None and known != algorithm:
-        raise ValueError(f"algo: {algorithm.name!r} is already registered")
-    ALGORITHMS[algorithm.name] = algorithm
-    return algorithm
+    return registries.add(ALGORITHMS, algorithm.name, algorithm, "algo")

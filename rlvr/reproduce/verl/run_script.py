@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import shlex
 from typing import Any
+from urllib.parse import urlsplit
 
 from rlvr.agents.rollout.vllm import unsupported_files
+from rlvr.envs import env_spec
 from rlvr.integrations.verl.config import ATTN_IMPLEMENTATION, VERL_VERSION
+from rlvr.integrations.verl.data import service_key
 from rlvr.reproduce.common import markdown_table
 
 RUN_SH = """#!/usr/bin/env bash
@@ -61,24 +64,23 @@ for arg in "$@"; do [[ "$arg" == --check ]] && exit 0; done
 touch "$HERE/DONE"
 """
 
-RETRIEVAL = """# Search QA: the retrieval service (Search-R1's POST /retrieve) for the agent loop.
+SERVICE = """# {what} for the agent loop.
 # verl runs agent-loop workers on every node of its Ray cluster: a loopback URL, which reaches
 # this node only, is refused (one line, exit 2) when the cluster has several nodes.
-"$PYTHON" -m rlvr.integrations.verl.cluster --url "${{RLVR_RETRIEVAL_URL:-{url}}}" || exit 2
-if [[ -n "${{RLVR_RETRIEVAL_URL:-}}" ]]; then
-  OVERRIDES+=("rlvr.searchqa.retrieval_url=$RLVR_RETRIEVAL_URL")
+"$PYTHON" -m rlvr.integrations.verl.cluster --env {env} --url "${{{url_var}:-{url}}}" || exit 2
+if [[ -n "${{{url_var}:-}}" ]]; then
+  OVERRIDES+=("{key}=${url_var}")
 else
-  : "${{RLVR_INDEX:?set RLVR_INDEX to a folder written by rlvr index (e5 over wiki-18), or \\
-RLVR_RETRIEVAL_URL to a running service}}"
-  "$PYTHON" -m rlvr.cli retrieval-serve --index "$RLVR_INDEX" --host {host} --port {port} \\
-    --topk {topk} &
+  : "${{{source_var}:?set {source_var} to {source_help}, or \\
+{url_var} to a running service}}"
+  "$PYTHON" -m rlvr.cli {serve} &
   SERVER_PID=$!
   trap 'kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true' EXIT
-  deadline=$((SECONDS + ${{RLVR_RETRIEVAL_WAIT_S:-3600}}))
+  deadline=$((SECONDS + ${{{wait_var}:-3600}}))
   until "$PYTHON" -c "import urllib.request as u; u.urlopen('{health}', timeout=5)" \\
       2>/dev/null; do
-    kill -0 "$SERVER_PID" 2>/dev/null || {{ echo "rlvr retrieval-serve exited" >&2; exit 1; }}
-    (( SECONDS < deadline )) || {{ echo "retrieval service not healthy in time" >&2; exit 1; }}
+    kill -0 "$SERVER_PID" 2>/dev/null || {{ echo "rlvr {command} exited" >&2; exit 1; }}
+    (( SECONDS < deadline )) || {{ echo "{command} service not healthy in time" >&2; exit 1; }}
     sleep 5
   done
 fi
@@ -108,18 +110,25 @@ def run_sh(files: dict[str, Any], command: str) -> str:
     rec = files["record"]
     train, *vals = files["data"]
     folder = files["folder"]
+    spec = env_spec(rec["task"])
+    service = spec.verl.service
     retrieval = ""
-    if "searchqa" in files["config"].get("rlvr", {}):  # the search-QA agent loop's service
-        from urllib.parse import urlsplit
-
-        sq = files["config"]["rlvr"]["searchqa"]
-        url = urlsplit(sq["retrieval_url"])
-        retrieval = RETRIEVAL.format(
-            url=sq["retrieval_url"],
-            host=url.hostname,
-            port=url.port or 80,
-            topk=sq["topk"],
-            health=f"{url.scheme}://{url.hostname}:{url.port or 80}/health",
+    if service is not None:  # the service the env's agent loop calls (EnvSpec.verl.service)
+        section = files["config"]["rlvr"][spec.name]
+        url = urlsplit(section[service.url_key])
+        where = {"host": url.hostname, "port": url.port or 80}
+        retrieval = SERVICE.format(
+            what=service.what,
+            env=spec.name,
+            url=section[service.url_key],
+            url_var=service.url_var,
+            key=service_key(spec),
+            source_var=service.source_var,
+            source_help=service.source_help,
+            serve=service.serve.format(**section, **where),
+            command=service.serve.split()[0],
+            wait_var=service.wait_var,
+            health=f"{url.scheme}://{url.hostname}:{where['port']}{service.health}",
         )
     view = ""
     drop = unsupported_files(rec["hf_overrides"])
