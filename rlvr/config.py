@@ -246,7 +246,7 @@ def unkeyed(default: Any) -> Any:
 _SAME = object()
 
 
-def _plain(value: Any) -> Any:
+def plain_data(value: Any) -> Any:
     """``value`` as the JSON a key hashes (tuples as lists, other objects as strings)."""
     data = to_dict(value) if dataclasses.is_dataclass(value) else value
     return json.loads(json.dumps(data, sort_keys=True, default=str))
@@ -267,8 +267,8 @@ def _difference(value: Any, default: Any) -> Any:
                 if d is not _SAME:
                     out[f.name] = d
         return out or _SAME
-    plain = _plain(value)
-    return _SAME if plain == _plain(default) else plain
+    plain = plain_data(value)
+    return _SAME if plain == plain_data(default) else plain
 
 
 def effective(cfg) -> dict[str, Any]:

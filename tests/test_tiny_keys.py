@@ -108,7 +108,7 @@ def keyed_defaults() -> dict[str, object]:
     """``{"TrainConfig.loss.clip_low": 0.2, ...}``: the default of every keyed field of the
     configurations keys cover (``WeightConfig`` aside: a run key covers its method's resolved
     parameters whatever their defaults), with ``rlvr.config.KEY_SCHEMA``."""
-    from rlvr.config import KEY_SCHEMA, UNKEYED, _plain
+    from rlvr.config import KEY_SCHEMA, UNKEYED, plain_data
     from rlvr.eval.runner import EvalConfig
     from rlvr.models.build import BuildConfig
     from rlvr.training.train_config import TrainConfig
@@ -123,7 +123,7 @@ def keyed_defaults() -> dict[str, object]:
             if dataclasses.is_dataclass(value):
                 walk(f"{prefix}.{f.name}", value)
             else:
-                out[f"{prefix}.{f.name}"] = _plain(value)
+                out[f"{prefix}.{f.name}"] = plain_data(value)
 
     for cls in (TrainConfig, EvalConfig, BuildConfig):
         walk(cls.__name__, cls())
