@@ -95,6 +95,26 @@ class ScriptedBackend(RolloutBackend):
 NAME = "toy"
 
 
+def letter_trainer(out, *overrides: str, algo: str = "grpo", steps: int = 1):
+    """A ``micro``-profile ``Trainer`` of ``algo`` for ``steps`` steps on K&K's settings whose
+    episodes are ``LetterEnv``'s (rewards that vary, so advantages are non-zero)."""
+    from rlvr.training.train_config import load_train_config
+    from rlvr.training.trainer import Trainer
+
+    cfg = load_train_config(
+        [
+            f"out={out}",
+            f"algo={algo}",
+            "profile=micro",
+            "env=kk",
+            f"steps={steps}",
+            "progress=false",
+            *overrides,
+        ]
+    )
+    return Trainer(cfg, make_env=lambda split: LetterEnv())
+
+
 def toy_score(response, ground_truth, strict: bool = False) -> Score:
     """The share of digits in the response; correct when it holds the number (alone, if
     ``strict``)."""

@@ -39,9 +39,10 @@ def _forward(logits, tokens):
 SCHEMES = [
     ("grpo", {}),
     ("grpo_sg", {"shaping_input": "prob"}),
-    ("grpo_sg", {"shaping_input": "logit", "tau": 2.0, "alpha": 2.0}),
+    ("grpo_sg", {"shaping_input": "logit", "tau": 2.0, "alpha": 2.0, "mu": 0.5}),
+    ("tr_grpo", {"alpha": 2.5}),
     ("reverse", {"shaping_input": "prob"}),
-    ("reverse", {"shaping_input": "logit", "tau": 2.0, "alpha": 4.0}),
+    ("reverse", {"shaping_input": "logit", "tau": 2.0, "alpha": 4.0, "mu": 0.0}),
     ("ar", {"alpha": 0.3}),
     ("entropy_top", {"fraction": 0.2}),
 ]

@@ -13,9 +13,9 @@ import torch
 import rlvr.training.trainer as trainer_mod
 from rlvr.config import ConfigError
 from rlvr.envs import make_env
+from rlvr.training.optim import lr_factor
 from rlvr.training.train_config import ALGOS, load_train_config
 from rlvr.training.trainer import Trainer, read_metrics, strip_time
-from rlvr.training.update import lr_factor
 
 from _rlvr_toys import LetterEnv, ToolEnv
 

@@ -13,27 +13,14 @@ from rlvr.agents.algorithms import Algorithm, get_algorithm, register_algorithm
 from rlvr.agents.losses import k3_kl
 from rlvr.agents.metrics import token_prob_summary
 from rlvr.agents.policy import response_token_stats
-from rlvr.training.train_config import load_train_config
-from rlvr.training.trainer import Trainer
 
-from _rlvr_toys import LetterEnv
+from _rlvr_toys import letter_trainer
 
 torch.set_num_threads(1)
 
 
 def _trainer(tmp_path, *extra, algo="grpo", steps=1):
-    cfg = load_train_config(
-        [
-            f"out={tmp_path}",
-            f"algo={algo}",
-            "profile=micro",
-            "env=kk",
-            f"steps={steps}",
-            "progress=false",
-            *extra,
-        ]
-    )
-    return Trainer(cfg, make_env=lambda split: LetterEnv())
+    return letter_trainer(tmp_path, *extra, algo=algo, steps=steps)
 
 
 def _batch(t, step=1):
@@ -326,6 +313,50 @@ def test_ar_with_micro_batches_normalises_over_the_mini_batch(tmp_path):
     t.update(batch, adv, 1)
     _assert_same_grads(got, want[False])
     assert _relative_gap(want[True], want[False]) > 0.1
+
+
+def test_mini_batches_split_in_order_as_verl(tmp_path):
+    """GRPO with two mini-batches of two micro-batches and two epochs: rows [0, 4) then [4, 8),
+    the same in both epochs, as verl 0.9.1 (``actor.shuffle: false``) and AR-Lopti split them; a
+    prompt's group (4 consecutive rows here) stays in one mini-batch. The reference is the
+    in-order loop written out; the same loop over shuffled rows gives another update."""
+    mini, micro = 4, 2
+    t, batch, adv = _shape(
+        tmp_path,
+        "grpo",
+        LENGTHS,
+        f"mini_batch_size={mini}",
+        f"micro_batch_size={micro}",
+        "ppo_epochs=2",
+    )
+    model0 = copy.deepcopy(t.model)
+    mask = batch.response_mask.to(torch.float32)
+
+    def passes_of(old):
+        return [(adv[:, None] * mask, mask)] * 2  # two epochs over the same split
+
+    want = _references(t, batch, model0, passes_of, mini=mini, micro=micro)
+    got = _step_grads(t)
+    t.update(batch, adv, 1)
+    assert len(got) == 4  # 2 epochs x 2 mini-batches
+    _assert_same_grads(got, want[False])
+    perm = [0, 4, 1, 5, 2, 6, 3, 7]  # each mini-batch mixes the two groups
+    shuffled = batch.select(perm)
+    temp = t.cfg.rollout.temperature
+    old = _in_order(model0, shuffled, micro, temp)
+    ref = _in_order(t.policy.reference, shuffled, micro, temp)
+    mixed = _ar_lopti_update(
+        t,
+        shuffled,
+        copy.deepcopy(model0),
+        [(adv[perm, None] * mask[perm], mask[perm])] * 2,
+        old,
+        ref,
+        mini=mini,
+        micro=micro,
+        per_micro_batch=False,
+    )
+    assert _relative_gap(mixed, want[False]) > 0.05
 
 
 def _entropy_top_reference(t, batch, model, old, ref, adv, *, micro, per_forward):

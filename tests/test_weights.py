@@ -107,20 +107,33 @@ def test_reverse_hand_values_and_monotonicity():
             "logits": x,
             "shaping_input": shaping_input,
         }
-        fwd = token_weights("grpo_sg", **kw)[0]
-        rev = token_weights("reverse", **kw)[0]
+        fwd = token_weights("grpo_sg", **kw, **_calibrated("grpo_sg", kw))[0]
+        rev = token_weights("reverse", **kw, **_calibrated("reverse", kw))[0]
         assert (fwd[1:] >= fwd[:-1]).all() and fwd[-1] > fwd[0]
         assert (rev[1:] <= rev[:-1]).all() and rev[-1] < rev[0]
+
+
+def _calibrated(scheme, kw):
+    """The numbers the method's calibration gives on the tokens of ``kw`` (none for prob: its
+    defaults are fixed)."""
+    algo = ALGORITHMS[scheme]
+    params = WeightConfig(shaping_input=kw["shaping_input"]).params(scheme)
+    numbers, _ = algo.calibrate(
+        params, logprobs=kw["logprobs"], logits=kw["logits"], mask=kw["mask"].bool()
+    )
+    return {k: numbers[k] for k in ("alpha", "tau", "mu")}
 
 
 @pytest.mark.parametrize("scheme", ["grpo_sg", "reverse"])
 @pytest.mark.parametrize("shaping_input", ["prob", "logit"])
 def test_defaults_mean_weight_near_one_and_visible(scheme, shaping_input):
+    """The fixed probability defaults and the calibrated logit form both give a token-mean weight
+    of about 1 on the reference tokens, and visibly shape them."""
     h, p = reference_token_logits()
     lp = torch.log(p)[None]
-    w = token_weights(
-        scheme, logprobs=lp, mask=torch.ones_like(lp), logits=h[None], shaping_input=shaping_input
-    )[0]
+    kw = {"logprobs": lp, "mask": torch.ones_like(lp), "logits": h[None]}
+    kw["shaping_input"] = shaping_input
+    w = token_weights(scheme, **kw, **_calibrated(scheme, kw))[0]
     assert abs(w.mean().item() - 1.0) < 0.02
     hi, lo = w[p > 0.9].mean().item(), w[p < 0.1].mean().item()
     if scheme == "grpo_sg":
@@ -190,7 +203,13 @@ def test_entropy_top_empty_mask():
 def test_weights_are_detached():
     logits = torch.randn(2, 3, requires_grad=True)
     lp = torch.nn.functional.logsigmoid(logits)
-    for scheme, kw in (("grpo_sg", {"shaping_input": "logit"}), ("reverse", {}), ("grpo", {})):
+    fixed = {"alpha": 2.0, "tau": 1.0, "mu": 0.3}
+    for scheme, kw in (
+        ("grpo_sg", {"shaping_input": "logit", **fixed}),
+        ("reverse", fixed),
+        ("tr_grpo", {"alpha": 2.0}),
+        ("grpo", {}),
+    ):
         w = token_weights(scheme, logprobs=lp, mask=torch.ones(2, 3), logits=logits, **kw)
         assert not w.requires_grad and w.grad_fn is None
 
@@ -240,7 +259,9 @@ def test_a_new_weight_is_one_function_on_an_algorithm():
         ("grpo_sg", {"alpha": 0.0}, "alpha"),
         ("grpo_sg", {"lower": -0.1}, "lower"),
         ("grpo_sg", {"shaping_input": "entropy"}, "shaping_input"),
-        ("grpo_sg", {"shaping_input": "logit"}, "logits"),
+        ("grpo_sg", {"shaping_input": "logit", "alpha": 2.0, "tau": 1.0, "mu": 0.3}, "logits"),
+        ("grpo_sg", {"shaping_input": "logit"}, "calibrat"),
+        ("tr_grpo", {}, "calibrat"),
         ("grpo_sg", {"eta": 0.5}, "eta"),
         ("ar", {"alpha": -0.1}, "alpha"),
         ("nope", {}, "scheme"),
@@ -291,17 +312,23 @@ def test_lopti_bad_eta(eta):
 def test_weight_config_profiles():
     from rlvr.config import load_config
 
-    cfg = load_config(WeightConfig, None, ["shaping_input=logit", "tau=5"])
+    cfg = load_config(WeightConfig, None, ["shaping_input=logit", "tau=5", "alpha=2", "mu=0.5"])
     params = cfg.params("grpo_sg")
-    assert params == {**GRPO_SG_DEFAULTS["logit"], "tau": 5.0, "shaping_input": "logit"}
+    want = {"alpha": 2.0, "tau": 5.0, "mu": 0.5, "shaping_input": "logit"}
+    assert params == {**GRPO_SG_DEFAULTS["logit"], **want}
     lp = _lp([[0.9, 0.2]])
     h = torch.tensor([[20.0, 3.0]], dtype=torch.float64)
     w = token_weights("grpo_sg", logprobs=lp, mask=torch.ones(1, 2), logits=h, **params)
     assert w[0, 0] > w[0, 1]
+    # unset: GRPO-SG and Reverse shape the logit with alpha, tau, mu calibrated
+    assert WeightConfig().params("grpo_sg") == {
+        **GRPO_SG_DEFAULTS["logit"],
+        "shaping_input": "logit",
+    }
     assert WeightConfig(ar_alpha=0.1).params("ar") == {"alpha": 0.1}
     assert WeightConfig().params("entropy_top") == {"fraction": 0.2}
     # the trainer may pick the scheme from its algorithm: overrides still apply
-    cfg = load_config(WeightConfig, None, ["tau=0.25", "ar_alpha=0.1"])
+    cfg = load_config(WeightConfig, None, ["tau=0.25", "ar_alpha=0.1", "shaping_input=prob"])
     assert cfg.params("reverse") == {
         **REVERSE_DEFAULTS["prob"],
         "tau": 0.25,

@@ -11,7 +11,8 @@ In order, for the algorithm ``algorithm`` (``rlvr.agents.algorithms``):
 4. the clipped surrogate (``rlvr.agents.losses.clipped_surrogate``), times the engine's rollout
    correction weights when it has them, aggregated over the surrogate's tokens;
 5. an entropy bonus (verl's ``entropy_coeff``) and the KL to the reference, both on the stage's
-   tokens (every response token without stages), aggregated over every response token.
+   tokens (every response token without stages), aggregated over every response token; with
+   ``kl_weighting`` the method's weight enters the KL term too (``KL_WEIGHTINGS``).
 
 What differs between engines is passed in: how a per-token loss is aggregated (the native
 mini-batch normalisers or verl's global batch info) and which KL estimator is used (k3, verl's
@@ -35,6 +36,12 @@ from rlvr.agents.weights import token_weights
 Aggregate = Callable[[torch.Tensor, torch.Tensor, bool], torch.Tensor]
 #: ``kl_penalty(logprobs, ref_logprobs) -> [B, T]`` per-token KL estimate.
 KLPenalty = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: How a token weight ``w`` enters the KL term (tokens the surrogate does not cover keep weight 1):
+#: ``none``: ``kl`` (GRPO-SG's text weights the surrogate only); ``term``: ``w * kl`` (zero where
+#: the policies agree); ``ratio``: the estimator on ``w * pi_theta`` in place of ``pi_theta``,
+#: ``kl(logp + log w, ref)``, which is non-zero where the policies agree, as public reviews of
+#: TR-GRPO's withdrawn ICLR submission describe its Eq. 9 (``docs/algorithms.md``).
+KL_WEIGHTINGS = ("none", "term", "ratio")
 
 
 @dataclass
@@ -92,10 +99,14 @@ def method_loss(
     weight_position: str = "surrogate",
     kl_coef: float = 0.0,
     entropy_coef: float | None = None,
+    kl_weighting: str = "none",
 ) -> MethodLoss:
     """The loss of ``algorithm`` with parameters ``params`` on ``x`` (module docstring).
-    With ``x.ref_logprobs`` the KL term is computed by ``kl_penalty`` and, when ``kl_coef > 0``,
-    added; ``entropy_coef`` (with ``x.entropy``) subtracts verl's entropy bonus."""
+    With ``x.ref_logprobs`` the KL term is computed by ``kl_penalty`` (``kl_weighting``: how the
+    method's weight enters it) and, when ``kl_coef > 0``, added; ``entropy_coef`` (with
+    ``x.entropy``) subtracts verl's entropy bonus."""
+    if kl_weighting not in KL_WEIGHTINGS:
+        raise ValueError(f"kl_weighting: {kl_weighting!r} is not one of {list(KL_WEIGHTINGS)}")
     if kl_coef > 0 and x.ref_logprobs is None:
         raise ValueError("ref_logprobs: required when kl_coef > 0")
     if x.ref_logprobs is not None and kl_penalty is None:
@@ -142,7 +153,7 @@ def method_loss(
         out.entropy_loss = aggregate(entropy, mask, False)
         out.loss = out.loss - entropy_coef * out.entropy_loss
     if x.ref_logprobs is not None:
-        kl = kl_penalty(x.logprobs, x.ref_logprobs.detach())
+        kl = _kl(kl_penalty, x.logprobs, x.ref_logprobs.detach(), weights, pg_mask, kl_weighting)
         out.kl_tokens = torch.where(out.kl_mask, kl, zero)
         out.kl_loss = aggregate(out.kl_tokens, mask, False)
         if kl_coef > 0:
@@ -150,4 +161,15 @@ def method_loss(
     return out
 
 
-__all__ = ["Aggregate", "KLPenalty", "LossInputs", "MethodLoss", "method_loss"]
+def _kl(kl_penalty, logprobs, ref, weights, pg_mask, kl_weighting: str) -> torch.Tensor:
+    """The per-token KL term with the weight entering as ``kl_weighting`` says (``KL_WEIGHTINGS``;
+    weight 1 outside the surrogate's tokens and for methods without a weight)."""
+    if kl_weighting == "none" or weights is None:
+        return kl_penalty(logprobs, ref)
+    w = torch.where(pg_mask & (weights > 0), weights, torch.ones_like(weights)).detach()
+    if kl_weighting == "term":
+        return w * kl_penalty(logprobs, ref)
+    return kl_penalty(logprobs + w.log(), ref)
+
+
+__all__ = ["Aggregate", "KLPenalty", "KL_WEIGHTINGS", "LossInputs", "MethodLoss", "method_loss"]

@@ -181,6 +181,42 @@ def token_prob_metrics(
     return {k: float(v) for k, v in token_prob_summary(logprobs, entropy, valid).items()}
 
 
+#: The quantiles of the token weights every step records (``weight_diagnostics``).
+WEIGHT_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+
+
+def weight_diagnostics(
+    weights: torch.Tensor,
+    probs: torch.Tensor,
+    lower: float | None = None,
+    upper: float | None = None,
+) -> dict[str, float]:
+    """What the token weights do to a batch: ``weight/qNN`` (``WEIGHT_QUANTILES``), the shares at
+    the floor L and the cap U (``weight/at_lower``, ``weight/at_upper``; 0 without bounds), and
+    ``weight/kept_grad_mass = sum w (1 - p) / sum (1 - p)``: the gradient of ``-log p`` with
+    respect to the logits has a norm proportional to ``1 - p`` (``docs/design.md`` §5), so this is
+    the share of the per-token gradient mass the weights keep (1 for GRPO).
+
+    ``weights`` and ``probs`` are the valid tokens' (1-D), ``probs`` the current probability of
+    the sampled token; an empty batch gives ``{}``."""
+    own = weights.detach().reshape(-1).cpu()  # the bounds compare in the weights' own dtype
+    if own.numel() == 0:
+        return {}
+    w = own.to(torch.float64)
+    slack = 1.0 - probs.detach().reshape(-1).to(torch.float64).cpu()
+    q = np.quantile(w.numpy(), WEIGHT_QUANTILES)
+    out = {f"weight/q{round(level * 100):02d}": float(v) for level, v in zip(WEIGHT_QUANTILES, q)}
+    for key, bound, side in (("at_lower", lower, -1.0), ("at_upper", upper, 1.0)):
+        at = 0.0
+        if bound is not None:
+            edge = torch.tensor(bound, dtype=own.dtype)
+            at = float(((own - edge) * side >= 0).double().mean())
+        out[f"weight/{key}"] = at
+    mass = float(slack.sum())
+    out["weight/kept_grad_mass"] = float((w * slack).sum()) / mass if mass > 0 else 1.0
+    return out
+
+
 def preserve_metrics(path: str | Path, keep_through_step: int | None) -> Path | None:
     """Prepare ``metrics.jsonl`` for a run that continues after step ``keep_through_step`` (None:
     a run that starts from step 0). Lines of later steps, and any line after a torn one (a line

@@ -173,6 +173,9 @@ def hierarchical_bootstrap_ci(
 #: The four verdicts of a claim (issue 28): the interval on the claimed side of zero, on the other
 #: side, inside a stated margin around zero, or none of these.
 HELD, REVERSED, UNDERPOWERED = "held", "reversed", "underpowered"
+#: The verdict of a comparison of methods on an endpoint the baseline itself did not move
+#: (issue 48: GRPO's gain over the base below the grid's ``min_grpo_gain``): no verdict.
+NOT_TESTABLE = "not testable at this scale"
 
 
 def no_effect(margin: float) -> str:

@@ -8,7 +8,9 @@ finished run at once, resumes an interrupted one from its last checkpoint (the t
 checkpoint, and figures are redrawn from the saved responses without touching a model.
 
 ``run.json`` records what produced a run: its steps, its work in tokens, the SHA-256 of its
-final weights (``rlvr.repro.weights_sha256``) and the machine (``rlvr.repro.machine_info``).
+final weights (``rlvr.repro.weights_sha256``), the machine (``rlvr.repro.machine_info``) and, for
+a method with calibrated parameters, the values its first batch gave (``calibration``, as the
+run folder's ``calibration.json``).
 """
 
 from __future__ import annotations
@@ -146,6 +148,7 @@ def _read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def _train_run(cfg, key: str, path: Path, *, say, progress: bool) -> None:
+    from rlvr.training.run_state import read_calibration
     from rlvr.training.trainer import Trainer
 
     resuming = (path / "checkpoints").exists()
@@ -169,6 +172,7 @@ def _train_run(cfg, key: str, path: Path, *, say, progress: bool) -> None:
                 "last_invocation_seconds": round(time.perf_counter() - start, 2),
                 "weights_sha256": weights_sha256(path / "final"),
                 "machine": machine_info(),
+                **({"calibration": c} if (c := read_calibration(path)) else {}),
             },
             indent=2,
         )

@@ -7,6 +7,7 @@ a resumed run repeats an uninterrupted one exactly.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 from rlvr.agents.checkpoint import (
@@ -36,6 +37,8 @@ def save_state(trainer) -> Path:
         "data_position": trainer.data_position,
         "config": dataclasses.asdict(trainer.cfg),
     }
+    if trainer.updater.calibration is not None:
+        meta["calibration"] = trainer.updater.calibration
     return save_checkpoint(
         trainer.checkpoint_root, trainer.step, payload, meta, keep=trainer.cfg.keep_checkpoints
     )
@@ -75,5 +78,25 @@ def restore_state(trainer) -> bool:
             f"checkpoint {path} does not fit this run ({type(e).__name__}: {first})"
         ) from None
     trainer.step, trainer.data_position = meta["step"], meta["data_position"]
+    if isinstance(meta.get("calibration"), dict):
+        trainer.updater.restore_calibration(meta["calibration"])
     trainer.backend.sync_weights(trainer.model)
     return True
+
+
+#: The run folder's record of the method's calibration (``write_calibration``).
+CALIBRATION_FILE = "calibration.json"
+
+
+def write_calibration(out: Path, algo: str, step: int, record: dict) -> Path:
+    """``<out>/calibration.json``: the values the method set from the first batch (``values``),
+    the rule, the batch's token count and quantiles, and the step that calibrated."""
+    path = Path(out) / CALIBRATION_FILE
+    path.write_text(json.dumps({"algo": algo, "step": step, **record}, indent=2) + "\n")
+    return path
+
+
+def read_calibration(out: Path) -> dict | None:
+    """The record ``write_calibration`` wrote in run folder ``out`` (``None``: none)."""
+    path = Path(out) / CALIBRATION_FILE
+    return json.loads(path.read_text()) if path.exists() else None

@@ -42,7 +42,12 @@ class LossConfig:
         "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
     ] = "token-mean"
     loss_scale_factor: float | None = None
+    #: Where the token weight enters the surrogate (``rlvr.agents.losses``): on the clipped
+    #: surrogate (GRPO-SG's text) or on the ratio inside min and clip (TR-GRPO's Eq. 9 as
+    #: reviewed); ``docs/algorithms.md``, "Where the weight enters".
     weight_position: Literal["surrogate", "ratio"] = "surrogate"
+    #: How the token weight enters the KL term (``rlvr.agents.method_loss.KL_WEIGHTINGS``).
+    kl_weighting: Literal["none", "term", "ratio"] = "none"
     #: A registered advantage estimator (``rlvr.agents.advantages``: ``grpo``, ``drgrpo``...).
     advantage: str = "grpo"
     adv_eps: float = 1e-6
@@ -153,6 +158,10 @@ class TrainConfig:
     error_reward: Optional[float] = None
     #: Keep a frozen reference model and log ``kl`` even when ``loss.kl_coef`` is 0.
     track_kl: bool = True
+    #: Every this many steps, the cosine between the method's gradient and GRPO's on the same
+    #: first mini-batch and the ratio of their norms (one extra forward and backward, never
+    #: stepped with; the update itself is unchanged bit for bit). 0: never.
+    grad_cosine_every: int = 10
     weights: WeightConfig = dataclasses.field(default_factory=WeightConfig)
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
@@ -185,6 +194,7 @@ class TrainConfig:
             ("logprob_chunk_size", self.logprob_chunk_size, "[1, inf)"),
             ("num_threads", self.num_threads, "[0, inf)"),
             ("save_every", self.save_every, "[0, inf)"),
+            ("grad_cosine_every", self.grad_cosine_every, "[0, inf)"),
             ("keep_checkpoints", self.keep_checkpoints, "[1, inf)"),
             (
                 "error_reward",

@@ -12,6 +12,11 @@ One step:
    loss, AdamW with gradient clipping and a warm-up/schedule;
 5. metrics to ``metrics.jsonl`` (``rlvr.agents.metrics``), periodic evaluation, atomic checkpoints.
 
+A method with calibrated parameters (GRPO-SG, TR-GRPO, Reverse) sets them in the first update,
+before its first optimizer step; they go to ``calibration.json`` in the run folder, to the first
+step's metrics (``calibration/<name>``) and to every checkpoint, from which a resumed run takes
+them instead of calibrating again.
+
 Same seed, same numbers: sampling uses seeded generators derived from ``(seed, step)``, mini-batch
 order from ``(seed, step)``, and a checkpoint holds everything else (weights, optimizer,
 scheduler, RNG states, data position), so a resumed run repeats an uninterrupted one exactly.
@@ -57,9 +62,10 @@ from rlvr.models import load_model
 from rlvr.prompt_format import write_format
 from rlvr.repro import set_threads
 from rlvr.training.live_eval import evaluate_live
-from rlvr.training.run_state import restore_state, save_state
+from rlvr.training.optim import Precision, lr_factor, optimizer_steps_per_batch
+from rlvr.training.run_state import restore_state, save_state, write_calibration
 from rlvr.training.train_config import TrainConfig, periodic_eval_config
-from rlvr.training.update import Precision, Updater, lr_factor, optimizer_steps_per_batch
+from rlvr.training.update import Updater
 
 #: Tasks in a row whose ``env.reset`` may fail before the run stops (``Trainer._reset_group``).
 MAX_RESET_SKIPS = 8
@@ -340,6 +346,8 @@ class Trainer:
         t2 = time.perf_counter()
         upd = self.update(batch, adv, step)
         t3 = time.perf_counter()
+        if any(k.startswith("calibration/") for k in upd):  # the first update calibrated
+            write_calibration(self.out, cfg.algo, step, self.updater.calibration)
         self.step = step
         self.data_position += cfg.prompts_per_step
         record: dict[str, Any] = {"step": step}

@@ -5,17 +5,28 @@
 
     old = old-policy statistics of the batch (skipped when the update is on-policy)
     ref = reference log-probs (when KL is on or tracked)
+    once per run, before the first optimizer step: the method's calibration (GRPO-SG's alpha,
+        tau, mu from the current policy's statistics of this batch; ``Algorithm.calibrate``)
     for stage in algorithm.stages(old) or [all tokens]:      # Lopti: low, then high
         for epoch in range(ppo_epochs):
-            for mini_batch in split(batch):                   # Lopti: in order; else shuffled
+            for mini_batch in split(batch):                   # in order, the same every epoch
                 for micro_batch in mini_batch:                # gradient accumulation
                     loss(micro_batch).backward()
                 optimizer step                                # clip, skip if not finite
 
-A staged algorithm (Lopti) splits the batch in order, the same mini-batches in every stage, as
-AR-Lopti does (zhyang2226/AR-Lopti@cbeb333 ``verl/workers/actor/dp_actor.py`` ``update_policy``:
-``batch.split(ppo_mini_batch_size)`` in each of the two ``update_actor`` calls); the others draw
-a permutation per epoch.
+Every algorithm splits the batch in order, rows ``[0, m)``, ``[m, 2m)``..., the same mini-batches
+in every epoch and stage, so a prompt's group (consecutive rows) stays in one mini-batch when the
+mini-batch is a multiple of the group size: verl 0.9.1 with its default ``actor.shuffle: false``
+(``DataProto.split`` in the actor's ``update_policy``), AR-Lopti (zhyang2226/AR-Lopti@cbeb333
+``verl/workers/actor/dp_actor.py`` ``update_policy``, ~319: ``batch.split(ppo_mini_batch_size)``)
+and the 80/20 code do the same. Before this, the native update drew a permutation per epoch for
+the methods without stages; only runs with more than one mini-batch per batch compute other
+numbers now (``docs/algorithms.md``, "Mini-batch order").
+
+Each step also records what the weights do (``rlvr.agents.metrics.weight_diagnostics``: weight
+quantiles, shares at L and U, the kept gradient mass) over the tokens of the first pass, and every
+``grad_cosine_every`` steps the cosine between the method's gradient and GRPO's on the first
+mini-batch (``rlvr.training.diagnostics``).
 
 Every loss is normalised by its mini-batch's token / sequence counts, so the micro-batches of a
 mini-batch add up to the mini-batch loss whatever the micro-batch size (``losses.agg_loss``; verl
@@ -33,7 +44,6 @@ dropout, so both modes compute the same function.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
 from dataclasses import dataclass
@@ -42,69 +52,14 @@ import numpy as np
 import torch
 
 from rlvr.agents.algorithms import Algorithm, Stage
+from rlvr.agents.algorithms.base import pending_calibration
 from rlvr.agents.losses import agg_loss, k3_kl, masked_mean, surrogate_metrics
 from rlvr.agents.method_loss import LossInputs, method_loss
-from rlvr.agents.metrics import combine_metrics, token_prob_metrics
+from rlvr.agents.metrics import combine_metrics, token_prob_metrics, weight_diagnostics
 from rlvr.agents.policy import Policy, TokenStats
 from rlvr.agents.rollout.base import RolloutBatch
-
-
-def lr_factor(step: int, *, warmup: int, total: int, schedule: str, min_ratio: float) -> float:
-    """Multiplier of the base learning rate at optimizer-schedule step ``step`` (0-based).
-
-    Linear warm-up over ``warmup`` steps, then ``constant``, ``linear`` decay or ``cosine``
-    (Loshchilov & Hutter 2017) down to ``min_ratio`` at ``total``.
-    """
-    if warmup > 0 and step < warmup:
-        return (step + 1) / warmup
-    if schedule == "constant":
-        return 1.0
-    span = max(1, total - warmup)
-    progress = min(1.0, max(0.0, (step - warmup) / span))
-    if schedule == "linear":
-        return min_ratio + (1.0 - min_ratio) * (1.0 - progress)
-    if schedule == "cosine":
-        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-    raise ValueError(f"optim.schedule: unknown schedule {schedule!r}")
-
-
-def optimizer_steps_per_batch(cfg, algorithm: Algorithm) -> int:
-    """Optimizer steps of one batch: stages x epochs x mini-batches."""
-    batch = cfg.prompts_per_step * cfg.group_size
-    return cfg.ppo_epochs * (batch // (cfg.mini_batch_size or batch)) * algorithm.n_stages
-
-
-class Precision:
-    """Autocast context and (float16) gradient scaling for ``dtype`` on ``device``."""
-
-    def __init__(self, dtype: str, device: torch.device):
-        self.dtype = getattr(torch, dtype)
-        self.device = device
-        self.enabled = self.dtype != torch.float32
-        self.scaler = torch.amp.GradScaler(device.type) if self.dtype == torch.float16 else None
-
-    def autocast(self):
-        if not self.enabled:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=self.dtype)
-
-    def backward(self, loss: torch.Tensor) -> None:
-        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
-
-    def unscale(self, optimizer) -> None:
-        if self.scaler is not None:
-            self.scaler.unscale_(optimizer)
-
-    def step(self, optimizer) -> None:
-        if self.scaler is not None:
-            self.scaler.step(optimizer)
-        else:
-            optimizer.step()
-
-    def after_step(self) -> None:
-        """Adjust the loss scale (also after a skipped step, which lowers it)."""
-        if self.scaler is not None:
-            self.scaler.update()
+from rlvr.training.diagnostics import gradient_probe
+from rlvr.training.optim import Precision
 
 
 @dataclass
@@ -172,6 +127,31 @@ class Updater:
         self.device = device
         self.precision = precision
         self.params = algorithm.parameters(cfg.weights)
+        #: The calibration of the run (``Algorithm.calibrate``'s record: the values set, the rule,
+        #: the batch they came from); ``None`` before it, or for a method without one.
+        self.calibration: dict | None = None
+        #: Token weights and probabilities of the current update's first pass (diagnostics).
+        self._seen: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    # -- calibration -----------------------------------------------------------------------------
+    def _calibrate(self, batch: RolloutBatch, old: TokenStats | None, mask: torch.Tensor) -> bool:
+        """Set the method's calibrated parameters from the current policy on ``batch``, once
+        per run (before the first optimizer step); True when it happened now."""
+        if self.algorithm.calibrate is None or not pending_calibration(self.params):
+            return False
+        current = old if old is not None and self.cfg.old_logprobs == "recompute" else None
+        if current is None:  # one no-grad forward over the batch, the update's micro-batches
+            current = self._no_grad_stats(batch, self.cfg.micro_batch_size or len(batch))
+        self.params, record = self.algorithm.calibrate(
+            self.params, logprobs=current.logprobs, logits=current.logits, mask=mask
+        )
+        self.calibration = record
+        return True
+
+    def restore_calibration(self, record: dict) -> None:
+        """Take the calibrated values a checkpoint recorded (a resumed run never recalibrates)."""
+        self.params = {**self.params, **record["values"]}
+        self.calibration = record
 
     # -- statistics ------------------------------------------------------------------------------
     def _stats(self, batch: RolloutBatch) -> TokenStats:
@@ -229,6 +209,7 @@ class Updater:
             if self.policy.reference is not None
             else None
         )
+        calibrated = self._calibrate(batch, old, loss_mask)
         prob_stats: dict[str, float] = {}
         if old is not None:
             prob_stats = token_prob_metrics(old.logprobs, old.entropy, loss_mask)
@@ -241,19 +222,25 @@ class Updater:
         parts: list[dict[str, float]] = []
         norms: list[float] = []
         skipped = 0
-        gen = torch.Generator().manual_seed(cfg.seed * 104_729 + step)
+        self._seen, seen = [], []
+        probe = cfg.grad_cosine_every and step % cfg.grad_cosine_every == 0
+        probed: dict[str, float] = {}
+        rows = torch.arange(n)
         for stage in stages:
             stage_tokens = None if self.algorithm.stages is None else stage.tokens
             for _ in range(cfg.ppo_epochs):
-                order = self._mini_batch_order(n, mini, gen)
                 for start in range(0, n, mini):
-                    part, norm, skip, on_policy_stats = self._mini_batch(
-                        bt, order[start : start + mini], micro, stage_tokens
+                    first = not parts
+                    part, norm, skip, on_policy_stats, extra = self._mini_batch(
+                        bt, rows[start : start + mini], micro, stage_tokens, probe and first
                     )
+                    probed.update(extra)
                     prob_stats = prob_stats or on_policy_stats
                     parts.extend(part)
                     norms.append(norm)
                     skipped += int(skip)
+                if self._seen is not None:  # the first pass covers every token once
+                    seen, self._seen = self._seen, None
         out = combine_metrics(parts)
         out.pop("n_tokens", None)
         out.update(prob_stats)
@@ -263,14 +250,20 @@ class Updater:
         out["update/optimizer_steps"] = float(len(norms) - skipped)
         out["update/skipped"] = float(skipped)
         out["lr"] = float(self.optimizer.param_groups[0]["lr"])
+        out.update(self._weight_metrics(seen))
+        out.update(probed)
+        if calibrated:
+            values = self.calibration["values"]
+            out.update({f"calibration/{k}": float(v) for k, v in values.items()})
         return out
 
-    def _mini_batch_order(self, n: int, mini: int, gen: torch.Generator) -> torch.Tensor:
-        """The rows of one epoch, mini-batch after mini-batch: in order for a staged algorithm
-        (AR-Lopti's split, the same in every stage; module docstring), else a fresh permutation."""
-        if mini >= n or self.algorithm.stages is not None:
-            return torch.arange(n)
-        return torch.randperm(n, generator=gen)
+    def _weight_metrics(self, seen: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:
+        """``weight_diagnostics`` of the first pass's tokens, with the method's L and U."""
+        if not seen:
+            return {}
+        w, p = (torch.cat(x) for x in zip(*seen))
+        bounds = [self.params.get(k) for k in ("lower", "upper")]
+        return weight_diagnostics(w, p, *(b if isinstance(b, float) else None for b in bounds))
 
     def _normalisers(self, loss_mask: torch.Tensor) -> Normalisers:
         """The mini-batch's counts. With a token selection (80/20) the surrogate's count is
@@ -287,29 +280,46 @@ class Updater:
             sequences=float((loss_mask.sum(-1) > 0).sum()),
         )
 
-    def _mini_batch(
+    def micro_batches(
         self, bt: BatchTensors, rows: torch.Tensor, micro: int, stage_tokens: torch.Tensor | None
-    ):
-        """Forward/backward over the micro-batches of one mini-batch, then one optimizer step.
-
-        Returns the micro-batches' metrics, the gradient norm, whether the step was skipped,
-        and (on-policy) the token-probability metrics of the first forward."""
-        norm = self._normalisers(bt.loss_mask[rows])
-        parts = []
-        prob_stats: dict[str, float] = {}
-        finite = True
+    ) -> list[MicroBatch]:
+        """The micro-batches of the mini-batch ``rows``, in order."""
+        out = []
         for s in range(0, len(rows), micro):
             idx = rows[s : s + micro]
             data = bt.data.select(idx)
             width = data.n_response
-            mb = MicroBatch(
-                data=data,
-                loss_mask=data.response_mask.to(self.device).bool(),
-                advantages=bt.advantages[idx],
-                old_logprobs=None if bt.old is None else bt.old.logprobs[idx, :width],
-                ref_logprobs=None if bt.ref is None else bt.ref[idx, :width],
-                stage_tokens=None if stage_tokens is None else stage_tokens[idx, :width],
+            out.append(
+                MicroBatch(
+                    data=data,
+                    loss_mask=data.response_mask.to(self.device).bool(),
+                    advantages=bt.advantages[idx],
+                    old_logprobs=None if bt.old is None else bt.old.logprobs[idx, :width],
+                    ref_logprobs=None if bt.ref is None else bt.ref[idx, :width],
+                    stage_tokens=None if stage_tokens is None else stage_tokens[idx, :width],
+                )
             )
+        return out
+
+    def _mini_batch(
+        self,
+        bt: BatchTensors,
+        rows: torch.Tensor,
+        micro: int,
+        stage_tokens: torch.Tensor | None,
+        probe: bool = False,
+    ):
+        """Forward/backward over the micro-batches of one mini-batch, then one optimizer step
+        (with ``probe``, first the same-batch comparison with GRPO's gradient).
+
+        Returns the micro-batches' metrics, the gradient norm, whether the step was skipped,
+        (on-policy) the token-probability metrics of the first forward, and the probe's."""
+        norm = self._normalisers(bt.loss_mask[rows])
+        parts = []
+        prob_stats: dict[str, float] = {}
+        finite = True
+        mbs = self.micro_batches(bt, rows, micro, stage_tokens)
+        for mb in mbs:
             loss, metrics, stats = self.micro_batch_loss(mb, norm)
             if mb.old_logprobs is None and not prob_stats:
                 prob_stats = token_prob_metrics(
@@ -320,11 +330,12 @@ class Updater:
             else:
                 finite = False
             parts.append(metrics)
+        probed = gradient_probe(self, mbs, norm) if probe and finite else {}
         grad_norm, skipped = self._optimizer_step(finite)
-        return parts, grad_norm, skipped, prob_stats
+        return parts, grad_norm, skipped, prob_stats, probed
 
     def micro_batch_loss(
-        self, mb: MicroBatch, norm: Normalisers
+        self, mb: MicroBatch, norm: Normalisers, algorithm: Algorithm | None = None
     ) -> tuple[torch.Tensor, dict[str, float], TokenStats]:
         """The loss of one micro-batch, its metrics and its statistics: the method's loss
         (``rlvr.agents.method_loss``, the composition verl's actor loss shares) aggregated with the
@@ -333,8 +344,11 @@ class Updater:
         The surrogate covers the algorithm's selected tokens (80/20) or every response token;
         with stages (Lopti) the advantage is zeroed outside the stage and KL counts on the stage's
         tokens only, both still normalised by all response tokens of the mini-batch.
+        ``algorithm`` (default: the run's) is GRPO for the gradient probe.
         """
         cfg, lc = self.cfg, self.cfg.loss
+        algorithm = algorithm or self.algorithm
+        params = self.params if algorithm is self.algorithm else {}
         stats = self._stats(mb.data)
         mask = mb.loss_mask
         old_lp = stats.logprobs.detach() if mb.old_logprobs is None else mb.old_logprobs
@@ -363,8 +377,8 @@ class Updater:
             stage=mb.stage_tokens,
         )
         out = method_loss(
-            self.algorithm,
-            self.params,
+            algorithm,
+            params,
             inputs,
             aggregate=aggregate,
             kl_penalty=k3_kl,
@@ -373,7 +387,12 @@ class Updater:
             dual_clip=lc.dual_clip,
             weight_position=lc.weight_position,
             kl_coef=lc.kl_coef,
+            kl_weighting=lc.kl_weighting,
         )
+        if self._seen is not None and algorithm is self.algorithm:
+            w = torch.ones_like(stats.logprobs) if out.weights is None else out.weights
+            w = torch.where(out.pg_mask, w, torch.zeros_like(w))
+            self._seen.append((w[mask].detach(), stats.logprobs.detach()[mask].exp()))
         kl = out.kl_tokens
         metrics = {
             "loss": float(out.loss.detach()),

@@ -19,7 +19,14 @@ import importlib
 import pkgutil
 from typing import Any, Optional
 
-from rlvr.agents.algorithms.base import ALGORITHMS, Algorithm, Param, Stage, register_algorithm
+from rlvr.agents.algorithms.base import (
+    ALGORITHMS,
+    Algorithm,
+    Param,
+    Stage,
+    pending_calibration,
+    register_algorithm,
+)
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "base":
@@ -104,8 +111,16 @@ def resolved_fields(weights, algo: str) -> dict[str, Any]:
     return out
 
 
+def calibrated_fields(algo: str) -> list[str]:
+    """The parameters ``algo`` sets from the first batch when left unset (``Algorithm.calibrate``;
+    GRPO-SG: alpha, tau, mu)."""
+    algorithm = get_algorithm(algo)
+    return pending_calibration(algorithm.parameters(WeightConfig())) if algorithm.calibrate else []
+
+
 __all__ = [
     "ALGORITHMS",
+    "calibrated_fields",
     "FIELDS",
     "Algorithm",
     "Param",

@@ -26,8 +26,19 @@ ParamsFn = Callable[[Any], dict[str, Any]]
 StagesFn = Callable[[torch.Tensor, torch.Tensor, Mapping[str, Any]], list["Stage"]]
 #: ``select_tokens(entropy, mask, params) -> bool mask [B, T]`` on the current forward.
 SelectFn = Callable[[torch.Tensor, torch.Tensor, Mapping[str, Any]], torch.Tensor]
+#: ``calibrate(params, *, logprobs, logits, mask) -> (params, record)``: the parameters set to
+#: ``CALIBRATED`` filled from the current policy's first batch, and what the run records of it.
+CalibrateFn = Callable[..., tuple[dict[str, Any], dict[str, Any]]]
 #: Inputs of every weight function besides its parameters.
 INPUTS = ("logprobs", "mask", "logits", "old_logprobs", "entropy")
+#: A parameter's value when the method sets it from the model's own first batch
+#: (``Algorithm.calibrate``): the trainer replaces it by a number before the first update.
+CALIBRATED = "calibrated"
+
+
+def pending_calibration(params: Mapping[str, Any]) -> list[str]:
+    """The parameters of ``params`` still ``CALIBRATED``."""
+    return [k for k, v in params.items() if isinstance(v, str) and v == CALIBRATED]
 
 
 @dataclass(frozen=True)
@@ -49,7 +60,7 @@ class Param:
     def check(self, value: Any, key: str = "") -> None:
         """``ConfigError`` (a ``ValueError``) naming ``key`` (default: the field) when a set
         ``value`` lies outside the interval."""
-        if self.interval and value is not None:
+        if self.interval and value is not None and not pending_calibration({"": value}):
             check_interval(key or self.name, value, self.interval)
 
 
@@ -98,6 +109,8 @@ class Algorithm:
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: Where the method and its constants come from (shown by ``rlvr algorithms``).
     source: str = ""
+    #: Fills the parameters set to ``CALIBRATED`` from the first batch (``None``: none are).
+    calibrate: CalibrateFn | None = None
 
     def parameters(self, wc) -> dict[str, Any]:
         """The keyword parameters of ``WeightConfig`` ``wc``, each inside its field's interval
@@ -107,15 +120,18 @@ class Algorithm:
             p.check(params.get(p.arg), p.arg)
         return params
 
-    def verl_path(self, params: Mapping[str, Any]) -> str:
+    def verl_path(self, params: Mapping[str, Any], kl_weighting: str = "none") -> str:
         """How the method reaches verl: ``vanilla`` (verl's own loss: no weight, no selection, no
         stages), ``policy_loss`` (a registered policy loss: a weight of log-probs only) or
-        ``actor_loss`` (the whole actor loss through ``set_loss_fn``: anything else)."""
+        ``actor_loss`` (the whole actor loss through ``set_loss_fn``: anything else, a weight
+        still to be calibrated, which needs state across calls, and a weighted KL term, which
+        verl adds outside a policy loss)."""
         if self.stages is not None or self.select_tokens is not None:
             return "actor_loss"
         if self.weight is None:
             return "vanilla"
-        return "policy_loss" if self.policy_loss and not self.needs_logits(params) else "actor_loss"
+        plain = self.policy_loss and not self.needs_logits(params) and kl_weighting == "none"
+        return "policy_loss" if plain and not pending_calibration(params) else "actor_loss"
 
 
 def require(name: str, value: torch.Tensor | None, like: torch.Tensor, method: str) -> torch.Tensor:
