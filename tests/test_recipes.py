@@ -22,16 +22,35 @@ def _config(setting, algo):
     return load_train_config(nest(grid.setting_overrides(setting, algo, 0, {"out": "x"})))
 
 
+#: Fields added to ``TrainConfig`` after the golden was written, at their defaults (issue 48:
+#: they change no recipe value).
+LATER = {("loss", "kl_weighting"): "none", ("grad_cosine_every",): 10}
+
+
+def _without_later(config: dict) -> dict:
+    """``config`` without ``LATER``'s fields, and with ``weights.shaping_input`` as the recipes
+    left it: unset, the method's own input (it was the shared default ``prob`` before issue 48
+    made GRPO-SG's the logit; no recipe sets it)."""
+    for path, default in LATER.items():
+        node = config
+        for part in path[:-1]:
+            node = node[part]
+        assert node.pop(path[-1]) == default, path
+    assert config["weights"]["shaping_input"] is None
+    config["weights"]["shaping_input"] = "prob"
+    return config
+
+
 def test_paper_runs_keep_their_recipe_values():
     golden = json.loads(PAPER_CONFIGS.read_text())
     paper = grid.paper_grid()
     seen = set()
     for key, setting in paper.settings.items():
         assert setting.train == {"profile": "paper"}
-        for algo in KK_METHODS:
+        for algo in (m for m in KK_METHODS if m != "tr_grpo"):  # TR-GRPO came later
             got = json.loads(json.dumps(to_dict(_config(setting, algo)), default=str))
             assert got.pop("profile") == "paper" and got.pop("out") == "x"
-            assert got == golden[f"{key}/{algo}"], (key, algo)
+            assert _without_later(got) == golden[f"{key}/{algo}"], (key, algo)
             seen.add(f"{key}/{algo}")
     assert seen == set(golden)
 

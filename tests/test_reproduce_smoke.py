@@ -46,6 +46,7 @@ EXPECTED = {
     "fig2": (".png", ".csv", ".md"),
     "fig3": (".png", ".csv", "_variability.csv"),
     "fig4": (".png", ".csv"),
+    "mechanism": (".png", ".csv", ".md"),
     "table_kk": (".md", ".csv"),
     "table_math": (".md", ".csv"),
     "table_qa": (".md", ".csv"),
@@ -68,6 +69,9 @@ def test_reproduce_all_smoke(tmp_path):
     text = (out / "REPORT.md").read_text()
     for name in EXPECTED:
         assert f"]({name}" in text
+    # the mechanism figure reads what every run logged: weights, kept mass, calibrated values
+    mechanism = (out / "mechanism.md").read_text()
+    assert "| GRPO-SG | alpha " in mechanism and "| TR-GRPO | alpha " in mechanism
     assert "GRPO-SG beats GRPO" in text and "Smoke run" in text
     # Every setting's prompt settings are in its figures' records and in the report (issue 54).
     meta = json.loads((out / "fig2.meta.json").read_text())

@@ -70,6 +70,48 @@ def test_claims_are_decided_by_the_paired_interval(tmp_path):
     assert [c["verdict"] for c in out.claims[-2:]] == ["held", "underpowered"]
 
 
+def test_a_comparison_is_decided_only_where_grpo_moved_the_endpoint(tmp_path):
+    """Issue 48: GRPO's paired gain over the base on the same items must be at least the grid's
+    ``min_grpo_gain`` (0.05) with its interval above 0, else the comparison is "not testable at
+    this scale" whatever its own interval says; the report says it in words."""
+    ctx = _ctx(tmp_path)
+    assert ctx.grid.min_grpo_gain == 0.05
+    out = Output(ctx, "table_kk")
+    rng = np.random.default_rng(0)
+    base = rng.random(400) < 0.3
+    moved = base | (rng.random(400) < 0.2)  # GRPO about +0.14 over the base
+    flat = base.copy()
+    flat[:8] = ~flat[:8]  # GRPO within a few items of the base
+    sg = moved | (rng.random(400) < 0.3)  # clearly above either GRPO
+    for label, grpo in (("moved", moved), ("flat", flat)):
+        collect.compare(
+            out,
+            f"GRPO-SG beats GRPO ({label})",
+            "K&K",
+            [FakeEval(sg)],
+            [FakeEval(grpo)],
+            endpoint=([FakeEval(grpo)], [FakeEval(base)]),
+        )
+    small = base | (rng.random(400) < 0.04)  # moved, interval above 0, but by less than 0.05
+    assert 0 < collect.paired_items([FakeEval(small)], [FakeEval(base)]).mean < 0.05
+    collect.compare(
+        out,
+        "GRPO-SG beats GRPO (small)",
+        "K&K",
+        [FakeEval(sg)],
+        [FakeEval(small)],
+        endpoint=([FakeEval(small)], [FakeEval(base)]),
+    )
+    verdicts = [c["verdict"] for c in out.claims]
+    assert verdicts == ["held", "not testable at this scale", "not testable at this scale"]
+    assert "GRPO - base in greedy accuracy: +0.1" in out.claims[0]["evidence"]
+    assert "(not +0.05 with its interval above 0)" in out.claims[1]["evidence"]
+    assert out.claims[1]["diff_low"] > 0  # its own interval would have said "held"
+    out.finish()
+    text = report.write_report(ctx).read_text()
+    assert "GRPO-SG beats GRPO (flat) (K&K): not testable at this scale: GRPO itself" in text
+
+
 def test_claims_record_their_half_width_mde_and_variance_components(tmp_path):
     from scipy import stats
 
@@ -217,7 +259,14 @@ def test_table_kk_has_a_table_and_claims_per_kk_model(tmp_path):
     text = (tmp_path / "out" / "table_kk.md").read_text()
     assert text.count("# K&K accuracy by number of people") == 2
     claims = json.loads((tmp_path / "out" / "table_kk.meta.json").read_text())["claims"]
-    assert [c["setting"] for c in claims] == ["K&K"] * 3 + ["K&K, micro"] * 3
+    # the paper's three, TR-GRPO's, the avg@k one, and on the first the ablations' (greedy, avg@k)
+    assert [c["setting"] for c in claims] == ["K&K"] * 8 + ["K&K, micro"] * 4
+    names = [c["claim"] for c in claims]
+    for ab in g.ablations.values():
+        assert ab.claim in names and f"{ab.claim} (avg@k)" in names
+    # two micro-model steps move no endpoint: every comparison says so instead of a verdict
+    assert {c["verdict"] for c in claims} == {"not testable at this scale"}
+    assert all("GRPO - base in" in c["evidence"] for c in claims)
     assert "grpo_sg_minus_grpo" in result and "grpo_sg_minus_grpo[kk-b]" in result
     rows = list(csv.DictReader(open(tmp_path / "out" / "table_kk.csv")))
     assert {r["model"] for r in rows} == {"micro"} and len(rows) % 2 == 0

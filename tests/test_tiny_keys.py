@@ -189,6 +189,40 @@ def test_a_new_method_or_a_defaulted_field_moves_no_key():
         ALGORITHMS.pop("toy_keys")
 
 
+#: Runs of the tiny grid before issue 48 made GRPO-SG and Reverse the calibrated logit form: the
+#: fixed-parameter probability form, which ``weights.shaping_input=prob`` still names (label ->
+#: the key ``tests/data/tiny_keys.json`` pinned then; the smoke grid's under ``smoke/``).
+PRE_ISSUE_48 = {
+    "kk/grpo_sg/base0/seed0": "2887d8e26c03",
+    "kk/reverse/base0/seed0": "f76dd6c917c5",
+    "math/grpo_sg/base1/seed0": "fad6eddfacf2",
+    "searchqa/reverse/base2/seed2": "576da5f02c7c",
+    "smoke/kk/reverse/base0/seed0": "14a8ad2f078c",
+}
+
+
+def test_runs_before_the_published_form_keep_their_keys():
+    """Making GRPO-SG and Reverse the calibrated logit form, registering TR-GRPO and adding the
+    loss's ``kl_weighting`` and the trainer's ``grad_cosine_every`` moved no existing run: the
+    probability form of the earlier grid is still those keys (the sweep's runs are some)."""
+    from rlvr.reproduce.grid import get_grid
+    from rlvr.reproduce.keys import run_key
+    from rlvr.reproduce.runs import train_config
+
+    for label, key in PRE_ISSUE_48.items():
+        smoke = label.startswith("smoke/")
+        setting, algo, base, seed = label.removeprefix("smoke/").split("/")
+        grid = get_grid("tiny", smoke=smoke)
+        cfg = train_config(
+            grid.settings[setting],
+            algo,
+            int(seed.removeprefix("seed")),
+            {"weights.shaping_input": "prob"},
+            base_seed=int(base.removeprefix("base")),
+        )
+        assert run_key(cfg) == key, label
+
+
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
         raise SystemExit("usage: python tests/test_tiny_keys.py --write")

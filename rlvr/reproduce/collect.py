@@ -19,6 +19,7 @@ import numpy as np
 from rlvr.envs import env_spec
 from rlvr.eval.power import estimate_components, mde
 from rlvr.eval.stats import (
+    NOT_TESTABLE,
     UNDERPOWERED,
     Interval,
     hierarchical_bootstrap_ci,
@@ -274,6 +275,28 @@ def sample_metric(evs: Sequence[Evaluation]) -> str:
     return "avg@k"
 
 
+def endpoint_moved(
+    grpo: Sequence[Evaluation],
+    base: Sequence[Evaluation],
+    min_gain: float,
+    *,
+    mode: str = "greedy",
+    key: str = "correct",
+) -> tuple[bool, str]:
+    """Whether GRPO moved this endpoint (``mode``, ``key``) over the base: the paired per-item
+    difference GRPO - base has a mean of at least ``min_gain`` and an interval above 0 (issue
+    48: a comparison of methods on an endpoint that RL itself leaves flat decides nothing).
+    Returns the answer and its evidence, GRPO's gain with its interval."""
+    gain = paired_items(grpo, base, mode, key)
+    moved = gain.mean >= min_gain and gain.low > 0
+    what = "accuracy" if key == "correct" else key
+    return moved, (
+        f"GRPO - base in {mode} {what}: {gain.mean:+.3f}, 95% CI [{gain.low:+.3f}, "
+        f"{gain.high:+.3f}] ({'at least' if moved else 'not'} +{min_gain:g} with its interval "
+        "above 0)"
+    )
+
+
 def compare(
     out: Output,
     claim: str,
@@ -286,13 +309,17 @@ def compare(
     close_margin: float | None = None,
     margin: float | None = None,
     label: str = "",
+    endpoint: tuple[Sequence[Evaluation], Sequence[Evaluation]] | None = None,
 ) -> Interval:
     """Decide ``claim`` from the paired per-item difference ``a - b`` and record it on ``out``
     with its precision (``precision``).
 
     ``close_margin``: the claim is that ``a`` is close to ``b`` (``verdict_close``). Otherwise the
     claim is that ``a`` beats ``b`` and ``margin`` (default: the grid's ``no_effect_margin``)
-    is the band inside which an interval around zero says "no effect beyond ±margin"."""
+    is the band inside which an interval around zero says "no effect beyond ±margin".
+    ``endpoint``: ``(GRPO's, the base's)`` evaluations; when GRPO did not move the endpoint by
+    the grid's ``min_grpo_gain`` (``endpoint_moved``) the verdict is ``NOT_TESTABLE``, the
+    difference still recorded."""
     sa, sb = item_scores(a, mode, key), item_scores(b, mode, key)
     matrix, bases = paired_matrix(a, b, mode, key)
     diff = hierarchical_bootstrap_ci(matrix, bases)
@@ -318,6 +345,11 @@ def compare(
             f"; both methods score {values.pop():g} on every item (floor/ceiling), "
             "so the comparison has no power"
         )
+    if endpoint is not None:
+        moved, why = endpoint_moved(*endpoint, out.ctx.grid.min_grpo_gain, mode=mode, key=key)
+        evidence += f"; {why}"
+        if not moved:
+            verdict = NOT_TESTABLE
     out.claim(
         claim,
         setting,

@@ -1,4 +1,4 @@
-"""Figure 2: K&K accuracy by puzzle size for GRPO, GRPO-SG and Reverse, with intervals.
+"""Figure 2: K&K accuracy by puzzle size for GRPO, GRPO-SG, TR-GRPO and Reverse, with intervals.
 
 Two panels side by side: greedy accuracy (as the paper reports) and avg@k at the training
 temperature. Reference bars: the untrained base model and the base after continued SFT for the
@@ -30,7 +30,7 @@ CAPTION = (
     "continued-SFT references"
 )
 REPORT_ORDER = 20
-RL_METHODS = ("grpo", "grpo_sg", "reverse")
+RL_METHODS = ("grpo", "grpo_sg", "tr_grpo", "reverse")
 
 
 def needs(ctx: Context) -> list[Need]:

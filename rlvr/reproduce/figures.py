@@ -16,7 +16,17 @@ from types import ModuleType
 from typing import Any
 
 from rlvr import registries
-from rlvr.reproduce import fig1, fig2, fig3, fig4, sweep, table_kk, table_math, table_qa
+from rlvr.reproduce import (
+    fig1,
+    fig2,
+    fig3,
+    fig4,
+    mechanism,
+    sweep,
+    table_kk,
+    table_math,
+    table_qa,
+)
 from rlvr.reproduce.plan import Need, Plan, build_plan
 
 
@@ -46,7 +56,7 @@ def register_figure(figure: Figure) -> Figure:
     return registries.add(FIGURES, figure.name, figure, "figure")
 
 
-for _module in (table_kk, fig2, fig1, fig3, fig4, table_math, table_qa, sweep):
+for _module in (table_kk, fig2, fig1, fig3, fig4, mechanism, table_math, table_qa, sweep):
     register_figure(Figure.of(_module))
 
 

@@ -77,6 +77,21 @@ class Setting:
 
 
 @dataclass
+class Ablation:
+    """An arm beyond the methods' defaults: algorithm ``algo`` with ``train`` overrides on the
+    setting ``setting``, a row of that setting's table, and the claim "``a`` beats ``b``" it
+    decides (``a``, ``b``: an algorithm or an ablation of the grid, by name)."""
+
+    algo: str
+    label: str
+    train: dict[str, Any] = field(default_factory=dict)
+    setting: str = "kk"
+    claim: str = ""
+    a: str = ""
+    b: str = ""
+
+
+@dataclass
 class Grid:
     """A reproduction grid: ``rlvr/reproduce/grids/<name>.yaml``."""
 
@@ -85,6 +100,8 @@ class Grid:
     seeds: int = 3
     #: GRPO-SG sensitivity sweep on K&K: parameter -> values (others at their defaults).
     sweep: dict[str, list[float]] = field(default_factory=dict)
+    #: Training overrides every sweep point shares, the default point included.
+    sweep_extra: dict[str, Any] = field(default_factory=dict)
     #: Seeds per non-default sweep point (0: all); the default point reuses table_kk's runs.
     sweep_seeds: int = 0
     #: Needs GPUs to train (the paper grid); without them the plan is printed instead.
@@ -102,6 +119,13 @@ class Grid:
     base_seeds: int = 1
     #: Values no public recipe fixes (our choices): config key -> the choice and why.
     choices: dict[str, str] = field(default_factory=dict)
+    #: Arms beyond the methods' defaults, by name (``Ablation``): the placement ablation and the
+    #: KL control of the tiny grid.
+    ablations: dict[str, Ablation] = field(default_factory=dict)
+    #: A comparison of methods is decided only on an endpoint (task, greedy or avg@k) where GRPO
+    #: gained at least this much over the base, its interval above 0; elsewhere the claim is
+    #: "not testable at this scale" (issue 48: RL must move what the methods are compared on).
+    min_grpo_gain: float = 0.05
 
 
 # -- the grids -----------------------------------------------------------------------------------
@@ -136,6 +160,7 @@ def load_grid(stem: str, name: str | None = None) -> Grid:
         grid = merge(Grid(name or stem, {}), data)
         for key, raw in raw_settings.items():
             grid.settings[str(key)] = _setting(str(key), raw, archs)
+        grid.ablations = {str(k): _ablation(str(k), v, grid) for k, v in grid.ablations.items()}
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
     return grid
@@ -161,6 +186,22 @@ def _setting(key: str, raw: Any, archs: dict[str, Any]) -> Setting:
         raise ConfigError(f"{prefix}gpu: {values['gpu']!r} is not one of {sorted(GPUS)}")
     base = Setting(values.pop("env"), values.pop("model"))
     return merge(base, values, prefix=prefix)
+
+
+def _ablation(name: str, raw: Any, grid: Grid) -> Ablation:
+    prefix = f"ablations.{name}."
+    if not isinstance(raw, dict) or not isinstance(raw.get("algo"), str):
+        raise ConfigError(f"ablations.{name}: a mapping with algo, label, train, claim, a, b")
+    ab = merge(Ablation(raw["algo"], str(raw.get("label", name))), raw, prefix=prefix)
+    if ab.algo not in algorithm_names():
+        raise ConfigError(f"{prefix}algo: {ab.algo!r} is not one of {algorithm_names()}")
+    if ab.setting not in grid.settings:
+        raise ConfigError(f"{prefix}setting: {ab.setting!r} is not a setting of the grid")
+    arms = {*algorithm_names(), *(grid.ablations or {})}
+    for side in ("a", "b"):
+        if ab.claim and getattr(ab, side) not in arms:
+            raise ConfigError(f"{prefix}{side}: {getattr(ab, side)!r} names no method or ablation")
+    return ab
 
 
 def tiny_grid(smoke: bool = False) -> Grid:
@@ -240,6 +281,13 @@ def validate(grid: Grid, algos: tuple[str, ...] | None = None) -> int:
             except ConfigError as e:
                 raise ConfigError(f"grid {grid.name}, setting {key}, algo {algo}: {e}") from e
             count += 1
+    for name, ab in grid.ablations.items():
+        extra = {**ab.train, "out": "validate"}
+        try:
+            load_train_config(nest(setting_overrides(grid.settings[ab.setting], ab.algo, 0, extra)))
+        except ConfigError as e:
+            raise ConfigError(f"grid {grid.name}, ablation {name}: {e}") from e
+        count += 1
     return count
 
 

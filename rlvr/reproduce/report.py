@@ -13,6 +13,7 @@ import json
 import time
 from pathlib import Path
 
+from rlvr.eval.stats import NOT_TESTABLE
 from rlvr.prompt_format import describe
 from rlvr.reproduce import paper_numbers
 from rlvr.reproduce.common import Context, markdown_table, versions
@@ -31,6 +32,11 @@ PLAIN = {
 def plain(c: dict) -> str:
     """The verdict of claim ``c`` in words, with its MDE when underpowered."""
     v = c["verdict"]
+    if v == NOT_TESTABLE:
+        return (
+            f"{v}: GRPO itself did not move this endpoint over the base (the evidence gives its "
+            "gain), so a comparison of methods on it decides nothing"
+        )
     if v.startswith("no effect beyond"):
         return f"{v} at this scale: the interval includes zero and lies inside ±{c['margin']:g}"
     text = PLAIN.get(v, v)
@@ -116,7 +122,10 @@ def write_report(ctx: Context) -> Path:
             "each base and items: *held* when the interval lies on the claimed side of zero "
             "(or, for 'close', inside the margin), *reversed* when on the other side (for "
             "'close': wholly outside the margin), *no effect beyond ±X* when it includes zero "
-            "and lies inside the stated margin X, *underpowered* otherwise. The half-width is "
+            "and lies inside the stated margin X, *underpowered* otherwise; a comparison of "
+            f"methods is *{NOT_TESTABLE}* on an endpoint where GRPO did not gain at least "
+            f"{ctx.grid.min_grpo_gain:g} over the base with its interval above 0 (whatever the "
+            "interval of the comparison says). The half-width is "
             "the interval's; the MDE is the smallest effect a two-sided 5% test would detect "
             "with 80% power, (z_0.975 + z_0.8) x SE = 2.80 x SE (Bloom 1995), with SE^2 = "
             "s2_base/B + s2_seed/(B S) + s2_item/n + s2_resid/(B S n) from the claim's "

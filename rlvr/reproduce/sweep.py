@@ -2,7 +2,9 @@
 
 The paper does not publish tau, mu, alpha, L, U (docs/design.md §5). Each parameter is varied on
 its own around the defaults of ``rlvr.agents.algorithms.grpo_sg.GRPO_SG_DEFAULTS`` (the others
-held at their defaults); every point is a full training run per seed. Cells: greedy accuracy and
+held at their defaults), every point with the grid's ``sweep_extra`` overrides (the tiny grid:
+the fixed-parameter probability form, whose parameters have values to vary); every point is a
+full training run per seed. Cells: greedy accuracy and
 avg@k over all K&K sizes, mean over seeds [95% bootstrap CI]; the last column is the paired
 per-item difference to the default GRPO-SG run. The grid's ``sweep_seeds`` sets how many seeds
 each point gets (default: every seed; a single seed shows no interval).
@@ -36,14 +38,19 @@ def needs(ctx: Context) -> list[Need]:
     points = [{}] + [
         {f"weights.{param}": float(v)} for param, values in ctx.grid.sweep.items() for v in values
     ]
-    return [Need.of("kk", "grpo_sg", extra, units=units) for extra in points]
+    return [Need.of("kk", "grpo_sg", point(ctx, extra), units=units) for extra in points]
+
+
+def point(ctx: Context, extra: dict) -> dict:
+    """A sweep point's overrides: the grid's ``sweep_extra`` and the point's own."""
+    return {**ctx.grid.sweep_extra, **extra}
 
 
 def defaults(ctx: Context) -> dict[str, float]:
     """The default point's parameters (the first draw's run: the defaults are a property of the
     recipe, not of the draw)."""
     b, s = ctx.base_seeds[0], sweep_seeds(ctx)[0]
-    return ctx.plan.run("kk", "grpo_sg", {}, b, s).config.weights.params("grpo_sg")
+    return ctx.plan.run("kk", "grpo_sg", point(ctx, {}), b, s).config.weights.params("grpo_sg")
 
 
 def run(ctx: Context) -> dict:
@@ -52,7 +59,12 @@ def run(ctx: Context) -> dict:
     seeds = sweep_seeds(ctx)
     point_ctx = dataclasses.replace(ctx, seeds=seeds)
     # The default point: the seeds the other points have (a paired comparison needs equal seeds).
-    default_evs = evals_for(point_ctx, out, "kk", runs_for(point_ctx, out, "kk", "grpo_sg"))
+    # tagged apart from the grid's GRPO-SG (the K&K table's runs) when sweep_extra changes it
+    default_tag = "grpo_sg" + "".join(
+        f"[{k.split('.')[-1]}={v}]" for k, v in sorted(ctx.grid.sweep_extra.items())
+    )
+    default_runs = runs_for(point_ctx, out, "kk", "grpo_sg", point(ctx, {}), tag=default_tag)
+    default_evs = evals_for(point_ctx, out, "kk", default_runs)
     avg_key = sample_metric(default_evs)
     rows, md_rows = [], []
     points: dict[str, list[tuple[float, list]]] = {}
@@ -64,7 +76,14 @@ def run(ctx: Context) -> dict:
                 point_ctx,
                 out,
                 "kk",
-                runs_for(point_ctx, out, "kk", "grpo_sg", {f"weights.{param}": float(v)}, tag=tag),
+                runs_for(
+                    point_ctx,
+                    out,
+                    "kk",
+                    "grpo_sg",
+                    point(ctx, {f"weights.{param}": float(v)}),
+                    tag=tag,
+                ),
             )
             pts.append((float(v), evs))
         pts.sort(key=lambda p: p[0])

@@ -1,15 +1,16 @@
 """Shared body of table_math and table_qa: GRPO vs GRPO-SG (and the base model) per column.
 
-The paper's math and QA tables compare GRPO with GRPO-SG; the Reverse weighting (the opposite
-shaping, docs/design.md §5) is a row too, so each task reports the three
-methods. Where the grid has continued-SFT references (the tiny grid) and the task is one set
-of groups, an "SFT" row gives the base after continued SFT at the compute of the matching-seed
-GRPO run (RL against SFT at equal compute).
+The paper's math and QA tables compare GRPO with GRPO-SG; TR-GRPO (the earlier version's
+probability form) and the Reverse weighting (the opposite shaping, docs/design.md §5) are rows
+too, so each task reports the four methods. Where the grid has continued-SFT references (the
+tiny grid) and the task is one set of groups, an "SFT" row gives the base after continued SFT at
+the compute of the matching-seed GRPO run (RL against SFT at equal compute).
 
 Columns are the grid's evaluation sets (paper: one benchmark each) or, on the tiny grid,
 the groups of the synthetic task (difficulty, hops). Cells: mean over seeds [95% bootstrap CI
-over seeds]. "GRPO-SG beats GRPO" is decided from the paired per-item difference over all
-columns together.
+over seeds]. "GRPO-SG beats GRPO" (and "TR-GRPO beats GRPO") is decided from the paired
+per-item difference over all columns together, and only where GRPO moved the same items over the
+base by the grid's ``min_grpo_gain`` (else "not testable at this scale").
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from rlvr.reproduce.collect import (
 from rlvr.reproduce.common import METHOD_LABELS, Context, Output, fmt_ci, markdown_table
 from rlvr.reproduce.plan import Need
 
-METHODS = ("base", "grpo", "grpo_sg", "reverse")
+METHODS = ("base", "grpo", "grpo_sg", "tr_grpo", "reverse")
 #: Table rows in order; "sft" only where ``has_sft_row``.
-ROWS = ("base", "sft", "grpo", "grpo_sg", "reverse")
+ROWS = ("base", "sft", "grpo", "grpo_sg", "tr_grpo", "reverse")
 
 
 def has_sft_row(ctx: Context, setting_key: str) -> bool:
@@ -112,18 +113,20 @@ def build(
             markdown_table(["method"] + list(cols), table),
             "",
         ]
-    # One paired comparison over every item of every column.
-    a = [ev for evs in _distinct(cols, "grpo_sg") for ev in evs]
-    b = [ev for evs in _distinct(cols, "grpo") for ev in evs]
-    compare(
-        out,
-        "GRPO-SG beats GRPO",
-        claim_setting,
-        _tagged(a),
-        _tagged(b),
-        key=key,
-        label="GRPO-SG - GRPO",
-    )
+    # One paired comparison over every item of every column, where GRPO moved them.
+    tagged = {m: _tagged([ev for evs in _distinct(cols, m) for ev in evs]) for m in METHODS}
+    for method in ("grpo_sg", "tr_grpo"):
+        label = METHOD_LABELS[method]
+        compare(
+            out,
+            f"{label} beats GRPO",
+            claim_setting,
+            tagged[method],
+            tagged["grpo"],
+            key=key,
+            label=f"{label} - GRPO",
+            endpoint=(tagged["grpo"], tagged["base"]),
+        )
     md += ["## Claim (paired per-item difference)", ""]
     md += [
         f"- **{c['claim']}** ({c['setting']}): {c['verdict']}. {c['evidence']}." for c in out.claims
