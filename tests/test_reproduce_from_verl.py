@@ -35,6 +35,7 @@ RUNS = [
     ("kk", "grpo"),
     ("kk", "grpo_sg"),
     ("kk", "reverse"),
+    ("kk", "tr_grpo"),
     ("math", "grpo"),
     ("math", "grpo_sg"),
     ("searchqa", "grpo"),
@@ -167,7 +168,7 @@ def test_fig3_and_fig2_from_verl(verl_dir, monkeypatch):
     out = verl_dir / "results"  # the default --out
     rows = list(csv.DictReader(open(out / "fig3.csv")))
     for i, (setting_key, algo) in enumerate(RUNS):
-        if algo == "reverse":
+        if algo in ("reverse", "tr_grpo"):
             continue
         series = [
             float(r["grad_norm"])
@@ -189,7 +190,7 @@ def test_fig3_and_fig2_from_verl(verl_dir, monkeypatch):
     assert main(["reproduce", "fig2", *args]) == 0
     meta = json.loads((out / "fig2.meta.json").read_text())
     assert meta["engine"] == "verl"
-    for algo in ("grpo", "grpo_sg", "reverse"):
+    for algo in ("grpo", "grpo_sg", "tr_grpo", "reverse"):
         key = f"kk__{algo}__seed0"
         ev = out / ".cache" / "evals" / meta["evaluations"][key] / "summary.json"
         summary = json.loads(ev.read_text())

@@ -31,7 +31,7 @@ from rlvr.reproduce.runs import eval_config, train_config
 from rlvr.reproduce.verl.launch import grid, write
 from rlvr.reproduce.verl.run_tools import main
 
-LOGIT = {"weights.shaping_input": "logit"}
+PROB = {"weights.shaping_input": "prob"}
 
 CONTRACT_FIELDS = {
     "task",
@@ -113,8 +113,9 @@ def test_records_follow_the_contract(launch):
 
 
 def test_grid_is_the_plan_plus_the_algorithms_variants():
-    """The figures' plan (the K&K table on both K&K models, the 7B included), then GRPO-SG's
-    logit form beside every default-point GRPO-SG run."""
+    """The figures' plan (the K&K table on both K&K models, the 7B included), plus the variants
+    the algorithms declare: none of the built-in methods does (GRPO-SG's logit form, once a
+    variant, is its default now)."""
     g = get_grid("paper")
     seeds = [0, 1, 2]
     launches = grid(g, ["all"], seeds)
@@ -129,15 +130,12 @@ def test_grid_is_the_plan_plus_the_algorithms_variants():
         for r in launches
     }
     assert {k for k, r in ours.items() if r.native} == native
-    assert {("kk-7b", m) for m in ("grpo", "entropy_top", "ar", "lopti", "reverse", "grpo_sg")} <= {
-        (k[0], k[1]) for k in native
-    }
-    variants = [r.run for r in launches if not r.native]
-    assert variants and all(r.algo == "grpo_sg" and r.extra == LOGIT for r in variants)
-    assert {r.setting for r in variants} == {"kk", "kk-7b", "math", "searchqa"}
+    methods = ("grpo", "entropy_top", "ar", "lopti", "reverse", "tr_grpo", "grpo_sg")
+    assert {("kk-7b", m) for m in methods} <= {(k[0], k[1]) for k in native}
+    assert all(r.native for r in launches)
     fig2 = grid(g, ["fig2"], [0])
     assert {(r.run.setting, r.run.algo, r.native) for r in fig2 if not r.run.extra} == {
-        ("kk", m, True) for m in ("grpo", "grpo_sg", "reverse")
+        ("kk", m, True) for m in ("grpo", "grpo_sg", "tr_grpo", "reverse")
     }
 
 
@@ -297,12 +295,16 @@ def test_validation_follows_the_evaluation_protocol():
         ("grpo", None, "vanilla", {}),
         (
             "grpo_sg",
-            None,
+            PROB,
             "grpo_sg",
             {"shaping_input": "prob", "alpha": 3.0, "tau": 0.5, "mu": 0.5, "lower": 0.1},
         ),
-        ("grpo_sg", LOGIT, "vanilla", {}),
-        ("reverse", None, "reverse", {"alpha": 6.4, "mu": 0.0, "upper": 2.0}),
+        ("grpo_sg", None, "vanilla", {}),  # calibrated on the logit: the actor loss
+        ("tr_grpo", None, "vanilla", {}),  # its alpha calibrated: the actor loss
+        ("tr_grpo", {"weights.alpha": 3.0}, "tr_grpo", {"alpha": 3.0, "tau": 0.5}),
+        ("tr_grpo", {"weights.alpha": 3.0, "loss.kl_weighting": "term"}, "vanilla", {}),
+        ("reverse", PROB, "reverse", {"alpha": 6.4, "mu": 0.0, "upper": 2.0}),
+        ("reverse", None, "vanilla", {}),
         ("ar", None, "ar", {"ar_alpha": 0.2}),
         ("lopti", None, "vanilla", {}),
         ("entropy_top", None, "vanilla", {}),
@@ -322,9 +324,11 @@ def test_policy_loss_per_algorithm(algo, extra, loss_mode, plugin_keys):
     else:
         assert p + "_target_" not in flat
     assert flat.get(A + "calculate_entropy", False) is (algo == "entropy_top")
-    if extra == LOGIT:
+    assert flat["rlvr.kl_weighting"] == cfg.loss.kl_weighting
+    if algo in ("grpo_sg", "reverse") and extra is None:
         assert flat["rlvr.params"]["shaping_input"] == "logit"
-        assert flat["rlvr.params"]["tau"] == 10.0
+        for name in ("alpha", "tau", "mu"):  # set by the actor loss from its first batch
+            assert flat["rlvr.params"][name] == "calibrated"
     if algo == "lopti":
         assert flat["rlvr.params"] == {"eta": 0.4}
     if algo == "ar":  # AR's alpha is the WeightConfig field ar_alpha
@@ -338,9 +342,9 @@ def test_rlvr_params_are_the_weight_fields_an_algorithm_reads():
     sg = resolved_fields(WeightConfig(shaping_input="logit", tau=2.0), "grpo_sg")
     assert sg == {
         "shaping_input": "logit",
-        "alpha": 2.75,
+        "alpha": "calibrated",
         "tau": 2.0,
-        "mu": 0.5,
+        "mu": "calibrated",
         "lower": 0.1,
         "upper": 2.0,
     }
@@ -593,8 +597,8 @@ def test_cli_engine_flag(tmp_path, capsys):
     )
     assert code == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["engine"] == "verl" and summary["runs"] == 4  # 3 methods + the logit form
-    assert (tmp_path / "runs" / "kk__grpo_sg-logit__seed0" / "config.yaml").exists()
+    assert summary["engine"] == "verl" and summary["runs"] == 4  # fig2's 4 methods
+    assert (tmp_path / "runs" / "kk__grpo_sg__seed0" / "config.yaml").exists()
 
 
 def test_wall_time_bound_counts_generation_updates_and_validation():

@@ -19,8 +19,10 @@ from verl.utils.import_utils import load_extern_object
 from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
+from rlvr.agents.algorithms import WeightConfig
 from rlvr.agents.algorithms.entropy_top import entropy_top_weights
 from rlvr.agents.algorithms.lopti import lopti_masks
+from rlvr.agents.algorithms.shaping import calibrate_shaping
 from rlvr.agents.losses import policy_loss
 from rlvr.agents.weights import token_weights
 from rlvr.integrations.verl import actor as verl_actor
@@ -85,6 +87,8 @@ def test_plugin_equals_native(name, agg):
         if name != "ar"
         else {"ar_alpha": 0.1}
     )
+    if name in ("grpo_sg", "reverse"):  # their default is the logit, which verl's policy loss lacks
+        keys["shaping_input"] = "prob"
     config = actor_config(name, agg, **keys)
     old, new, adv, mask = tensors()
     loss, metrics = get_policy_loss_fn(name)(
@@ -98,7 +102,7 @@ def test_plugin_equals_native(name, agg):
     )
     (grad,) = torch.autograd.grad(loss, new)
 
-    params = {"alpha": 0.1} if name == "ar" else {**keys, "shaping_input": "prob"}
+    params = {"alpha": 0.1} if name == "ar" else {k: v for k, v in keys.items()}
     w = token_weights(name, logprobs=new, mask=mask, old_logprobs=old, **params)
     new2 = new.detach().clone().requires_grad_(True)
     native, native_metrics = policy_loss(
@@ -127,14 +131,15 @@ def test_vanilla_equals_native_grpo():
 
 def test_hyperparameters_come_from_config_and_global_batch_info():
     old, new, adv, mask = tensors(seed=1)
+    prob = {"shaping_input": "prob"}
     a, _ = get_policy_loss_fn("grpo_sg")(
-        old, new, adv, mask, "token-mean", actor_config("grpo_sg", alpha=1.0)
+        old, new, adv, mask, "token-mean", actor_config("grpo_sg", alpha=1.0, **prob)
     )
     b, _ = get_policy_loss_fn("grpo_sg")(
-        old, new, adv, mask, "token-mean", actor_config("grpo_sg", alpha=2.0)
+        old, new, adv, mask, "token-mean", actor_config("grpo_sg", alpha=2.0, **prob)
     )
     assert not torch.allclose(a, b)
-    config = actor_config("grpo_sg")
+    config = actor_config("grpo_sg", **prob)
     config.global_batch_info.update(
         {"dp_size": 1, "batch_num_tokens": 1000, "global_batch_size": None}
     )
@@ -155,6 +160,9 @@ def test_hyperparameters_come_from_config_and_global_batch_info():
         get_policy_loss_fn("grpo_sg")(
             old, new, adv, mask, "token-mean", actor_config("grpo_sg", shaping_input="logit")
         )
+    # a calibrated parameter needs state across calls: refused in one line naming it
+    with pytest.raises(ValueError, match=r"policy_loss\.alpha: .*calibrat"):
+        get_policy_loss_fn("tr_grpo")(old, new, adv, mask, "token-mean", actor_config("tr_grpo"))
 
 
 def test_rollout_is_weights_multiply_the_surrogate():
@@ -287,7 +295,7 @@ def test_actor_loss_grpo_equals_verl_ppo_loss():
 
 def test_actor_loss_logit_hook_and_logit_shaped_grpo_sg():
     td, logits, lp = engine_batch(seed=1)
-    loss_fn = verl_actor.RlvrActorLoss(actor_config("vanilla"), "grpo_sg", shaping_input="logit")
+    loss_fn = verl_actor.RlvrActorLoss(actor_config("vanilla"), "grpo_sg")  # the logit, calibrated
     hooked = loss_fn(student_logits=logits.unsqueeze(0), data=td)[verl_actor.SAMPLED_LOGIT_KEY]
     assert hooked.shape == (1, logits.shape[0])
     labels = torch.roll(td["input_ids"].values(), -1)
@@ -310,7 +318,16 @@ def test_actor_loss_logit_hook_and_logit_shaped_grpo_sg():
     new = no_padding_2_padding(model_output["log_probs"], td)
     h = no_padding_2_padding(model_output[verl_actor.SAMPLED_LOGIT_KEY], td)
     mask = td["response_mask"].to(bool)
-    w = token_weights("grpo_sg", logprobs=new, mask=mask, logits=h, shaping_input="logit")
+    # calibrated at this first call, on these tokens, by the native rule
+    want = calibrate_shaping(h, mask, WeightConfig().params("grpo_sg"))
+    for name in ("alpha", "tau", "mu"):
+        assert loss_fn.params[name] == pytest.approx(want[name], rel=1e-9)
+        reported = metrics[verl_actor.CALIBRATION_METRIC + name]
+        assert float(reported.aggregate()) == pytest.approx(want[name], rel=1e-9)
+    numbers = {k: loss_fn.params[k] for k in ("alpha", "tau", "mu")}
+    w = token_weights(
+        "grpo_sg", logprobs=new, mask=mask, logits=h, shaping_input="logit", **numbers
+    )
     native, _ = policy_loss(
         new,
         td["old_log_probs"],
@@ -322,6 +339,9 @@ def test_actor_loss_logit_hook_and_logit_shaped_grpo_sg():
         dual_clip=3.0,
     )
     torch.testing.assert_close(ours, native)
+    _, again = loss_fn(model_output, td)  # never calibrated twice
+    assert not any(k.startswith(verl_actor.CALIBRATION_METRIC) for k in again)
+    assert {k: loss_fn.params[k] for k in numbers} == numbers
 
 
 def test_actor_loss_entropy_top_divides_by_the_mini_batch_count():

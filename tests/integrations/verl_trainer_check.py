@@ -15,6 +15,7 @@ No GPU here: verl's FSDP engine registers for CUDA and NPU only, so nothing trai
 from __future__ import annotations
 
 import copy
+import json
 import os
 import pickle
 import subprocess
@@ -37,21 +38,28 @@ from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import left_right_2_no_padding
 
 from rlvr.agents.algorithms import WeightConfig, get_algorithm
+from rlvr.agents.algorithms.base import pending_calibration
 from rlvr.agents.algorithms.entropy_top import n_kept
 from rlvr.agents.metrics import ToolFailureError
 from rlvr.agents.policy import TokenStats, head_token_stats
 from rlvr.agents.rollout.base import RolloutBatch
 from rlvr.integrations.verl import main as verl_main
 from rlvr.integrations.verl import trainer as verl_trainer
-from rlvr.integrations.verl.actor import LOPTI_STAGE_KEY, SAMPLED_LOGIT_KEY, RlvrActorLoss
+from rlvr.integrations.verl.actor import (
+    CALIBRATION_METRIC,
+    LOPTI_STAGE_KEY,
+    SAMPLED_LOGIT_KEY,
+    RlvrActorLoss,
+)
 from rlvr.integrations.verl.trainer import (
     RlvrConfigError,
     RlvrPPOTrainer,
     apply_rlvr,
     read_rlvr,
 )
+from rlvr.training.optim import Precision
 from rlvr.training.train_config import LossConfig, TrainConfig
-from rlvr.training.update import MicroBatch, Normalisers, Precision, Updater
+from rlvr.training.update import MicroBatch, Normalisers, Updater
 
 VOCAB, HIDDEN, PROMPT, RESPONSE = 13, 8, 3, 6
 TEMPERATURE = 0.7
@@ -66,6 +74,9 @@ CASES = [
     ("grpo_sg", {"shaping_input": "logit", "alpha": 2.0, "tau": 1.5, "mu": 0.3}, None),
     ("reverse", {"shaping_input": "prob"}, None),
     ("reverse", {"shaping_input": "logit", "tau": 1.5}, None),
+    ("grpo_sg", {}, None),  # Eq. 20 on the logit, alpha, tau, mu calibrated at the first call
+    ("tr_grpo", {}, None),  # alpha calibrated
+    ("tr_grpo", {"alpha": 2.5}, None),
     ("ar", {"ar_alpha": 0.3}, None),
     ("entropy_top", {"fraction": 0.3}, None),
     ("lopti", {"eta": 0.5}, "low"),
@@ -73,6 +84,7 @@ CASES = [
 ]
 CASE_IDS = [
     "-".join(x for x in (algo, params.get("shaping_input"), stage) if x)
+    + ("-calibrated" if pending_calibration(WeightConfig(**params).params(algo)) else "")
     for algo, params, stage in CASES
 ]
 
@@ -203,6 +215,11 @@ def native_loss(algo, params, stage, agg, policy, rows, batch, position="surroga
     cpu = torch.device("cpu")
     updater = Updater(cfg, policy, None, None, algorithm, cpu, Precision("float32", cpu))
     mask = response_mask.bool()
+    # the calibration on the tokens verl's loss sees at its first call (these rows), from the
+    # current policy's statistics of them
+    with torch.no_grad():
+        current = policy.token_stats(input_ids[rows], attn[rows], RESPONSE)
+    updater._calibrate(None, current, mask[rows])
     stage_tokens = None
     if stage is not None:
         stages = {s.name: s.tokens for s in algorithm.stages(old, mask, updater.params)}
@@ -220,6 +237,7 @@ def native_loss(algo, params, stage, agg, policy, rows, batch, position="surroga
         selected = float(n_kept(updater.params["fraction"], int(mask.sum())))
     norm = Normalisers(tokens=float(mask.sum()), selected=selected, sequences=float(len(mask)))
     loss, _, _ = updater.micro_batch_loss(mb, norm)
+    native_loss.calibration = updater.calibration
     return loss
 
 
@@ -320,6 +338,14 @@ def check_loss_equals_native(base_config, algo, params, stage, agg, position="su
     torch.testing.assert_close(got_grad, want_grad, rtol=2e-5, atol=1e-6)
     assert float(want_grad.abs().sum()) > 0
     assert any("kl_loss" in k for k in metrics)
+    calibrated = {k: v for k, v in metrics.items() if k.startswith(CALIBRATION_METRIC)}
+    if native_loss.calibration is None:
+        assert not calibrated
+    else:  # the same rule on the same tokens: the same values, reported once
+        for name, value in native_loss.calibration["values"].items():
+            reported = calibrated[CALIBRATION_METRIC + name].aggregate()
+            assert float(reported) == pytest.approx(value, rel=1e-5)  # float32 log-probs
+        assert loss_fn.calibration["values"].keys() == native_loss.calibration["values"].keys()
 
 
 def test_each_shaping_changes_the_loss(base_config):
@@ -439,7 +465,10 @@ def test_entropy_top_asks_for_entropy(base_config):
     assert recorder.calls[0]["distillation_use_topk"] is False
 
 
-@pytest.mark.parametrize("algo,params", [("grpo", {}), ("grpo_sg", {}), ("ar", {})])
+@pytest.mark.parametrize(
+    "algo,params",
+    [("grpo", {}), ("grpo_sg", {"shaping_input": "prob"}), ("tr_grpo", {"alpha": 3.0}), ("ar", {})],
+)
 def test_policy_loss_algorithms_run_verls_update_unchanged(base_config, algo, params):
     trainer, recorder = trainer_for(with_rlvr(base_config, algo, params))
     assert trainer.rlvr.path == ("vanilla" if algo == "grpo" else "policy_loss")
@@ -581,13 +610,42 @@ def test_verl_main_prepares_every_algorithm(base_config, algo, params, stage):
         assert {k: policy_loss[k] for k in wanted} == wanted
     else:
         assert policy_loss.loss_mode == "vanilla"
+    plain = params.get("shaping_input", "prob" if algo == "tr_grpo" else "logit") == "prob"
+    plain = plain and not pending_calibration(setup.params)
     expected = {
         "grpo": "vanilla",
         "ar": "policy_loss",
         "entropy_top": "actor_loss",
         "lopti": "actor_loss",
-    }.get(algo, "actor_loss" if params.get("shaping_input") == "logit" else "policy_loss")
+    }.get(algo, "policy_loss" if plain else "actor_loss")
     assert setup.path == expected
+
+
+def test_calibration_is_kept_in_the_run_folder_and_given_back(base_config, tmp_path):
+    """The first update's calibrated values (the actor loss reports them) go to
+    ``rlvr_calibration.json`` once; a restarted trainer hands them to its loss as numbers. A
+    weighted KL term needs the actor loss too."""
+    cfg = with_rlvr(base_config, "grpo_sg", {})
+    with open_dict(cfg):
+        cfg.trainer.default_local_dir = str(tmp_path / "checkpoints")
+    trainer, recorder = trainer_for(cfg)
+    assert trainer.rlvr.path == "actor_loss"
+    values = {"alpha": 7.5, "tau": 11.0, "mu": 0.69}
+    reported = {CALIBRATION_METRIC + k: [v] for k, v in values.items()}
+    recorder.update_actor = lambda data: tu.get_tensordict(
+        tensor_dict={}, non_tensor_dict={"metrics": {"pg_loss": [1.0], "mfu": 0.1, **reported}}
+    )
+    trainer._update_actor(update_batch())
+    saved = json.loads((tmp_path / "checkpoints" / verl_trainer.CALIBRATION_FILE).read_text())
+    assert saved == {"algo": "grpo_sg", "values": values}
+    restarted, _ = trainer_for(cfg)  # init_workers reads the file it names
+    kept = json.loads(restarted._calibration_file().read_text())["values"]
+    loss_fn = restarted.rlvr.actor_loss(cfg, kept)
+    assert {k: loss_fn.params[k] for k in values} == values
+    assert not pending_calibration(loss_fn.params)
+    kl = with_rlvr(base_config, "tr_grpo", {"alpha": 2.0}, kl_weighting="term")
+    assert read_rlvr(kl).path == "actor_loss" and read_rlvr(kl).kl_weighting == "term"
+    assert read_rlvr(with_rlvr(base_config, "tr_grpo", {"alpha": 2.0})).path == "policy_loss"
 
 
 BAD = [
@@ -600,6 +658,7 @@ BAD = [
     ({"algo": "lopti", "params": {"eta": 1.5}}, {}, "rlvr.params.eta"),
     ({"algo": "entropy_top", "params": {"fraction": 0.0}}, {}, "rlvr.params.fraction"),
     ({"algo": "grpo", "weight_position": "inside"}, {}, "rlvr.weight_position"),
+    ({"algo": "grpo_sg", "kl_weighting": "both"}, {}, "rlvr.kl_weighting"),
     (
         {"algo": "grpo_sg", "params": {"shaping_input": "logit"}},
         {"actor_rollout_ref.model.use_remove_padding": False},

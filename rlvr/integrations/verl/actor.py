@@ -23,6 +23,15 @@ entropy bonus and KL loss) with our token weights on the surrogate:
   zeroed outside the stage, KL and entropy are multiplied by the stage mask, and every term keeps
   verl's global token count of the whole mini-batch as its denominator.
 
+Calibrated parameters (GRPO-SG's alpha, tau, mu, TR-GRPO's alpha: ``Algorithm.calibrate``) are
+set at the loss's first call, before verl's first optimizer step, by the native rule
+(``rlvr.agents.algorithms.shaping``) on that forward's valid response tokens, gathered over the
+data-parallel group so every rank holds the same numbers. The native trainer calibrates on the
+whole first batch; verl's loss sees one micro-batch at a time, so here the sample is the first
+micro-batch of every rank: the same rule on a smaller sample of the same policy. The values are
+reported once as ``actor/rlvr_calibration/<name>``; ``RlvrPPOTrainer`` writes them to the run
+folder and passes them back as numbers when the run resumes, so they are never recomputed.
+
 The sampled token's *logit* (needed by ``shaping_input="logit"``) is not in verl's
 ``model_output``. verl calls the loss function a second way,
 ``loss_fn(student_logits=..., data=...)``, from inside the forward pass when the batch's
@@ -47,6 +56,7 @@ from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
 
 from rlvr.agents.algorithms import WeightConfig, get_algorithm
+from rlvr.agents.algorithms.base import pending_calibration
 from rlvr.agents.method_loss import LossInputs, method_loss
 from rlvr.integrations.verl.plugin import clip_settings
 
@@ -54,6 +64,8 @@ from rlvr.integrations.verl.plugin import clip_settings
 SAMPLED_LOGIT_KEY = "rlvr_sampled_logit"
 #: Non-tensor batch key selecting the Lopti stage (``"low"`` or ``"high"``).
 LOPTI_STAGE_KEY = "rlvr_lopti_stage"
+#: Metric prefix of the calibrated values, reported by the call that calibrated.
+CALIBRATION_METRIC = "actor/rlvr_calibration/"
 
 
 def _temperature(data: TensorDict) -> float:
@@ -97,7 +109,7 @@ class RlvrActorLoss:
     ``config`` is verl's ``ActorConfig`` (the worker's ``omega_conf_to_dataclass(config.actor)``);
     ``params`` are ``WeightConfig`` fields (``shaping_input``, ``alpha``, ``tau``, ``mu``,
     ``lower``, ``upper``, ``ar_alpha``, ``fraction``, ``eta``); ``weight_position`` as in
-    ``policy_loss``.
+    ``policy_loss``; ``kl_weighting`` as ``rlvr.agents.method_loss.KL_WEIGHTINGS``.
     """
 
     def __init__(
@@ -107,6 +119,7 @@ class RlvrActorLoss:
         *,
         stage: Optional[str] = None,
         weight_position: str = "surrogate",
+        kl_weighting: str = "none",
         **params: Any,
     ):
         try:
@@ -119,8 +132,11 @@ class RlvrActorLoss:
         self.scheme = scheme
         self.stage = stage
         self.weight_position = weight_position
+        self.kl_weighting = kl_weighting
         self.weight_config = WeightConfig(**params)
         self.params = self.algorithm.parameters(self.weight_config)  # checked now, not on a worker
+        #: The calibration's record once made (``Algorithm.calibrate``), else ``None``.
+        self.calibration: Optional[dict] = None
 
     # -- pickling (Ray ships the loss to every worker) ------------------------------------------
     def __getstate__(self) -> dict:
@@ -148,7 +164,7 @@ class RlvrActorLoss:
     ):
         if student_logits is not None:
             return self.logits_outputs(student_logits, data)
-        return self.loss(model_output, data)
+        return self.loss(model_output, data, dp_group)
 
     def _stage(self, old_log_prob, mask, data) -> torch.Tensor:
         """The tokens (bool ``[B, T]``) of the stage the batch names (Lopti: low or high)."""
@@ -162,7 +178,30 @@ class RlvrActorLoss:
             f"{[s.name for s in stages]}, got {name!r}"
         )
 
-    def loss(self, model_output: dict, data: TensorDict):
+    def _calibrate(self, log_prob, logits, mask, dp_group) -> dict[str, float]:
+        """Set the pending parameters from this forward's valid tokens, gathered over
+        ``dp_group`` (class docstring); returns the values as metrics."""
+        picked = {"logprobs": log_prob, "logits": logits}
+        picked = {
+            k: None if v is None else v.detach()[mask].double().cpu() for k, v in picked.items()
+        }
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size(dp_group) > 1:
+            parts: list = [None] * dist.get_world_size(dp_group)
+            dist.all_gather_object(parts, picked, group=dp_group)
+            picked = {
+                k: None if parts[0][k] is None else torch.cat([p[k] for p in parts]) for k in picked
+            }
+        n = picked["logprobs"].numel()
+        self.params, self.calibration = self.algorithm.calibrate(
+            self.params,
+            logprobs=picked["logprobs"][None],
+            logits=None if picked["logits"] is None else picked["logits"][None],
+            mask=torch.ones(1, n, dtype=torch.bool),
+        )
+        return {CALIBRATION_METRIC + k: float(v) for k, v in self.calibration["values"].items()}
+
+    def loss(self, model_output: dict, data: TensorDict, dp_group=None):
         config = self.config
         log_prob = no_padding_2_padding(model_output["log_probs"], data)
         entropy = model_output.get("entropy", None)
@@ -197,6 +236,9 @@ class RlvrActorLoss:
                     "set the batch's non-tensor distillation_use_topk=True so verl calls this "
                     "loss's logits hook"
                 )
+        calibrated = {}
+        if self.algorithm.calibrate is not None and pending_calibration(self.params):
+            calibrated = self._calibrate(log_prob, logits, mask, dp_group)
         if self.algorithm.select_tokens is not None and entropy is None:
             raise ValueError(
                 "entropy: 80/20 needs verl's per-token entropy; set actor.calculate_entropy=True"
@@ -242,6 +284,7 @@ class RlvrActorLoss:
             weight_position=self.weight_position,
             kl_coef=config.kl_loss_coef if config.use_kl_loss else 0.0,
             entropy_coef=config.entropy_coeff,
+            kl_weighting=self.kl_weighting,
         )
         with torch.no_grad():
             n = mask.sum().clamp(min=1)
@@ -256,6 +299,8 @@ class RlvrActorLoss:
                 "actor/rlvr_kept_frac": float(((w != 0) & kept).sum() / n),
             }
         metrics = dict(Metric.from_dict(pg_metrics, aggregation=AggregationType.MEAN))
+        # one value per rank, equal on every rank: the minimum keeps it to the last bit
+        metrics.update(Metric.from_dict(calibrated, aggregation=AggregationType.MIN))
         metrics["actor/pg_loss"] = Metric(value=out.pg_loss, aggregation=metric_aggregation)
         if out.entropy_loss is not None:
             metrics["actor/entropy_loss"] = Metric(

@@ -32,8 +32,10 @@ raises ``VerlTranslationError`` naming the key. What maps to what:
 - the loss: verl's own, the plugin's policy loss or rlvr's actor loss, as the algorithm's
   registry entry says (``Algorithm.verl_path``, the decision ``verl.trainer`` reads too);
 - the ``rlvr`` section read by ``rlvr.integrations.verl.main``: algorithm, the ``WeightConfig``
-  fields it reads (``rlvr.agents.algorithms.resolved_fields``), weight position, and for a
-  multi-turn env its agent loop's settings (search QA: the retrieval service).
+  fields it reads (``rlvr.agents.algorithms.resolved_fields``; a parameter the method calibrates
+  stays ``"calibrated"``: verl's actor loss sets it from its first batch with the native rule,
+  ``rlvr.integrations.verl.actor``), weight position, KL weighting, and for a multi-turn env its
+  agent loop's settings (search QA: the retrieval service).
 """
 
 from __future__ import annotations
@@ -177,7 +179,7 @@ def _policy_loss(cfg, params: dict[str, Any]) -> dict[str, Any]:
     ``vanilla`` surrogate where ``verl.main`` replaces the whole actor loss."""
     p = "actor_rollout_ref.actor.policy_loss."
     algorithm = get_algorithm(cfg.algo)
-    if algorithm.verl_path(params) != "policy_loss":
+    if algorithm.verl_path(params, cfg.loss.kl_weighting) != "policy_loss":
         out: dict[str, Any] = {p + "loss_mode": "vanilla"}
         if algorithm.select_tokens is not None:  # 80/20 selects by the training forward's entropy
             out["actor_rollout_ref.actor.calculate_entropy"] = True
@@ -279,6 +281,7 @@ def _rlvr_section(cfg, params: dict[str, Any]) -> dict[str, Any]:
         "rlvr.algo": cfg.algo,
         "rlvr.params": resolved_fields(cfg.weights, cfg.algo),
         "rlvr.weight_position": cfg.loss.weight_position,
+        "rlvr.kl_weighting": cfg.loss.kl_weighting,
     }
     try:
         section = agent_loop_section(cfg.env, cfg.env_kwargs)

@@ -11,9 +11,12 @@ so importing this module registers, with ``verl.trainer.ppo.core_algos.register_
 every algorithm of ``rlvr.agents.algorithms`` whose weight reads log-probs only
 (``Algorithm.policy_loss``):
 
-- ``grpo_sg``: TR-GRPO weights ``clip(alpha * (sigmoid(p / tau) - mu), L, U)`` on
-  ``p = exp(log_prob)`` (GRPO-SG Eq. 20 with ``shaping_input="prob"``);
-- ``reverse``: the decreasing counterpart;
+- ``tr_grpo``: TR-GRPO weights ``clip(alpha * (sigmoid(p / tau) - mu), L, U)`` on
+  ``p = exp(log_prob)`` (with alpha given: its default is calibrated on the first batch, which
+  needs the actor loss's state);
+- ``grpo_sg``, ``reverse`` with ``shaping_input="prob"`` and numbers: the earlier probability
+  form and its decreasing counterpart (their default, the calibrated logit form, is the actor
+  loss's);
 - ``ar``: advantage reweighting ``(alpha * p_old + 1 - alpha) * A`` (Yang et al. 2025).
 
 Select one with ``actor_rollout_ref.actor.policy_loss.loss_mode=grpo_sg``. A verl policy loss
@@ -59,6 +62,7 @@ from rlvr.agents.algorithms import (
     get_algorithm,
     policy_loss_fields,
 )
+from rlvr.agents.algorithms.base import pending_calibration
 from rlvr.agents.method_loss import LossInputs, method_loss
 
 #: The policy-loss names this plugin registers in verl (``loss_mode``): the algorithms whose
@@ -105,6 +109,13 @@ def weight_config(scheme: str, config: Any) -> tuple[WeightConfig, str]:
             f"policy_loss.shaping_input: verl passes a policy loss only log-probs, "
             f"so {scheme!r} runs with shaping_input='prob' here, got {wc.shaping_input!r}; use "
             "rlvr.integrations.verl.actor (set_loss_fn) for logit-shaped GRPO-SG"
+        )
+    pending = pending_calibration(wc.params(scheme))
+    if pending:
+        raise ValueError(
+            f"policy_loss.{pending[0]}: {scheme!r} calibrates {pending} on its first batch, "
+            "which a verl policy loss (stateless, one call per micro-batch) cannot; give "
+            "numbers, or run rlvr.integrations.verl.main, whose actor loss calibrates"
         )
     return wc, str(_get(pl, "weight_position", "surrogate"))
 

@@ -6,6 +6,7 @@ A verl run selects the method with one top-level config section (read by ``read_
       algo: grpo_sg                 # a name of rlvr.agents.algorithms
       params: {shaping_input: logit, alpha: 2.75}   # rlvr.agents.algorithms.WeightConfig fields
       weight_position: surrogate    # or ratio
+      kl_weighting: none            # or term, ratio (rlvr.agents.method_loss.KL_WEIGHTINGS)
       searchqa: {...}               # read by rlvr.integrations.verl.agent_loop
       max_tool_failure_rate: 0.05   # stop past this share of failed searches (default 0.05)
 
@@ -49,6 +50,13 @@ native trainer logs them). Before the workers start, a loopback ``rlvr.searchqa.
 on a Ray cluster of several CPU nodes is refused (``data.check_service_reachable``): verl
 places agent-loop workers on every such node.
 
+A method with calibrated parameters (``"calibrated"`` in ``rlvr.params``: GRPO-SG, TR-GRPO,
+Reverse by default) runs on the actor-loss path: ``RlvrActorLoss`` calibrates at its first call
+and reports the values, which ``_update_actor`` writes to ``<trainer.default_local_dir>/
+rlvr_calibration.json`` (``CALIBRATION_FILE``); a resumed run reads them back and the loss gets
+them as numbers, never calibrating again. A weighted KL term (``kl_weighting``) also needs the
+actor loss: verl adds its own KL outside a registered policy loss.
+
 Logit shaping needs verl's remove-padding FSDP path without sequence parallelism, fused kernels
 or static padding (the logits hook sees the packed ``(1, total_nnz, vocab)`` logits only there);
 ``read_rlvr`` rejects other settings with a one-line error naming the key.
@@ -57,9 +65,11 @@ or static padding (the logits hook sees the packed ``(1, total_nnz, vocab)`` log
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Optional
 
 import ray
@@ -71,6 +81,8 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 
 from rlvr.agents.algorithms import Algorithm, WeightConfig, get_algorithm
+from rlvr.agents.algorithms.base import CALIBRATED
+from rlvr.agents.method_loss import KL_WEIGHTINGS
 from rlvr.agents.metrics import (
     MAX_TOOL_FAILURE_RATE,
     check_failure_rate,
@@ -79,13 +91,15 @@ from rlvr.agents.metrics import (
 )
 from rlvr.config import ConfigError
 from rlvr.envs.base import TOOL_CALLS, TOOL_FAILURES
-from rlvr.integrations.verl.actor import LOPTI_STAGE_KEY, RlvrActorLoss
+from rlvr.integrations.verl.actor import CALIBRATION_METRIC, LOPTI_STAGE_KEY, RlvrActorLoss
 from rlvr.integrations.verl.config import plugin_loss_config
 from rlvr.integrations.verl.data import agent_loop_envs, check_service_reachable, service_key
 
 #: Keys of the ``rlvr`` section, besides one section per environment whose agent loop reads one
 #: (``EnvSpec.verl.section``: search QA's ``searchqa``).
-RLVR_KEYS = ("algo", "params", "weight_position", "max_tool_failure_rate")
+RLVR_KEYS = ("algo", "params", "weight_position", "kl_weighting", "max_tool_failure_rate")
+#: The run folder's record of the calibrated values (under ``trainer.default_local_dir``).
+CALIBRATION_FILE = "rlvr_calibration.json"
 #: ``rlvr.params`` keys: the fields of ``WeightConfig``.
 PARAM_KEYS = tuple(f.name for f in dataclasses.fields(WeightConfig))
 WEIGHT_POSITIONS = ("surrogate", "ratio")
@@ -112,6 +126,8 @@ class RlvrSetup:
     path: str
     #: Share of a generated batch's tool calls that may fail before the run stops.
     max_tool_failure_rate: float = MAX_TOOL_FAILURE_RATE
+    #: How the weight enters the KL term (``rlvr.agents.method_loss.KL_WEIGHTINGS``).
+    kl_weighting: str = "none"
 
     @property
     def needs_logits(self) -> bool:
@@ -140,12 +156,17 @@ class RlvrSetup:
         )
         return [s.name for s in stages]
 
-    def actor_loss(self, config: DictConfig) -> RlvrActorLoss:
-        """``RlvrActorLoss`` for verl's actor config ``config.actor_rollout_ref.actor``."""
+    def actor_loss(self, config: DictConfig, calibrated: Mapping | None = None) -> RlvrActorLoss:
+        """``RlvrActorLoss`` for verl's actor config ``config.actor_rollout_ref.actor``, with the
+        ``calibrated`` values of an earlier start of the run as numbers."""
         actor_config = omega_conf_to_dataclass(OmegaConf.select(config, _ACTOR))
-        fields = dataclasses.asdict(self.weight_config)
+        fields = {**dataclasses.asdict(self.weight_config), **(calibrated or {})}
         return RlvrActorLoss(
-            actor_config, self.algo, weight_position=self.weight_position, **fields
+            actor_config,
+            self.algo,
+            weight_position=self.weight_position,
+            kl_weighting=self.kl_weighting,
+            **fields,
         )
 
 
@@ -165,8 +186,10 @@ def _weight_config(params: Mapping) -> WeightConfig:
         elif key == "extra":
             if not isinstance(value, Mapping) or not all(_is_number(v) for v in value.values()):
                 raise RlvrConfigError("rlvr.params.extra: must map names to finite numbers")
-        elif not (value is None or _is_number(value)):
-            raise RlvrConfigError(f"rlvr.params.{key}: must be a finite number, got {value!r}")
+        elif not (value is None or value == CALIBRATED or _is_number(value)):
+            raise RlvrConfigError(
+                f"rlvr.params.{key}: must be a finite number or {CALIBRATED!r}, got {value!r}"
+            )
     return WeightConfig(**{k: (dict(v) if k == "extra" else v) for k, v in params.items()})
 
 
@@ -240,6 +263,11 @@ def read_rlvr(config: DictConfig) -> Optional[RlvrSetup]:
         raise RlvrConfigError(
             f"rlvr.weight_position: {position!r} is not one of {list(WEIGHT_POSITIONS)}"
         )
+    kl_weighting = raw.get("kl_weighting", "none")
+    if kl_weighting not in KL_WEIGHTINGS:
+        raise RlvrConfigError(
+            f"rlvr.kl_weighting: {kl_weighting!r} is not one of {list(KL_WEIGHTINGS)}"
+        )
     try:
         rate = check_failure_rate(
             raw.get("max_tool_failure_rate", MAX_TOOL_FAILURE_RATE), "max_tool_failure_rate"
@@ -257,8 +285,9 @@ def read_rlvr(config: DictConfig) -> Optional[RlvrSetup]:
         weight_config=wc,
         params=resolved,
         weight_position=position,
-        path=algorithm.verl_path(resolved),
+        path=algorithm.verl_path(resolved, kl_weighting),
         max_tool_failure_rate=rate,
+        kl_weighting=kl_weighting,
     )
     _check_engine(config, setup)
     return setup
@@ -364,7 +393,9 @@ class RlvrPPOTrainer(RayPPOTrainer):
         check_cluster(self.config, ray.nodes() if ray.is_initialized() else [])
         super().init_workers()
         if self.rlvr is not None and self.rlvr.path == "actor_loss":
-            self.actor_rollout_wg.set_loss_fn(self.rlvr.actor_loss(self.config))
+            saved = self._calibration_file()
+            values = json.loads(saved.read_text())["values"] if saved.exists() else None
+            self.actor_rollout_wg.set_loss_fn(self.rlvr.actor_loss(self.config, values))
         rate = MAX_TOOL_FAILURE_RATE if self.rlvr is None else self.rlvr.max_tool_failure_rate
         manager = getattr(self, "async_rollout_manager", None)
         if manager is not None:
@@ -379,12 +410,30 @@ class RlvrPPOTrainer(RayPPOTrainer):
         finally:
             self.actor_rollout_wg = worker_group
 
+    def _calibration_file(self) -> Path:
+        return Path(OmegaConf.select(self.config, "trainer.default_local_dir")) / CALIBRATION_FILE
+
     def _update_actor(self, batch: DataProto) -> DataProto:
         output = self._update_stages(batch)
         metrics = tool_metrics(tool_infos(batch))
         if metrics:
             output.meta_info.setdefault("metrics", {}).update(metrics)
+        self._keep_calibration(output.meta_info.get("metrics", {}))
         return output
+
+    def _keep_calibration(self, metrics: Mapping) -> None:
+        """Write the values the actor loss calibrated (its first call reports them) to the run
+        folder, once: a resumed run reads them back (``init_workers``)."""
+        values = {
+            k[len(CALIBRATION_METRIC) :]: v[0] if isinstance(v, (list, tuple)) else v
+            for k, v in metrics.items()
+            if k.startswith(CALIBRATION_METRIC)
+        }
+        path = self._calibration_file()
+        if values and not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            record = {"algo": self.rlvr.algo, "values": {k: float(v) for k, v in values.items()}}
+            path.write_text(json.dumps(record, indent=2) + "\n")
 
     def _update_stages(self, batch: DataProto) -> DataProto:
         if self.rlvr is None or self.rlvr.path != "actor_loss":

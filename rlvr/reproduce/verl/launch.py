@@ -3,7 +3,7 @@ folder per training run of the paper's grid.
 
 Which runs: exactly those the named figures need (their plan, ``rlvr.reproduce.figures``, which
 ``--jobs`` prefetches too), plus the variants the algorithms declare beside every default-point
-run (``Algorithm.variants``: GRPO-SG in its logit form, ``weights.shaping_input=logit``, Eq. 20),
+run (``Algorithm.variants``: forms of a method that only the verl launch adds; none now),
 which the native grid does not train. Each run's values are its native ``TrainConfig`` (the
 plan's) translated by ``rlvr.integrations.verl.config``.
 
@@ -61,13 +61,13 @@ class Launch:
 
     @property
     def tag(self) -> str:
-        """``grpo_sg``, ``grpo_sg-logit``, ``grpo_sg-tau0.25``: the algorithm and its variant."""
+        """``grpo_sg``, ``grpo_sg-prob``, ``grpo_sg-tau0.25``, ``grpo_sg-ratio``: the algorithm
+        and its overrides (a number after its name, a word alone)."""
         parts = [self.run.algo]
         for key, value in sorted(self.run.extra.items()):
             name = key.split(".")[-1]
-            parts.append(
-                "logit" if (name, value) == ("shaping_input", "logit") else f"{name}{value:g}"
-            )
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            parts.append(f"{name}{value:g}" if number else str(value))
         return "-".join(parts)
 
     @property
