@@ -121,6 +121,26 @@ def test_a_reproduction_records_the_mode_the_machine_and_the_hashes(tmp_path):
     assert verdicts and set(verdicts) == {"bit-identical"}, report
 
 
+def test_a_calibrated_run_records_its_values_and_check_compares_them(tmp_path):
+    """GRPO-SG's calibrated alpha, tau and mu go to run.json and the figure's run records;
+    ``--check`` retrains the run and compares them (the same machine: the same bits)."""
+    out, home = tmp_path / "out", {"RLVR_HOME": str(tmp_path / "home")}
+    _rlvr("reproduce", "fig4", "--smoke", "--out", str(out), "--quiet", env=home, cwd=tmp_path)
+    meta = json.loads((out / "fig4.meta.json").read_text())
+    record = meta["run_records"]["kk/grpo_sg/seed0"]
+    assert set(record["calibration"]) == {"alpha", "tau", "mu"}
+    info = json.loads((out / ".cache" / "runs" / record["key"] / "run.json").read_text())
+    assert info["calibration"]["values"] == record["calibration"]
+    assert "calibration" not in meta["run_records"]["kk/grpo/seed0"]
+    fresh = ["--cache", str(tmp_path / "fresh"), "--quiet"]
+    report = _rlvr(
+        "reproduce", "--check", str(out), "--sample", "4", *fresh, env=home, cwd=tmp_path
+    )
+    rows = [line for line in report.splitlines() if line.startswith("| kk/grpo_sg/seed0")]
+    calibrated = [r for r in rows if "calibrated" in r]
+    assert len(calibrated) == 3 and all(r.rstrip(" |").endswith("bit-identical") for r in rows)
+
+
 def test_the_default_output_folder_is_not_the_committed_one(tmp_path, monkeypatch):
     from rlvr.reproduce import cli
 

@@ -1,7 +1,8 @@
 """``rlvr reproduce --check DIR``: rerun a sample of the runs a reproduction recorded, and compare.
 
 Every ``<name>.meta.json`` of a reproduction lists its runs (``run_records``: label -> config
-hash, SHA-256 of the final weights, the evaluation's numbers over all items) and its bases
+hash, SHA-256 of the final weights, the values a calibrated method's first batch set, the
+evaluation's numbers over all items) and its bases
 (``bases``: model -> build, weights SHA-256). The check rebuilds the configuration of each
 sampled run from this checkout's grid, verifies that its config hash is the recorded one,
 trains it (or takes it from the run cache, which the check shares with ``rlvr reproduce``),
@@ -226,7 +227,7 @@ def run_check(
                     f"base {cfg.model} weights",
                     committed_base[:16],
                     base.get("weights_sha256", "")[:16],
-                    "bit-identical" if same else "differs",
+                    _same(same),
                 ]
             )
         where = "from the run cache" if cached else "trained now"
@@ -237,9 +238,15 @@ def run_check(
                 f"weights ({where}; {ran_on.get('kernel_mode', '?')} kernels)",
                 rec.get("weights_sha256", "")[:16],
                 run.weights_sha256[:16],
-                "bit-identical" if run.weights_sha256 == rec.get("weights_sha256") else "differs",
+                _same(run.weights_sha256 == rec.get("weights_sha256")),
             ]
         )
+        rerun = run.info.get("calibration", {}).get("values", {})
+        for name, value in sorted(rec.get("calibration", {}).items()):  # the first batch's values
+            again = rerun.get(name)
+            same = again == value
+            shown = "n/a" if again is None else f"{again:.6g}"
+            rows.append([label, f"calibrated {name}", f"{value:.6g}", shown, _same(same)])
         ev = ensure_eval(
             eval_config(setting, cfg, str(run.final), seed=cfg.seed), cache, progress=progress
         )
@@ -259,6 +266,10 @@ def run_check(
     print(markdown_table(["run", "number", "recorded", "rerun", "verdict"], rows))
     print("\n".join(summaries))
     return 1 if outside else 0
+
+
+def _same(same: bool) -> str:
+    return "bit-identical" if same else "differs"
 
 
 __all__ = [

@@ -66,6 +66,9 @@ def runs_for(
         out.runs[label] = run.key
         out.run_records.setdefault(label, {})
         out.run_records[label].update(key=run.key, weights_sha256=run.weights_sha256)
+        calibration = run.info.get("calibration")
+        if calibration:  # what the method's first batch set (``--check`` compares it)
+            out.run_records[label]["calibration"] = calibration["values"]
         if ctx.run_source is not None:
             ctx.run_source.record(out, label, run)
         record_base(out, cfg.model)
