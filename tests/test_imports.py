@@ -94,7 +94,7 @@ def test_the_cycle_finder_sees_imports_inside_functions():
 
 
 REPRODUCE = "rlvr.reproduce."
-CORE = {"grid", "runs", "plan", "pool", "common"}
+CORE = {"grid", "runs", "sft_reference", "plan", "pool", "common"}
 REPORT = {"report", "compare", "check"}
 
 

@@ -140,7 +140,7 @@ def test_fetch_data_paper_covers_every_paper_env(tmp_path, monkeypatch):
 
 
 def test_hub_models_get_no_silent_smoke_sft(tmp_path):
-    from rlvr.reproduce.runs import ensure_sft_reference
+    from rlvr.reproduce.sft_reference import ensure_sft_reference
 
     assert PAPER.sft_reference is False
     with pytest.raises(ConfigError, match="only tiny presets have"):

@@ -32,6 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlvr.errors import UserError
+from rlvr.files import fsync_dir, fsync_file
+
 MANIFEST = "MANIFEST.json"
 PREFIX = "step_"
 #: A manifest holds file hashes and the run's configuration: kilobytes.
@@ -48,20 +51,6 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb+") as f:
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def save_checkpoint(
@@ -81,12 +70,12 @@ def save_checkpoint(
         for name, obj in payload.items():
             path = tmp / f"{name}.pt"
             torch.save(obj, path)
-            _fsync_file(path)
+            fsync_file(path)
             files[path.name] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
         manifest = {"step": step, "files": files, "meta": meta}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-        _fsync_file(tmp / MANIFEST)
-        _fsync_dir(tmp)
+        fsync_file(tmp / MANIFEST)
+        fsync_dir(tmp)
     except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
         error = write_failure(root, e)  # the free space it reports is what the write met
         shutil.rmtree(tmp, ignore_errors=True)  # and what it took is given back for a resume
@@ -98,7 +87,7 @@ def save_checkpoint(
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     prune_checkpoints(root, keep)
     return final
 
@@ -188,7 +177,7 @@ def latest_valid_checkpoint(root: str | Path) -> tuple[Path, dict[str, Any]] | N
     return None
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that cannot be resumed from (unsafe content, changed configuration, none
     valid); the message is one line."""
 

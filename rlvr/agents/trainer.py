@@ -64,6 +64,7 @@ from rlvr.config import ConfigError, dump_yaml
 from rlvr.device import resolve_device
 from rlvr.envs import env_spec, make_env
 from rlvr.eval.loop import plan, play, task_runs
+from rlvr.files import write_text_atomic
 from rlvr.locks import LOCK_FILE, hold
 from rlvr.repro import set_threads
 
@@ -504,7 +505,7 @@ class Trainer:
         dump_yaml(cfg, self.out / "config.yaml")
         engine = getattr(self.backend, "engine_record", None)
         if engine:  # the vLLM engine's settings, hf_overrides included (rollout/vllm.py)
-            (self.out / "vllm_engine.json").write_text(json.dumps(engine, indent=2) + "\n")
+            write_text_atomic(self.out / "vllm_engine.json", json.dumps(engine, indent=2) + "\n")
         records = []
         from tqdm.auto import tqdm
 

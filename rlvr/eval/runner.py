@@ -39,6 +39,7 @@ from rlvr.device import check_device, check_device_present, resolve_device
 from rlvr.envs import env_spec, make_env
 from rlvr.eval.loop import Job, plan, play
 from rlvr.eval.metrics import ANSWER_METRICS, summarize_by_group
+from rlvr.files import atomic_write, write_json_atomic
 
 
 @dataclass
@@ -394,11 +395,9 @@ def write_jsonl(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """One JSON object per response (written to a temporary file, then renamed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
+    with atomic_write(path) as f:
         for r in records:
             f.write(json.dumps(_jsonable(r)) + "\n")
-    tmp.replace(path)
     return path
 
 
@@ -412,17 +411,16 @@ def save_result(result: EvalResult, out_dir: str | Path) -> Path:
     ``out_dir``."""
     out = Path(out_dir)
     write_jsonl(result.records, out / "responses.jsonl")
-    (out / "summary.json").write_text(
-        json.dumps(
-            _jsonable(
-                {
-                    "config": result.config,
-                    "seconds": round(result.seconds, 2),
-                    "summary": result.summary,
-                }
-            ),
-            indent=2,
-        )
+    write_json_atomic(  # last: its presence says the evaluation is complete
+        out / "summary.json",
+        _jsonable(
+            {
+                "config": result.config,
+                "seconds": round(result.seconds, 2),
+                "summary": result.summary,
+            }
+        ),
+        indent=2,
     )
     return out
 

@@ -18,12 +18,12 @@ everywhere the kernel mode gives them. ``AcceptConfig.draws = 1`` (the default) 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlvr.envs import env_spec
+from rlvr.files import write_json_atomic
 from rlvr.models.evaluate import evaluate_base
 
 #: Seed distance between draws of one base: far above any base seed (``tiny-kk@B`` is seed +B).
@@ -76,6 +76,4 @@ def rejected(log: Path) -> list[dict]:
 
 def save_rejected(log: Path, tried: list[dict]) -> None:
     """Write the rejected draws to ``log`` (whole, then renamed into place)."""
-    tmp = log.with_name(f".{log.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(tried, indent=2))
-    os.replace(tmp, log)
+    write_json_atomic(log, tried, indent=2)

@@ -35,12 +35,12 @@ from rlvr.reproduce.plan import Plan
 from rlvr.reproduce.runs import (
     ensure_eval,
     ensure_run,
-    ensure_sft_reference,
     eval_config,
     model_identity,
     run_key,
     run_path,
 )
+from rlvr.reproduce.sft_reference import ensure_sft_reference
 
 
 # -- one GPU per worker --------------------------------------------------------------------------

@@ -9,7 +9,11 @@ finished run at once, resumes an interrupted one from its last checkpoint (the t
 checkpoint, and figures are redrawn from the saved responses without touching a model.
 
 ``run.json`` records what produced a run: its steps, its work in tokens, the SHA-256 of its
-final weights (``rlvr.repro.weights_sha256``) and the machine (``rlvr.repro.machine_info``).
+final weights (``rlvr.repro.weights_sha256``) and the machine (``rlvr.repro.machine_info``). It
+is written last and whole (``rlvr.files.write_json_atomic``), and only a complete one (a JSON
+object naming the run's key and its steps: ``read_run_record``) says the run is done: a torn or
+empty one, which a full disk used to leave, is rebuilt by resuming the run, never trusted. An
+evaluation is done when its ``summary.json`` is complete in the same sense.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from rlvr.agents.algorithms import get_algorithm
 from rlvr.config import config_hash, nest
 from rlvr.eval.metrics import summarize_by_group
 from rlvr.eval.runner import EvalConfig, EvalResult, evaluate, read_jsonl, save_result
+from rlvr.files import complete_record, read_json_object, write_json_atomic
 from rlvr.integrations.verl.checkpoints import checkpoint_identity, is_verl_checkpoint
 from rlvr.locks import LOCK_FILE, hold
 from rlvr.reproduce.grid import Setting, setting_overrides
@@ -62,8 +67,7 @@ class Run:
 
     @property
     def info(self) -> dict[str, Any]:
-        done = self.path / DONE
-        return json.loads(done.read_text()) if done.exists() else {}
+        return read_run_record(self.path) or {}
 
     @property
     def weights_sha256(self) -> str:
@@ -218,20 +222,34 @@ def _train_run(cfg, key: str, path: Path, *, say, progress: bool) -> None:
     metrics = _read_metrics(path / "metrics.jsonl")
     from rlvr.repro import machine_info, weights_sha256
 
-    (path / DONE).write_text(
-        json.dumps(
-            {
-                "key": key,
-                **run_summary(cfg, metrics),
-                "update_tokens": update_tokens(metrics, cfg),
-                "compute_seconds": round(compute_seconds(metrics), 2),
-                "last_invocation_seconds": round(time.perf_counter() - start, 2),
-                "weights_sha256": weights_sha256(path / "final"),
-                "machine": machine_info(),
-            },
-            indent=2,
-        )
+    write_json_atomic(
+        path / DONE,
+        {
+            "key": key,
+            **run_summary(cfg, metrics),
+            "update_tokens": update_tokens(metrics, cfg),
+            "compute_seconds": round(compute_seconds(metrics), 2),
+            "last_invocation_seconds": round(time.perf_counter() - start, 2),
+            "weights_sha256": weights_sha256(path / "final"),
+            "machine": machine_info(),
+        },
+        indent=2,
     )
+
+
+def read_run_record(path: Path) -> dict[str, Any] | None:
+    """The ``run.json`` of run folder ``path`` when it is complete: a JSON object whose ``key``
+    is the folder's name and whose ``steps`` is a count; None when it is missing, torn or
+    anything else (the run is then resumed, which writes it again)."""
+    record = complete_record(Path(path) / DONE, key=str, steps=int)
+    return record if record is not None and record["key"] == Path(path).name else None
+
+
+def _eval_done(path: Path) -> bool:
+    """Whether evaluation folder ``path`` is complete (``summary.json`` a JSON object with its
+    ``summary``; it is written after ``responses.jsonl``)."""
+    done = complete_record(path / "summary.json", summary=dict)
+    return done is not None and (path / "responses.jsonl").is_file()
 
 
 def run_path(cache: str | Path, key: str) -> Path:
@@ -243,10 +261,11 @@ def ensure_run(cfg, cache: Path, *, say=print, progress: bool = True) -> Run:
     """The finished run of ``cfg`` from the cache, trained (or resumed) first when needed."""
     key = run_key(cfg)
     path = run_path(cache, key)
-    done = path / DONE
-    if not done.exists():  # another process training the same run is waited for, not joined
+    if read_run_record(path) is None:  # another process training it is waited for, not joined
         with hold(path / LOCK_FILE, wait=True, what=f"run {path}", say=say):
-            if not done.exists():
+            if read_run_record(path) is None:
+                if (path / DONE).exists():
+                    say(f"[reproduce] {path / DONE} is torn or incomplete: resuming to rebuild it")
                 _train_run(cfg, key, path, say=say, progress=progress)
     metrics = _read_metrics(path / "metrics.jsonl")
     return Run(key, path, cfg, metrics, compute_seconds(metrics))
@@ -300,137 +319,15 @@ def ensure_eval(ecfg: EvalConfig, cache: Path, *, say=print, progress: bool = Tr
     """Responses and summary of ``ecfg`` from the cache, evaluated first when missing."""
     key = eval_key(ecfg)
     path = Path(cache) / "evals" / key
-    if not (path / "summary.json").exists():
+    if not _eval_done(path):
         with hold(path / LOCK_FILE, wait=True, what=f"evaluation {path}", say=say):
-            if not (path / "summary.json").exists():
+            if not _eval_done(path):
                 say(f"[reproduce] evaluating {ecfg.model} on {ecfg.env} -> {path}")
                 result: EvalResult = evaluate(ecfg, progress=progress)
                 save_result(result, path)
     records = read_jsonl(path / "responses.jsonl")
     ks = sorted(set(ecfg.pass_ks) | ({ecfg.k} if ecfg.k else set()))
     return Evaluation(key, path, records, summarize_by_group(records, ks=ks))
-
-
-# -- the continued-SFT reference (fig2) ----------------------------------------------------------
-def ensure_sft_reference(
-    setting: Setting,
-    seed: int,
-    budget_tokens: int,
-    cache: Path,
-    *,
-    say=print,
-    progress: bool = True,
-    smoke: bool = False,
-    model: str | None = None,
-) -> Path:
-    """The base ``model`` (default the setting's) after continued SFT on about
-    ``budget_tokens`` forward-backward tokens: the equal-compute baseline of an RL run whose
-    updates passed that many tokens (``update_tokens``). Cached by (base, SFT config, data).
-
-    Work, not time: steps = ``budget_tokens`` / the base build's tokens per SFT step
-    (``build.json``, a property of its data, the same on every machine), so the reference is a
-    pure function of its configuration. The recipe is the base build's own SFT config
-    restarted (warm-up, cosine decay) on fresh examples.
-    """
-    import hashlib
-
-    from rlvr.models import traces
-    from rlvr.models.sft import SFTConfig
-
-    model = model or setting.model
-    base_dir, build_cfg = _base_build(model)
-    if build_cfg is None and model != "micro":
-        from rlvr.config import ConfigError
-
-        raise ConfigError(
-            f"continued-SFT reference of {model!r}: only tiny presets have "
-            "an SFT recipe to continue (their build's); set sft_reference=False"
-        )
-    if build_cfg is None:  # micro (smoke): no build record; two steps on the K&K traces
-        sft_cfg = SFTConfig(steps=2, batch_size=2, warmup_steps=0, seed=seed, max_length=2048)
-        task, data = setting.env, dict(traces.TINY_SETTINGS.get(setting.env, {}))
-    else:
-        record = json.loads((base_dir / "build.json").read_text())
-        tokens_per_step = record["sft"]["tokens"] / max(record["sft"]["steps"], 1)
-        steps = max(1, int(round(budget_tokens / tokens_per_step)))
-        sft_cfg = dataclasses.replace(
-            build_cfg.sft,
-            steps=steps,
-            seed=10_000 + seed,
-            warmup_steps=min(build_cfg.sft.warmup_steps, steps // 10),
-            max_seconds=0.0,
-        )
-        task, data = build_cfg.task, dict(build_cfg.data)
-    blob = json.dumps(
-        {
-            "base": base_dir.name if base_dir else model,
-            "sft": dataclasses.asdict(sft_cfg),
-            "task": task,
-            "data": data,
-        },
-        sort_keys=True,
-        default=str,
-    )
-    path = Path(cache) / "sft" / hashlib.sha256(blob.encode()).hexdigest()[:12]
-    if (path / "sft.json").exists():
-        return path
-    # renamed into place when complete, so the lock sits beside the folder
-    with hold(path.with_name(f"{path.name}.lock"), wait=True, what=f"SFT {path}", say=say):
-        if not (path / "sft.json").exists():
-            _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, progress)
-    return path
-
-
-def _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, progress) -> None:
-    from rlvr.models import traces
-    from rlvr.models.sft import sft
-
-    say(f"[reproduce] continued SFT of {model} for {sft_cfg.steps} steps -> {path}")
-    from rlvr.models import load_model
-    from rlvr.repro import machine_info, weights_sha256
-
-    net, tokenizer = load_model(model, seed=seed)
-    stats = sft(
-        net,
-        tokenizer,
-        traces.example_stream(task, data, seed=sft_cfg.seed),
-        sft_cfg,
-        progress=progress,
-        desc="continued sft",
-    )
-    import os
-    import shutil
-
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # renamed into place when complete
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    net.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "sft.json").write_text(
-        json.dumps(
-            {
-                "budget_tokens": budget_tokens,
-                **stats,
-                "weights_sha256": weights_sha256(tmp),
-                "machine": machine_info(),
-            },
-            indent=2,
-            default=str,
-        )
-    )
-    shutil.rmtree(path, ignore_errors=True)  # a reference left incomplete by a killed process
-    tmp.rename(path)
-
-
-def _base_build(model: str):
-    """``(directory, BuildConfig)`` of a tiny preset, or ``(None, None)`` for anything else."""
-    from rlvr.models.build import ensure_built
-    from rlvr.models.presets import preset_config
-
-    cfg = preset_config(model)
-    if cfg is None:
-        return None, None
-    return ensure_built(cfg, progress=False), cfg
 
 
 def base_weights(model: str) -> dict[str, str]:
@@ -445,7 +342,7 @@ def base_weights(model: str) -> dict[str, str]:
     base_dir = models_dir() / _preset_build_key(model)
     if not (base_dir / "build.json").exists():
         return {"build": base_dir.name, "weights_sha256": ""}
-    record = json.loads((base_dir / "build.json").read_text())
+    record = read_json_object(base_dir / "build.json")
     out = {
         "build": base_dir.name,
         "weights_sha256": record.get("weights_sha256") or _hash_if_present(base_dir),
@@ -463,7 +360,6 @@ __all__ = [
     "compute_seconds",
     "ensure_eval",
     "ensure_run",
-    "ensure_sft_reference",
     "eval_config",
     "eval_key",
     "model_identity",
