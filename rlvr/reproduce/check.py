@@ -28,8 +28,6 @@ K&K before math and search QA (the first is the README's main job's run).
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +37,7 @@ from rlvr.eval.stats import Interval
 from rlvr.repro import machine_info, machine_line
 from rlvr.reproduce.common import markdown_table
 from rlvr.reproduce.grid import get_grid
+from rlvr.reproduce.records import load_meta, parse_label
 from rlvr.reproduce.runs import (
     DONE,
     base_weights,
@@ -49,16 +48,15 @@ from rlvr.reproduce.runs import (
     train_config,
 )
 
-_LABEL = re.compile(
-    r"^(?P<setting>[\w-]+)/(?P<what>[\w-]+)/(?:base(?P<base>\d+)/)?seed(?P<seed>\d+)$"
-)
 _SETTING_ORDER = ("kk", "math", "searchqa")
 _METHOD_ORDER = ("grpo", "grpo_sg", "reverse", "ar", "lopti", "entropy_top")
 
 
 def load_records(folder: Path) -> tuple[dict[str, Any], dict[str, dict], dict[str, dict]]:
-    """``(meta of the first script, label -> run record, model -> base record)`` of ``folder``."""
-    metas = [json.loads(p.read_text()) for p in sorted(folder.glob("*.meta.json"))]
+    """``(meta of the first script, label -> run record, model -> base record)`` of ``folder``;
+    every meta file is read and checked first (``rlvr.reproduce.records``: a malformed or hostile
+    one is one ``RecordError`` line)."""
+    metas = [load_meta(p) for p in sorted(folder.glob("*.meta.json"))]
     if not metas:
         raise SystemExit(f"--check {folder}: no <name>.meta.json here (not a reproduction folder)")
     records: dict[str, dict] = {}
@@ -80,18 +78,6 @@ def load_records(folder: Path) -> tuple[dict[str, Any], dict[str, dict], dict[st
             "... --out` first"
         )
     return metas[0], records, bases
-
-
-def parse_label(label: str) -> dict[str, Any] | None:
-    m = _LABEL.match(label)
-    if not m:
-        return None
-    return {
-        "setting": m["setting"],
-        "what": m["what"],
-        "base": int(m["base"] or 0),
-        "seed": int(m["seed"]),
-    }
 
 
 def sample_labels(records: dict[str, dict], n: int) -> list[str]:
@@ -189,6 +175,12 @@ def run_check(
     for label in sample_labels(records, sample):
         p = parse_label(label)
         rec = records[label]
+        if p["setting"] not in grid.settings:
+            why = f"not comparable: grid {grid.name} has no setting {p['setting']!r}"
+            rows.append([label, "setting", p["setting"], "-", why])
+            summaries.append(f"[check] {label}: {why}")
+            outside += 1
+            continue
         setting = grid.settings[p["setting"]]
         cfg = train_config(setting, p["what"], p["seed"], base_seed=p["base"])
         if run_key(cfg) != rec["key"]:
