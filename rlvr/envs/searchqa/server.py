@@ -34,95 +34,24 @@ import socket
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
 
 from rlvr.envs.searchqa.batcher import SearchBatcher
 from rlvr.envs.searchqa.client import MAX_QUERY_CHARS
 from rlvr.envs.searchqa.httpio import ReadState, RequestError, read_request, response_head
+from rlvr.envs.searchqa.limits import LIMITS, ServerLimits
 
 _LIBC = ctypes.CDLL(None)
 
-__all__ = ["RequestError", "RetrievalServer", "ServerLimits", "make_server", "serve_in_thread"]
+__all__ = [
+    "LIMITS",
+    "RequestError",
+    "RetrievalServer",
+    "ServerLimits",
+    "make_server",
+    "serve_in_thread",
+]
 
 
-#: Limits that may be 0 (the rest must be > 0).
-ZERO_ALLOWED = frozenset({"batch_window_s"})
-
-
-def _limit(default, help_: str):
-    return field(default=default, metadata={"help": help_})
-
-
-@dataclass(frozen=True)
-class ServerLimits:
-    """What one client may cost the service. The defaults fit Search-R1's use (a batch of a few
-    hundred queries at top-3 per call) with wide margins. Each field's ``help`` is its
-    ``rlvr retrieval-serve --help`` line (``--max-connections`` ...)."""
-
-    max_connections: int = _limit(
-        256,
-        "open connections; at the cap a new one closes the connection that has waited longest "
-        "for its request (idle or trickling), or gets 503 when every one is being served",
-    )
-    request_timeout_s: float = _limit(
-        10.0,
-        "seconds to receive one whole request however it trickles (408 after), and the most a "
-        "kept-alive connection may idle",
-    )
-    write_timeout_s: float = _limit(30.0, "seconds a client may take to read its response")
-    max_header_bytes: int = _limit(16 * 1024, "request line and headers (431 beyond)")
-    max_body_bytes: int = _limit(
-        4 * 1024 * 1024, "one request body, refused from Content-Length unread (413)"
-    )
-    max_inflight_body_bytes: int = _limit(
-        64 * 1024 * 1024, "body bytes being received or parsed across all connections (503)"
-    )
-    max_queries: int = _limit(4096, "queries per request (413)")
-    max_topk: int = _limit(1000, "topk of a request (422 beyond)")
-    max_results: int = _limit(
-        16384, "queries x topk of one request: its search work and response size (413)"
-    )
-    max_response_bytes: int = _limit(32 * 1024 * 1024, "one response (413, checked as it is built)")
-    max_inflight_response_bytes: int = _limit(
-        96 * 1024 * 1024,
-        "response bytes built and not yet taken by their clients, across all connections: the "
-        "memory clients that ask and never read can pin (503 beyond; at least one response)",
-    )
-    search_chunk: int = _limit(
-        64, "queries per search chunk: other requests' searches run between a large one's chunks"
-    )
-    batch_queries: int = _limit(
-        256,
-        "queries per search call, gathered from the chunks of requests that arrive together "
-        "(1: each chunk searched alone, the service before batching)",
-    )
-    batch_window_s: float = _limit(
-        0.002,
-        "seconds the search thread waits for more requests after the first (0: it takes only "
-        "those already waiting)",
-    )
-
-    def __post_init__(self):
-        for f in fields(self):  # NaN fails 0 < value, as infinity fails value < inf
-            value, whole = getattr(self, f.name), type(f.default) is int
-            low_ok = f.name in ZERO_ALLOWED and value == 0
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not (0 < value < float("inf") or low_ok)
-                or (whole and value != int(value))
-            ):
-                kind = "a whole number" if whole else "a finite number"
-                bound = ">= 0" if f.name in ZERO_ALLOWED else "> 0"
-                raise ValueError(f"{f.name} must be {kind} {bound}, got {value!r}")
-        if self.max_inflight_response_bytes < self.max_response_bytes:
-            raise ValueError(
-                f"max_inflight_response_bytes ({self.max_inflight_response_bytes}) must hold at "
-                f"least one whole response (max_response_bytes = {self.max_response_bytes})"
-            )
-
-
-LIMITS = ServerLimits()
 #: A response goes out in slices of at most this size, each waiting for the client to take the
 #: previous one: the transport never holds a second copy of a large response.
 WRITE_CHUNK = 256 * 1024
@@ -287,6 +216,12 @@ class RetrievalServer:
         self.inflight_body_bytes += n
         return True
 
+    def _release_body(self, state: ReadState) -> None:
+        """Give the body budget back once the body is parsed (a request waiting for its search
+        holds no body bytes), or when the exchange ends without a parse."""
+        self.inflight_body_bytes -= state.reserved
+        state.reserved = 0
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._tasks.add(task)
@@ -348,8 +283,7 @@ class RetrievalServer:
             status, body, close = 500, {"detail": f"internal error ({type(e).__name__})"}, True
         finally:
             self._waiting.pop(task, None)
-            self.inflight_body_bytes -= state.reserved
-            state.reserved = 0
+            self._release_body(state)
         if isinstance(body, dict):  # an error or /health: what a result held is given back now
             self._give_back(state, state.held)
         try:
@@ -408,6 +342,17 @@ class RetrievalServer:
         hold = None if admit is None else (lambda: self._hold(*admit))
         return asyncio.wrap_future(self.batcher.submit(queries, topk, hold))
 
+    async def _search_within_deadline(self, queries: list[str], topk: int, admit):
+        """``_searched``, waited for at most ``search_timeout_s`` (503 after; the job is
+        cancelled if it has not started)."""
+        limit = self.limits.search_timeout_s
+        try:
+            return await asyncio.wait_for(self._searched(queries, topk, admit), limit)
+        except asyncio.TimeoutError:
+            raise RequestError(
+                503, f"search not finished within {limit:g} s (the service is overloaded)"
+            ) from None
+
     def _hold(self, state: ReadState, n: int) -> None:
         """Take ``n`` bytes of the response budget for ``state``'s exchange, or answer 503."""
         with self._budget_lock:  # taken on the search thread, given back on the event loop
@@ -419,6 +364,9 @@ class RetrievalServer:
     async def _respond(self, request, state: ReadState) -> tuple[int, collections.deque | dict]:
         path = request.path.split("?", 1)[0].rstrip("/")
         if request.method == "GET" and path == "/health":
+            if not self.batcher.alive:  # every search would fail: say so, not "ok"
+                detail = str(self.batcher.stopped_error())
+                return 503, {"status": "error", "detail": detail}
             return 200, {"status": "ok", "passages": len(self.retriever)}
         if path == "/health":
             raise RequestError(405, "use GET /health")
@@ -429,6 +377,7 @@ class RetrievalServer:
         loop = asyncio.get_running_loop()
         payload = await loop.run_in_executor(self._cpu, _decode_json, request.body)
         request.body = b""  # the parsed payload is all that is needed from here on
+        self._release_body(state)
         queries, topk, return_scores = validate_request(payload, self.default_topk, self.limits)
         parts: list[bytes] = []
         size, lim = 0, self.limits
@@ -437,7 +386,7 @@ class RetrievalServer:
             chunk = queries[i : i + lim.search_chunk]
             admit = (state, estimate) if i == 0 else None
             try:
-                hits = await self._searched(chunk, topk, admit)
+                hits = await self._search_within_deadline(chunk, topk, admit)
             except RequestError:
                 raise
             except Exception as e:  # noqa: BLE001 - keep serving: report the failure to this client
