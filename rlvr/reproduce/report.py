@@ -12,10 +12,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from rlvr.files import atomic_write, read_json_object, write_text_atomic
+from rlvr.files import atomic_write, write_text_atomic
 from rlvr.reproduce import paper_numbers
 from rlvr.reproduce.common import Context, markdown_table, versions
 from rlvr.reproduce.precision import CLAIMS_HEADER, claims_rows, restate
+from rlvr.reproduce.records import load_meta
 
 #: The heading of the claims table; ``rlvr.reproduce.compare`` reads the table back under it.
 CLAIMS_HEADING = "## The paper's claims at this scale"
@@ -73,7 +74,7 @@ def write_report(ctx: Context) -> Path:
     for name in ORDER:
         p = out / f"{name}.meta.json"
         if p.exists():
-            metas[name] = read_json_object(p)
+            metas[name] = load_meta(p)
     v = versions()
     from rlvr.repro import machine_info, machine_line
 
