@@ -18,6 +18,8 @@ import pytest
 from rlvr.cli import main
 from rlvr.reproduce.records import parse_label
 
+from _rlvr_toys import error_lines
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "results" / "tiny"
 
@@ -139,8 +141,7 @@ def _one_line_refusal(argv: list[str], capsys) -> str:
         code, err = e.code, str(e.code)
         capsys.readouterr()
     assert time.monotonic() - start < 20
-    # In this process torch is loaded already, which the kernel-mode notice says on stderr.
-    lines = [ln for ln in err.splitlines() if not ln.startswith("[rlvr] torch was imported")]
+    lines = error_lines(err)
     assert code not in (0, None) and len(lines) == 1, (code, err)
     return lines[0]
 
