@@ -55,6 +55,7 @@ from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: publ
     tool_metrics,
 )
 from rlvr.agents.policy import Policy
+from rlvr.agents.rollout import check_backend_present
 from rlvr.agents.rollout.base import RolloutBatch, SamplingParams, collate
 from rlvr.agents.rollout.chat import model_prompt
 from rlvr.agents.rollout.multiturn import Episode, run_episodes
@@ -128,6 +129,7 @@ class Trainer:
         make_env: Callable[[str], Any] | None = None,
     ):
         cfg.validate()
+        check_backend_present(cfg.rollout.backend)  # before the model loads
         self.cfg = cfg
         self.out = Path(cfg.out)
         self.device = resolve_device(cfg.device)
@@ -482,7 +484,10 @@ class Trainer:
         the same ``out`` is refused (``FolderInUse``) before it writes anything."""
         check_writable(self.out, self.checkpoint_root)
         with hold(self.out / LOCK_FILE, wait=False, what=f"out={self.out}"):
-            return self._train()
+            try:
+                return self._train()
+            finally:
+                self.backend.close()  # vLLM's temporary model copies
 
     def _train(self) -> list[dict[str, Any]]:
         cfg = self.cfg
