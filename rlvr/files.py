@@ -150,15 +150,21 @@ def read_text(path: str | Path, limit: int = MAX_RECORD_BYTES) -> str:
         raise RecordError(f"{path} is not UTF-8 text (byte {e.start}); refused") from None
 
 
-def read_json(path: str | Path, limit: int = MAX_RECORD_BYTES) -> Any:
-    """The JSON value of a record (``read_text``), ``RecordError`` when it does not parse."""
-    text = read_text(path, limit)
+def parse_json(text: str, where: str, what: str = "record", error: type = RecordError) -> Any:
+    """``json.loads(text)``, or ``error`` naming ``where`` in one line when it does not parse:
+    bad JSON, nesting past the recursion limit (100,000 ``[``), an integer past Python's
+    int-string limit (5,000 digits)."""
     try:
         return json.loads(text)
     except RecursionError:
-        raise RecordError(f"{path} is nested too deeply to be a record; refused") from None
-    except ValueError as e:  # bad JSON, an integer past Python's int-string limit
-        raise RecordError(f"{path} is not valid JSON ({str(e)[:120]})") from None
+        raise error(f"{where}: not a JSON {what} (nested too deeply)") from None
+    except ValueError as e:
+        raise error(f"{where}: not a JSON {what} ({str(e)[:160]})") from None
+
+
+def read_json(path: str | Path, limit: int = MAX_RECORD_BYTES) -> Any:
+    """The JSON value of a record (``read_text``), ``RecordError`` when it does not parse."""
+    return parse_json(read_text(path, limit), str(path))
 
 
 def read_json_object(path: str | Path, limit: int = MAX_RECORD_BYTES) -> dict[str, Any]:
@@ -234,6 +240,7 @@ __all__ = [
     "complete_record",
     "fsync_dir",
     "fsync_file",
+    "parse_json",
     "pid_alive",
     "read_bytes",
     "read_json",

@@ -10,11 +10,11 @@ here (docs/reliability.md, "Bad input gets one line").
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from rlvr.errors import UserError
+from rlvr.files import parse_json
 
 #: ``(where, row)``: a row and what names it in an error.
 LocatedRow = tuple[str, Any]
@@ -25,12 +25,7 @@ class RowError(UserError, ValueError):
 
 
 def _parse(text: str, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise RowError(f"{where}: not a JSON row (nested too deeply)") from None
-    except ValueError as e:  # bad JSON, an integer past Python's int-string limit
-        raise RowError(f"{where}: not a JSON row ({str(e)[:160]})") from None
+    return parse_json(text, where, "row", RowError)
 
 
 def rows_of_file(path: str | Path, *, json_lines: bool = False) -> Iterator[LocatedRow]:
