@@ -194,7 +194,8 @@ def write_verl(args: argparse.Namespace) -> int:
     if n_seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {n_seeds}")
     try:
-        rows = write(grid, [args.name], list(range(n_seeds)), Path(args.out), command_line())
+        with hold(Path(args.out) / LOCK_FILE, wait=False, what=f"--out {args.out}"):
+            rows = write(grid, [args.name], list(range(n_seeds)), Path(args.out), command_line())
     except ConfigError as e:
         raise SystemExit(f"--engine verl: {e}") from None
     print(
