@@ -207,3 +207,17 @@ def test_a_fifo_meta_is_refused_by_the_command_itself(tmp_path):
         f"rlvr reproduce: {tmp_path / 'fig2.meta.json'} is a FIFO, not a regular file; "
         "refused unread"
     )
+
+
+@pytest.mark.parametrize("case", sorted({**FILE_CASES, "no ops": _raw(b'{"machine": {}}')}))
+def test_a_saved_fingerprint_is_read_as_a_record(case, tmp_path):
+    """``rlvr machine --fingerprint --against FILE`` reads another machine's fingerprint."""
+    from rlvr.files import RecordError
+    from rlvr.machine import load
+
+    path = tmp_path / "fingerprint.json"
+    {**FILE_CASES, "no ops": _raw(b'{"machine": {}}')}[case](path)
+    start = time.monotonic()
+    with pytest.raises(RecordError, match="fingerprint.json"):
+        load(path)
+    assert time.monotonic() - start < 5
