@@ -39,12 +39,13 @@ from rlvr.reproduce.common import markdown_table
 from rlvr.reproduce.grid import get_grid
 from rlvr.reproduce.records import load_meta, parse_label
 from rlvr.reproduce.runs import (
-    DONE,
     base_weights,
     ensure_eval,
     ensure_run,
     eval_config,
+    read_run_record,
     run_key,
+    run_path,
     train_config,
 )
 
@@ -196,7 +197,7 @@ def run_check(
             summaries.append(f"[check] {label}: not comparable: this checkout's config differs")
             outside += 1
             continue
-        cached = (Path(cache) / "runs" / rec["key"] / DONE).exists()
+        cached = read_run_record(run_path(cache, rec["key"])) is not None
         run = ensure_run(cfg, cache, progress=progress)
         base = base_weights(cfg.model)
         committed_base = bases.get(cfg.model, {}).get("weights_sha256", "")

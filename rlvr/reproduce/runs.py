@@ -363,6 +363,7 @@ __all__ = [
     "eval_config",
     "eval_key",
     "model_identity",
+    "read_run_record",
     "run_key",
     "run_path",
     "train_config",
