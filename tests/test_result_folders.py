@@ -71,7 +71,6 @@ CHECK_CASES = {
     **FILE_CASES,
     "run_records a list": _edit("fig2", lambda m: m.update(run_records=[1])),
     "a run record a string": _edit("fig2", lambda m: m["run_records"].update({"kk/grpo/x": "s"})),
-    "a run record without key": _edit("fig2", lambda m: _first(m).pop("key")),
     "a key that is a number": _edit("fig2", lambda m: _first(m).update(key=12)),
     "numbers a list": _edit("fig2", lambda m: _first(m).update(numbers=[0.5])),
     "a number that is text": _edit("fig2", lambda m: _first(m)["numbers"].update(greedy="high")),

@@ -184,17 +184,12 @@ def run_check(
             continue
         setting = grid.settings[p["setting"]]
         cfg = train_config(setting, p["what"], p["seed"], base_seed=p["base"])
-        if run_key(cfg) != rec["key"]:
+        if run_key(cfg) != rec.get("key"):
+            why = "this checkout's config differs" if "key" in rec else "no config hash recorded"
             rows.append(
-                [
-                    label,
-                    "config hash",
-                    rec["key"],
-                    run_key(cfg),
-                    "not comparable: this checkout's config differs",
-                ]
+                [label, "config hash", rec.get("key", "-"), run_key(cfg), f"not comparable: {why}"]
             )
-            summaries.append(f"[check] {label}: not comparable: this checkout's config differs")
+            summaries.append(f"[check] {label}: not comparable: {why}")
             outside += 1
             continue
         cached = read_run_record(run_path(cache, rec["key"])) is not None

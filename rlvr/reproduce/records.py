@@ -93,7 +93,7 @@ def check_run_records(records: Any, where: str) -> None:
         at = f"{where}, run {label[:80]!r}"
         if not isinstance(rec, dict):
             raise _fail(at, "the record is not an object")
-        _expect(rec, "key", str, at, required=True)
+        _expect(rec, "key", str, at)
         _expect(rec, "weights_sha256", str, at)
         numbers = _expect(rec, "numbers", dict, at) or {}
         for metric, value in numbers.items():
