@@ -274,6 +274,7 @@ def test_table_kk_has_a_table_and_claims_per_kk_model(tmp_path):
 
 def test_report_includes_changes_and_compare_reads_verdicts_back(tmp_path, capsys):
     from rlvr.cli import main
+    from rlvr.files import RecordError
     from rlvr.reproduce.compare import compare_claims, read_claims
 
     def reproduce(folder, verdict, changes=None):
@@ -299,7 +300,7 @@ def test_report_includes_changes_and_compare_reads_verdicts_back(tmp_path, capsy
     assert [r[4] for r in rows] == ["**underpowered -> held**", "same"]
     assert main(["reproduce", "--compare", str(tmp_path / "old"), str(new)]) == 0
     assert "1 of 2 verdicts changed" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="no report"):
+    with pytest.raises(RecordError, match="no report"):  # one line from rlvr.cli, exit 2
         read_claims(tmp_path / "missing")
 
 

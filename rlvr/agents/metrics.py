@@ -21,6 +21,7 @@ import torch
 from rlvr.agents.losses import masked_mean
 from rlvr.config import check_interval
 from rlvr.envs.base import TOOL_CALLS, TOOL_FAILURES
+from rlvr.files import write_text_atomic
 
 if TYPE_CHECKING:
     from rlvr.agents.rollout.multiturn import Episode
@@ -247,9 +248,7 @@ def preserve_metrics(path: str | Path, keep_through_step: int | None) -> Path | 
             f"metrics.replaced-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl"
         )
         side.write_text("".join(line + "\n" for line in moved))
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(line + "\n" for line in keep))
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(line + "\n" for line in keep))
     return side
 
 

@@ -36,6 +36,8 @@ from pathlib import Path
 
 from rlvr.config import ConfigError
 from rlvr.data_paths import rlvr_home
+from rlvr.files import write_text_atomic
+from rlvr.locks import LOCK_FILE, hold
 from rlvr.models import quiet_progress
 from rlvr.models.presets import parse_spec
 from rlvr.reproduce.check import run_check
@@ -174,7 +176,7 @@ def print_plan(ctx: Context, name: str) -> int:
     )
     print(text)
     ctx.out.mkdir(parents=True, exist_ok=True)
-    (ctx.out / "plan.md").write_text(text + "\n")
+    write_text_atomic(ctx.out / "plan.md", text + "\n")
     return 0
 
 
@@ -193,7 +195,8 @@ def write_verl(args: argparse.Namespace) -> int:
     if n_seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {n_seeds}")
     try:
-        rows = write(grid, [args.name], list(range(n_seeds)), Path(args.out), command_line())
+        with hold(Path(args.out) / LOCK_FILE, wait=False, what=f"--out {args.out}"):
+            rows = write(grid, [args.name], list(range(n_seeds)), Path(args.out), command_line())
     except ConfigError as e:
         raise SystemExit(f"--engine verl: {e}") from None
     print(
@@ -266,6 +269,13 @@ def run_reproduce(args: argparse.Namespace) -> int:
     if args.from_verl and not args.out:
         out = Path(args.from_verl) / "results"
     cache = Path(args.cache) if args.cache else (out / ".cache" if args.smoke else rlvr_home())
+    # One writer per output folder: a second reproduction into it is refused in one line.
+    with hold(out / LOCK_FILE, wait=False, what=f"--out {out}"):
+        return _reproduce(args, grid, out, cache, n_seeds, n_bases)
+
+
+def _reproduce(args, grid, out: Path, cache: Path, n_seeds: int, n_bases: int) -> int:
+    """The figures and tables ``args.name`` names, into ``out`` (whose lock the caller holds)."""
     ctx = Context(
         grid,
         out,

@@ -9,16 +9,17 @@ previous results; ``rlvr reproduce --compare`` lists which) is included as its o
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 from rlvr.eval.stats import NOT_TESTABLE
+from rlvr.files import atomic_write, write_text_atomic
 from rlvr.prompt_format import describe
 from rlvr.reproduce import paper_numbers
 from rlvr.reproduce.common import Context, markdown_table, versions
 from rlvr.reproduce.figures import FIGURES, report_order
 from rlvr.reproduce.precision import CLAIMS_HEADER, claims_rows, restate
+from rlvr.reproduce.records import load_meta
 
 #: The heading of the claims table; ``rlvr.reproduce.compare`` reads the table back under it.
 CLAIMS_HEADING = "## The paper's claims at this scale"
@@ -67,7 +68,7 @@ def write_report(ctx: Context) -> Path:
     for name in report_order():  # the registered figures, each declaring its caption and place
         p = out / f"{name}.meta.json"
         if p.exists():
-            metas[name] = json.loads(p.read_text())
+            metas[name] = load_meta(p)
     v = versions()
     from rlvr.repro import machine_info, machine_line
 
@@ -213,7 +214,7 @@ def write_report(ctx: Context) -> Path:
             "",
         ]
     path = out / "REPORT.md"
-    path.write_text("\n".join(lines).rstrip() + "\n")
+    write_text_atomic(path, "\n".join(lines).rstrip() + "\n")
     return path
 
 
@@ -224,7 +225,7 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
     import csv
     import shutil
 
-    from rlvr.reproduce.runs import base_weights
+    from rlvr.reproduce.runs import base_weights, read_run_record
 
     keys: dict[str, list[str]] = {}
     for name, m in metas.items():
@@ -236,11 +237,7 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
             run_dir, info = ctx.run_source.folder(key), ctx.run_source.info(key)
         else:
             run_dir = Path(ctx.cache) / "runs" / key
-            info = (
-                json.loads((run_dir / "run.json").read_text())
-                if (run_dir / "run.json").exists()
-                else {}
-            )
+            info = read_run_record(run_dir) or {}
         if (run_dir / "config.yaml").exists():
             (out_runs := ctx.out / "runs").mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run_dir / "config.yaml", out_runs / f"{key}.yaml")
@@ -275,7 +272,7 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
         if stale.stem not in keys:
             stale.unlink()
     if rows:
-        with open(ctx.out / "runs.csv", "w", newline="") as f:
+        with atomic_write(ctx.out / "runs.csv", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)

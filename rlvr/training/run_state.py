@@ -7,7 +7,6 @@ a resumed run repeats an uninterrupted one exactly.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 from rlvr.agents.checkpoint import (
@@ -19,6 +18,7 @@ from rlvr.agents.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from rlvr.files import complete_record, write_json_atomic
 
 
 def save_state(trainer) -> Path:
@@ -89,14 +89,12 @@ CALIBRATION_FILE = "calibration.json"
 
 
 def write_calibration(out: Path, algo: str, step: int, record: dict) -> Path:
-    """``<out>/calibration.json``: the values the method set from the first batch (``values``),
-    the rule, the batch's token count and quantiles, and the step that calibrated."""
-    path = Path(out) / CALIBRATION_FILE
-    path.write_text(json.dumps({"algo": algo, "step": step, **record}, indent=2) + "\n")
-    return path
+    """``<out>/calibration.json`` (written whole): the values the method set from the first batch
+    (``values``), the rule, the batch's token count and quantiles, and the step that calibrated."""
+    record = {"algo": algo, "step": step, **record}
+    return write_json_atomic(Path(out) / CALIBRATION_FILE, record, indent=2)
 
 
 def read_calibration(out: Path) -> dict | None:
-    """The record ``write_calibration`` wrote in run folder ``out`` (``None``: none)."""
-    path = Path(out) / CALIBRATION_FILE
-    return json.loads(path.read_text()) if path.exists() else None
+    """The record ``write_calibration`` wrote in run folder ``out`` (``None``: none, or torn)."""
+    return complete_record(Path(out) / CALIBRATION_FILE, algo=str, values=dict)

@@ -208,6 +208,8 @@ class TrainConfig:
             ("rollout.max_response_tokens", r.max_response_tokens, "[1, inf)"),
             ("rollout.max_turn_tokens", r.max_turn_tokens, "[0, inf)"),
             ("rollout.vllm_gpu_memory_utilization", r.vllm_gpu_memory_utilization, "(0, 1]"),
+            ("rollout.vllm_max_model_len", r.vllm_max_model_len, "[0, inf)"),
+            ("rollout.tensor_parallel_size", r.tensor_parallel_size, "[1, inf)"),
             ("optim.lr", o.lr, "(0, inf)"),
             ("optim.weight_decay", o.weight_decay, "[0, inf)"),
             ("optim.beta1", o.beta1, "[0, 1)"),

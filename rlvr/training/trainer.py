@@ -10,16 +10,13 @@ One step:
 4. the update of the algorithm ``cfg.algo`` (``rlvr.training.update``, ``rlvr.agents.algorithms``):
    its stages, ``ppo_epochs`` passes of mini-batch optimizer steps of the token-weighted clipped
    loss, AdamW with gradient clipping and a warm-up/schedule;
-5. metrics to ``metrics.jsonl`` (``rlvr.agents.metrics``), periodic evaluation, atomic checkpoints.
+5. metrics to ``metrics.jsonl`` (``rlvr.agents.metrics``), periodic evaluation, atomic checkpoints
+   (a calibrated method's first-batch values also to ``calibration.json``).
 
-A method with calibrated parameters (GRPO-SG, TR-GRPO, Reverse) sets them in the first update,
-before its first optimizer step; they go to ``calibration.json`` in the run folder, to the first
-step's metrics (``calibration/<name>``) and to every checkpoint, from which a resumed run takes
-them instead of calibrating again.
-
-Same seed, same numbers: sampling uses seeded generators derived from ``(seed, step)``, mini-batch
-order from ``(seed, step)``, and a checkpoint holds everything else (weights, optimizer,
-scheduler, RNG states, data position), so a resumed run repeats an uninterrupted one exactly.
+Same seed, same numbers: sampling uses seeded generators derived from ``(seed, step)``,
+mini-batches are taken in order, and a checkpoint holds everything else (weights, optimizer,
+scheduler, RNG states, data position, calibration), so a resumed run repeats an uninterrupted
+one exactly.
 """
 
 from __future__ import annotations
@@ -51,12 +48,14 @@ from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: publ
     tool_metrics,
 )
 from rlvr.agents.policy import Policy
+from rlvr.agents.rollout import check_backend_present
 from rlvr.agents.rollout.base import RolloutBatch, SamplingParams, collate
 from rlvr.agents.rollout.chat import model_prompt
 from rlvr.agents.rollout.multiturn import Episode, run_episodes
 from rlvr.config import ConfigError, dump_yaml
 from rlvr.device import resolve_device
 from rlvr.envs import env_spec, make_env
+from rlvr.files import write_text_atomic
 from rlvr.locks import LOCK_FILE, hold
 from rlvr.models import load_model
 from rlvr.prompt_format import write_format
@@ -108,6 +107,7 @@ class Trainer:
         make_env: Callable[[str], Any] | None = None,
     ):
         cfg.validate()
+        check_backend_present(cfg.rollout.backend)  # before the model loads
         self.cfg = cfg
         self.out = Path(cfg.out)
         self.device = resolve_device(cfg.device)
@@ -289,6 +289,8 @@ class Trainer:
     def update(self, batch: RolloutBatch, advantages: torch.Tensor, step: int) -> dict[str, float]:
         """The algorithm's optimizer steps on ``batch``, then the rollout engine's weights."""
         out = self.updater.update(batch, advantages, step)
+        if any(k.startswith("calibration/") for k in out):  # this update calibrated
+            write_calibration(self.out, self.cfg.algo, step, self.updater.calibration)
         self.backend.sync_weights(self.model)
         return out
 
@@ -346,8 +348,6 @@ class Trainer:
         t2 = time.perf_counter()
         upd = self.update(batch, adv, step)
         t3 = time.perf_counter()
-        if any(k.startswith("calibration/") for k in upd):  # the first update calibrated
-            write_calibration(self.out, cfg.algo, step, self.updater.calibration)
         self.step = step
         self.data_position += cfg.prompts_per_step
         record: dict[str, Any] = {"step": step}
@@ -387,7 +387,10 @@ class Trainer:
         the same ``out`` is refused (``FolderInUse``) before it writes anything."""
         check_writable(self.out, self.checkpoint_root)
         with hold(self.out / LOCK_FILE, wait=False, what=f"out={self.out}"):
-            return self._train()
+            try:
+                return self._train()
+            finally:
+                self.backend.close()  # vLLM's temporary model copies
 
     def _train(self) -> list[dict[str, Any]]:
         cfg = self.cfg
@@ -410,7 +413,7 @@ class Trainer:
         dump_yaml(cfg, self.out / "config.yaml")
         engine = getattr(self.backend, "engine_record", None)
         if engine:  # the vLLM engine's settings, hf_overrides included (rollout/vllm.py)
-            (self.out / "vllm_engine.json").write_text(json.dumps(engine, indent=2) + "\n")
+            write_text_atomic(self.out / "vllm_engine.json", json.dumps(engine, indent=2) + "\n")
         records = []
         from tqdm.auto import tqdm
 

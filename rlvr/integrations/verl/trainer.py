@@ -91,6 +91,7 @@ from rlvr.agents.metrics import (
 )
 from rlvr.config import ConfigError
 from rlvr.envs.base import TOOL_CALLS, TOOL_FAILURES
+from rlvr.files import write_json_atomic
 from rlvr.integrations.verl.actor import CALIBRATION_METRIC, LOPTI_STAGE_KEY, RlvrActorLoss
 from rlvr.integrations.verl.config import plugin_loss_config
 from rlvr.integrations.verl.data import agent_loop_envs, check_service_reachable, service_key
@@ -433,7 +434,7 @@ class RlvrPPOTrainer(RayPPOTrainer):
         if values and not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             record = {"algo": self.rlvr.algo, "values": {k: float(v) for k, v in values.items()}}
-            path.write_text(json.dumps(record, indent=2) + "\n")
+            write_json_atomic(path, record, indent=2)
 
     def _update_stages(self, batch: DataProto) -> DataProto:
         if self.rlvr is None or self.rlvr.path != "actor_loss":
