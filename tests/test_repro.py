@@ -351,7 +351,7 @@ def test_every_method_is_planned_on_every_base(tmp_path):
     assert (g.base_seeds, g.seeds) == (3, 1)
     ctx = Context(g, tmp_path, tmp_path, [0], base_seeds=[0, 1, 2])
     plan = required_runs(ctx, ["fig2"])
-    assert {algo for (_, algo, _), _ in plan} == {"grpo", "grpo_sg", "reverse"}
+    assert {algo for (_, algo, _), _ in plan} == {"grpo", "grpo_sg", "tr_grpo", "reverse"}
     assert all(units == [(0, 0), (1, 0), (2, 0)] for _, units in plan)
     models = {train_config(g.settings["kk"], "grpo", s, base_seed=b).model for b, s in plan[0][1]}
     assert models == {"tiny-kk", "tiny-kk@1", "tiny-kk@2"}
