@@ -90,6 +90,18 @@ def rollout_metrics(episodes: list[Episode], group_size: int) -> dict[str, float
     return out
 
 
+def no_variance_line(flat_steps: int, steps: int, engine: str = "rlvr train") -> str | None:
+    """The one line a run prints when some of its ``steps`` had no reward variance in any group
+    (``flat_steps`` of them: every advantage 0, so no policy-gradient update; only a KL or
+    entropy term could move the weights). ``None`` when every step had some."""
+    if flat_steps <= 0:
+        return None
+    return (
+        f"[{engine}] {flat_steps} of {steps} steps had no reward variance in any group "
+        "(every advantage 0): no policy-gradient update on them"
+    )
+
+
 #: Default of ``max_tool_failure_rate`` (native ``TrainConfig``, verl ``rlvr`` section): a step
 #: whose tool calls fail more often than this stops the run. A service that is down fails every
 #: call and one a worker cannot reach fails that worker's share; 5% stops those at once and lets

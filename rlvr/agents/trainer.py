@@ -49,6 +49,7 @@ from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: publ
     MetricsLog,
     check_tool_failures,
     is_time_key,
+    no_variance_line,
     read_metrics,
     rollout_metrics,
     strip_time,
@@ -529,6 +530,10 @@ class Trainer:
         finally:
             bar.close()
             self.metrics_log.close()
+        flat = sum(r["groups/zero_std"] >= 1.0 for r in records)
+        line = no_variance_line(flat, len(records))
+        if line:
+            print(line, file=sys.stderr)
         if self.step == cfg.steps and (not cfg.save_every or self.step % cfg.save_every):
             self.save()
         final = self.out / "final"

@@ -89,6 +89,20 @@ def register_all() -> None:
     )
     register_env(
         EnvSpec(
+            name="digits",
+            id="rlvr/Digits-v0",
+            title="digit sums",
+            # graded: a random model's groups have reward variance (the quick paths train on it)
+            entry_point="rlvr.envs.digits:DigitsEnv",
+            scorer="rlvr.envs.digits:score",
+            min_reward=0.0,
+            group_key="n_digits",
+            record_keys=("n_digits",),
+            verl=VerlSpec(ability="arithmetic"),
+        )
+    )
+    register_env(
+        EnvSpec(
             name="searchqa",
             id="rlvr/SearchQA-v0",
             title="search QA",
