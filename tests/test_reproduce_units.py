@@ -333,3 +333,19 @@ def test_old_claims_are_restated_from_their_per_run_numbers_and_interval(tmp_pat
     # items for +-0.03 at 3 bases x 1 seed: (0.053) / ((0.03 / z)^2 - s2 / 3), rounded up
     need = int(np.ceil(c["components"]["item"] / ((0.03 / z) ** 2 - s2 / 3)))
     assert f"| GRPO-SG beats GRPO | K&K | {need} |" in text
+
+
+def test_the_smoke_grid_trains_kk_and_math_on_digits_and_evaluates_on_their_own_task():
+    from rlvr.config import ConfigError
+    from rlvr.reproduce.runs import eval_config
+
+    g = grid.tiny_grid(smoke=True)
+    for key in ("kk", "math"):
+        setting = g.settings[key]
+        cfg = train_config(setting, "grpo_sg", 0)
+        assert (setting.run_env, cfg.env) == ("digits", "digits")
+        ecfg = eval_config(setting, cfg, cfg.model)
+        assert ecfg.env == key and ecfg.env_kwargs == {"template": "plain"}  # none of digits'
+    assert train_config(g.settings["searchqa"], "grpo", 0).env == "searchqa"
+    with pytest.raises(ConfigError, match="settings.kk.train_env: 'nope' is not one of"):
+        grid._setting("kk", {"env": "kk", "model": "micro", "train_env": "nope"}, {})

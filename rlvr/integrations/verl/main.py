@@ -35,6 +35,7 @@ from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device
 
 from rlvr.agents.metrics import ToolFailureError
+from rlvr.integrations.verl import cpu
 from rlvr.integrations.verl.trainer import RlvrConfigError, RlvrSetup, apply_rlvr
 
 #: verl's packaged Hydra config directory (``ppo_trainer.yaml`` and its groups).
@@ -48,6 +49,7 @@ def prepare(config: DictConfig) -> RlvrSetup | None:
     write the policy-loss keys it implies, select the ``RayPPOTrainer`` loop, then run verl's
     ``auto_set_device`` and ``validate_config``. Returns the validated setup."""
     setup = apply_rlvr(config)
+    cpu.apply_config(config)  # RLVR_VERL_CPU=1: the CPU platform's settings
     if config.trainer.get("use_v1", False):
         logger.info("trainer.use_v1: rlvr's trainer extends RayPPOTrainer; running that loop")
     with open_dict(config.trainer):
@@ -172,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     def _main(config: DictConfig) -> None:
         try:
             _run(config, check)
-        except (RlvrConfigError, ToolFailureError) as e:  # one line, no traceback
+        except (RlvrConfigError, ToolFailureError, cpu.CpuSwitchError) as e:  # one line
             # raised in verl's TaskRunner actor, it comes back as Ray's RayTaskError, which
             # subclasses it and holds it as ``cause``
             raise SystemExit(f"error: {getattr(e, 'cause', None) or e}") from None

@@ -272,15 +272,22 @@ class VerlRuns:
 
     @staticmethod
     def expected_steps(folder: Path, cfg) -> int:
-        """``trainer.total_training_steps`` of the run's ``config.yaml``, else ``cfg.steps``."""
+        """``trainer.total_training_steps`` of the run's last launch: the configuration Hydra
+        composed for it, with run.sh's arguments (``outputs/<date>/<time>/.hydra/config.yaml``,
+        in the run folder, where run.sh starts verl), else the run's ``config.yaml``, else
+        ``cfg.steps``."""
         import yaml
 
-        try:
-            doc = yaml.safe_load((folder / "config.yaml").read_text()) or {}
-            steps = doc.get("trainer", {}).get("total_training_steps")
-        except (OSError, yaml.YAMLError, AttributeError):
-            steps = None
-        return int(steps) if isinstance(steps, int) and steps > 0 else int(cfg.steps)
+        composed = sorted(folder.glob("outputs/*/*/.hydra/config.yaml"))
+        for path in [*composed[-1:], folder / "config.yaml"]:
+            try:
+                doc = yaml.safe_load(path.read_text()) or {}
+                steps = doc.get("trainer", {}).get("total_training_steps")
+            except (OSError, yaml.YAMLError, AttributeError):
+                continue
+            if isinstance(steps, int) and steps > 0:
+                return steps
+        return int(cfg.steps)
 
     def run(self, planned) -> VerlRun:
         """The finished run of a ``PlannedRun`` (raises ``VerlRunsMissing`` naming the folder)."""
