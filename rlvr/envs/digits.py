@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rlvr.envs.base import Score, SingleTurnEnv, coerce_text
+from rlvr.envs.base import Score, SingleTurnEnv, coerce_text, int_sizes
 from rlvr.envs.prompts import TEMPLATES, chat_messages, render_prompt
 
 SYSTEM_PROMPT = "Answer with the number only, in digits."
@@ -58,18 +58,6 @@ def score(response: Any, ground_truth: Any) -> Score:
     return Score(share + answer, correct, {"format": share, "answer": answer}, reason, parsed)
 
 
-def _sizes(n_digits: int | Sequence[int]) -> list[int]:
-    sizes = [n_digits] if isinstance(n_digits, int) else list(n_digits)
-    if not sizes or any(
-        not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_DIGITS for n in sizes
-    ):
-        raise ValueError(
-            f"n_digits must be an int or a non-empty list of ints in 1..{MAX_DIGITS}, "
-            f"got {n_digits!r}"
-        )
-    return sizes
-
-
 def task_at(index: int, split: str, sizes: list[int], seed: int = 0) -> tuple[int, int, int]:
     """``(a, b, n_digits)`` of task ``index`` of ``split``."""
     n = sizes[index % len(sizes)]
@@ -96,7 +84,7 @@ class DigitsEnv(SingleTurnEnv):
             raise ValueError(f"template must be one of {TEMPLATES}, got {template!r}")
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        self.sizes = _sizes(n_digits)
+        self.sizes = int_sizes(n_digits, "n_digits", 1, MAX_DIGITS)
         self.split, self.template, self.seed = split, template, int(seed)
         self.system_prompt = system_prompt
 
