@@ -234,6 +234,15 @@ def test_from_verl_reads_the_run_back(trained):
     assert all(m["grad_norm"] > 0 and "weight/mean" in m for m in run.metrics)
     assert run.info["checkpoint"] == "checkpoints/global_step_2/actor/huggingface"
     assert run.info["weights_sha256"]
+    # the command: fig3 needs 18 runs of the paper grid; this one counts as finished
+    launch = run_dir.parent.parent
+    out = subprocess.run(
+        [sys.executable, "-m", "rlvr.cli", "reproduce", "fig3", "--grid", "paper",
+         "--from-verl", str(launch), "--out", str(launch / "results")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode != 0 and "17 of 18 run(s) missing or incomplete" in out.stderr
+    assert RUN not in out.stderr
 
 
 # -- the work-arounds, one by one (numbers as in rlvr.integrations.verl.cpu) -----------------------
