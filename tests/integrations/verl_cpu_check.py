@@ -212,11 +212,15 @@ def test_the_weights_changed_and_the_rollout_engine_got_them(trained):
     assert before.keys() == after.keys()
     change = max((after[k] - before[k]).abs().max().item() for k in before)
     assert change > 1e-3, change
-    # Step 2 samples with vLLM after the sync of step 1's update; verl compares the sampled
-    # tokens' probabilities under vLLM and under the actor: they agree only if vLLM has the
-    # updated weights (a stale copy, such as the packed lm_head, shows up here).
+    # Step 2 samples with vLLM after the sync of step 1's update. verl measures, on the sampled
+    # tokens, the KL between vLLM's and the actor's distributions (rollout_corr/k3_kl) and, as
+    # the KL loss, between the actor and the reference, which holds the initial weights
+    # (actor/kl_loss, k3 as well): a vLLM left with the initial weights (or a stale packed
+    # lm_head) would sit as far from the actor as the reference does.
     step2 = metrics(run_dir)[2]
-    assert step2["training/rollout_probs_diff_max"] < 5e-3, step2["training/rollout_probs_diff_max"]
+    synced, stale = step2["rollout_corr/k3_kl"], step2["actor/kl_loss"]
+    print(f"step 2: KL(vLLM, actor) {synced:.3g}, KL(actor, initial weights) {stale:.3g}")
+    assert abs(synced) < stale / 10, (synced, stale)
 
 
 def test_from_verl_reads_the_run_back(trained):

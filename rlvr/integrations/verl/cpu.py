@@ -34,7 +34,9 @@ with the least reach into them:
    (``workers/rollout/vllm_rollout/utils.py`` ~248) as vLLM's own in-place reload
    (``model_loader/reload/inplace.py`` ``reload_weights``: ``initialize_layerwise_reload``,
    ``load_weights``, ``finalize_layerwise_reload``), the finalize standing in for verl's
-   once-per-sync ``process_weights_after_loading`` (~350).
+   once-per-sync ``process_weights_after_loading`` (~350); each bucket's tensors are copied
+   out of the receiver's shared memory, which it closes after the last bucket
+   (``bucketed_weight_transfer.py`` ~340) while the reload still holds unfinished layers'.
 8. ``workers/engine_workers.py`` ~198 all-reduces the loss with ``ReduceOp.AVG``, which gloo
    lacks: ``_avg_on_gloo`` runs an AVG on a gloo group as SUM, then divides by its size.
 9. verl registers no CPU platform (``plugin/platform/platform_manager.py`` ~114-117 falls back

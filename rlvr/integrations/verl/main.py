@@ -18,6 +18,8 @@ directory is put on Hydra's search path for that (``hydra.searchpath=[pkg://verl
 is appended to the command line unless it sets ``hydra.searchpath`` itself, which must then list
 it); a relative ``--config-path`` is taken from the working directory. ``--check`` composes and
 validates the configuration, prints a one-line summary and exits without starting Ray.
+With ``RLVR_VERL_CPU=1`` the CPU platform's settings are written into the config first
+(``rlvr.integrations.verl.cpu.apply_config``; refused in one line where CUDA is present).
 """
 
 from __future__ import annotations

@@ -209,9 +209,12 @@ class VerlRuns:
     def find(self, cfg, setting_key: str) -> tuple[str | None, str]:
         """``(folder name, note)`` of the run of ``cfg``; ``(None, why)`` when there is none."""
         key = run_key(cfg)
-        for name, rec in self.folders.items():
-            if rec.get("native_config_hash") == key:
+        same = [n for n, rec in self.folders.items() if rec.get("native_config_hash") == key]
+        for name in same:  # two settings may train the same config: the setting's own first
+            if self.folders[name].get("setting") == setting_key:
                 return name, ""
+        if same:
+            return same[0], ""
         params = cfg.weights.params(cfg.algo)
         for name, rec in self.folders.items():
             same = (
