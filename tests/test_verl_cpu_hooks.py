@@ -84,3 +84,32 @@ def test_never_active_unasked_or_with_cuda(monkeypatch):
     assert cpu.activate() is False  # a GPU node: the plugin leaves verl alone
     with pytest.raises(cpu.CpuSwitchError, match="this machine has CUDA GPUs"):
         cpu.apply_config(object())  # and the driver refuses in one line
+
+
+def test_the_switch_without_vllm_is_one_line(monkeypatch):
+    import importlib.util
+
+    monkeypatch.setenv(cpu.SWITCH, "1")
+    monkeypatch.setattr(cpu, "cuda_present", lambda: False)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
+    with pytest.raises(cpu.CpuSwitchError, match="vLLM's CPU build is not installed"):
+        cpu.apply_config(object())
+
+
+def test_verls_entry_point_without_verl_is_one_line():
+    import subprocess
+
+    if importlib.util.find_spec("verl") is not None:
+        pytest.skip("verl is installed here")
+    out = subprocess.run(
+        [sys.executable, "-m", "rlvr.integrations.verl.main"], capture_output=True, text=True
+    )
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "error: verl is not installed; rlvr's verl entry point needs verl 0.9.1 in this "
+        "environment (pip install verl==0.9.1 cachetools fastapi uvicorn; "
+        "docs/integrations_verl.md)"
+    ]

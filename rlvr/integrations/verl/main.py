@@ -24,21 +24,29 @@ With ``RLVR_VERL_CPU=1`` the CPU platform's settings are written into the config
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import sys
 
-import hydra
-from omegaconf import DictConfig, open_dict
-from verl.trainer.main_ppo import run_ppo
-from verl.trainer.main_ppo_v0 import BaseTaskRunner
-from verl.trainer.ppo.utils import need_critic, need_reference_policy
-from verl.utils.config import validate_config
-from verl.utils.device import auto_set_device
+if importlib.util.find_spec("verl") is None:  # one line, not a traceback
+    raise SystemExit(
+        "error: verl is not installed; rlvr's verl entry point needs verl 0.9.1 in this "
+        "environment (pip install verl==0.9.1 cachetools fastapi uvicorn; "
+        "docs/integrations_verl.md)"
+    )
 
-from rlvr.agents.metrics import ToolFailureError
-from rlvr.integrations.verl import cpu
-from rlvr.integrations.verl.trainer import RlvrConfigError, RlvrSetup, apply_rlvr
+import hydra  # noqa: E402
+from omegaconf import DictConfig, open_dict  # noqa: E402
+from verl.trainer.main_ppo import run_ppo  # noqa: E402
+from verl.trainer.main_ppo_v0 import BaseTaskRunner  # noqa: E402
+from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E402
+from verl.utils.config import validate_config  # noqa: E402
+from verl.utils.device import auto_set_device  # noqa: E402
+
+from rlvr.agents.metrics import ToolFailureError  # noqa: E402
+from rlvr.integrations.verl import cpu  # noqa: E402
+from rlvr.integrations.verl.trainer import RlvrConfigError, RlvrSetup, apply_rlvr  # noqa: E402
 
 #: verl's packaged Hydra config directory (``ppo_trainer.yaml`` and its groups).
 VERL_CONFIG = "pkg://verl.trainer.config"
