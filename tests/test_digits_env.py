@@ -10,8 +10,10 @@ from gymnasium.utils.env_checker import check_env
 import rlvr  # noqa: F401  (registers the envs)
 from rlvr.agents.metrics import no_variance_line
 from rlvr.envs import env_spec
-from rlvr.envs.digits import DigitsEnv, score, task_at
+from rlvr.envs.digits import SYSTEM_PROMPT, DigitsEnv, score, task_at
 from rlvr.integrations.verl.reward import compute_score
+from rlvr.models.prompt_formats import with_format
+from rlvr.prompt_format import write_format
 from rlvr.training.train_config import load_train_config, profile_env
 from rlvr.training.trainer import Trainer
 
@@ -50,6 +52,23 @@ def test_registered_and_scored_through_verls_signature():
     spec = env_spec("digits")
     assert spec.id == "rlvr/Digits-v0" and spec.group_key == "n_digits"
     assert compute_score("rlvr/digits", "14", "14", {})["score"] == 2.0
+    # its prompt format: what a model trained on it carries (rlvr.models.prompt_formats)
+    assert spec.prompt_settings({"template": "plain"}) == {
+        "template": "plain",
+        "system_prompt": SYSTEM_PROMPT,
+    }
+    assert spec.traces is None and not spec.verl.agent_loop  # no tiny base, single-turn
+
+
+def test_a_model_trained_on_digits_carries_its_format(tmp_path, capsys):
+    final = tmp_path / "final"
+    final.mkdir()
+    write_format(final, "digits", {"template": "plain", "n_digits": 1, "split": "train"}, "micro")
+    kwargs, fmt = with_format(str(final), "digits", {})
+    assert kwargs == {"template": "plain", "n_digits": 1} and not fmt.from_scratch
+    # evaluated on another env (the smoke grid's K&K): that env's own settings, said in one line
+    assert with_format(str(final), "kk", {"template": "plain"})[0] == {"template": "plain"}
+    assert "was made for env=digits" in capsys.readouterr().err
 
 
 def test_the_micro_profile_defaults_to_digits():
