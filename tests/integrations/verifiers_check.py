@@ -58,6 +58,8 @@ def scripted_reply(name: str, table: dict[str, dict]):
             return f"<think>solve</think><answer>{body}</answer>"
         if name == "math":
             return f"So the answer is \\boxed{{{gt if right else '-12345'}}}."
+        if name == "digits":  # a wrong sum is all digits too: format 1, answer 0
+            return gt if right else str(int(gt) + 1)
         return "<answer>x</answer>"
 
     return reply
