@@ -10,13 +10,11 @@ One step:
 4. the update of the algorithm ``cfg.algo`` (``rlvr.training.update``, ``rlvr.agents.algorithms``):
    its stages, ``ppo_epochs`` passes of mini-batch optimizer steps of the token-weighted clipped
    loss, AdamW with gradient clipping and a warm-up/schedule;
-5. metrics to ``metrics.jsonl`` (``rlvr.agents.metrics``), periodic evaluation, atomic checkpoints
-   (a calibrated method's first-batch values also to ``calibration.json``).
+5. metrics to ``metrics.jsonl`` (``rlvr.agents.metrics``), periodic evaluation, atomic checkpoints.
 
-Same seed, same numbers: sampling uses seeded generators derived from ``(seed, step)``,
-mini-batches are taken in order, and a checkpoint holds everything else (weights, optimizer,
-scheduler, RNG states, data position, calibration), so a resumed run repeats an uninterrupted
-one exactly.
+Same seed, same numbers: sampling uses generators seeded from ``(seed, step)``, mini-batches go
+in order, and a checkpoint holds the rest (weights, optimizer, scheduler, RNG states, data
+position, calibration: ``calibration.json``), so a resumed run repeats an uninterrupted one.
 """
 
 from __future__ import annotations
