@@ -218,19 +218,12 @@ def preserve_metrics(path: str | Path, keep_through_step: int | None) -> Path | 
 
 
 class MetricsLog:
-    """``metrics.jsonl`` of a run (and optionally TensorBoard): append, truncate on resume."""
+    """``metrics.jsonl`` of a run, and the trackers that get every record too
+    (``rlvr.agents.trackers``: TensorBoard, Weights & Biases): append, truncate on resume."""
 
-    def __init__(self, path: Path, tensorboard_dir: Path | None = None):
+    def __init__(self, path: Path, trackers: list | tuple = ()):
         self.path = Path(path)
-        self._tb = None
-        if tensorboard_dir is not None:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as e:
-                raise ImportError(
-                    "tensorboard=true needs the tensorboard package (pip install tensorboard)"
-                ) from e
-            self._tb = SummaryWriter(str(tensorboard_dir))
+        self.trackers = list(trackers)
 
     def prepare(self, keep_through_step: int | None) -> Path | None:
         """Ready the log for a run continuing after ``keep_through_step`` (None: from step 0);
@@ -246,14 +239,12 @@ class MetricsLog:
         with open(self.path, "a") as f:
             f.write(json.dumps(clean, sort_keys=False) + "\n")
             f.flush()
-        if self._tb is not None:
-            for k, v in record.items():
-                if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
-                    self._tb.add_scalar(k, v, record["step"])
+        for tracker in self.trackers:
+            tracker.log(record)
 
     def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
+        for tracker in self.trackers:
+            tracker.close()
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

@@ -58,7 +58,8 @@ from rlvr.agents.policy import Policy
 from rlvr.agents.rollout.base import RolloutBatch, SamplingParams, collate
 from rlvr.agents.rollout.chat import model_prompt
 from rlvr.agents.rollout.multiturn import Episode, run_episodes
-from rlvr.agents.train_config import TrainConfig, periodic_eval_config
+from rlvr.agents.trackers import check_trackers, make_trackers
+from rlvr.agents.train_config import TrainConfig, check_vllm_installed, periodic_eval_config
 from rlvr.agents.update import Precision, Updater, optimizer_steps_per_batch
 from rlvr.config import ConfigError, dump_yaml
 from rlvr.device import resolve_device
@@ -118,6 +119,9 @@ class Trainer:
 
     #: Resume although the configuration differs from the checkpoint's (``--allow-config-change``).
     allow_config_change = False
+    #: Told what a step is doing ("step 3: rollout", "update", "evaluation"): the bar.
+    on_phase: Callable[[str], None] | None = None
+    phase = ""
 
     def __init__(
         self,
@@ -134,9 +138,14 @@ class Trainer:
         self.algorithm = get_algorithm(cfg.algo)
         set_threads(cfg.num_threads)
         self._seed_everything(cfg.seed)
+        self.make_env = make_env or self._make_registered_env
+        check_trackers(self.tracker_names)  # a missing package is one line before any work
         if model is None:
             from rlvr.models import load_model
 
+            if cfg.rollout.backend == "vllm":
+                check_vllm_installed()  # before a hub name starts a download
+            self._check_envs()  # a bad env_kwargs value or dataset costs no model load
             model, tokenizer = load_model(cfg.model, seed=cfg.seed, dtype=torch.float32)
         self.with_reference = cfg.loss.kl_coef > 0 or cfg.track_kl
         if cfg.memory_check:
@@ -159,7 +168,6 @@ class Trainer:
             reference_dtype=self.precision.dtype,
         )
         self.backend = self._make_backend()
-        self.make_env = make_env or self._make_registered_env
         n = cfg.prompts_per_step * cfg.group_size
         self.envs = [self.make_env("train") for _ in range(n)]
         self._eval_envs: list | None = None
@@ -205,6 +213,13 @@ class Trainer:
 
     # -- setup ---------------------------------------------------------------------------------
     @property
+    def tracker_names(self) -> list[str]:
+        """``report_to``, with ``tensorboard=true`` as ``tensorboard``."""
+        return list(
+            dict.fromkeys([*(["tensorboard"] if self.cfg.tensorboard else []), *self.cfg.report_to])
+        )
+
+    @property
     def model(self):
         return self.policy.model
 
@@ -214,20 +229,35 @@ class Trainer:
         np.random.seed(seed % (2**32))
         torch.manual_seed(seed)
 
+    def _check_envs(self) -> None:
+        """Make (and close) one env of each split the run will use, leaving every RNG as it
+        was: what the env rejects (a value, a dataset that is missing) is one line now, not
+        after a model load that can take minutes."""
+        state = rng_state()
+        splits = ["train"] + (
+            [self.cfg.eval.split] if self.cfg.eval.every or self.cfg.eval.at_end else []
+        )
+        try:
+            for split in splits:
+                self.make_env(split).close()
+        finally:
+            set_rng_state(state)
+
     def _make_registered_env(self, split: str):
         kwargs = dict(self.cfg.env_kwargs)
         if split != "train" or "split" in kwargs:
             if not env_spec(self.cfg.env).accepts("split"):
-                raise ValueError(
+                raise ConfigError(
                     f"env {self.cfg.env!r} has no 'split' argument; evaluation "
                     "needs a held-out split (set eval.every=0)"
                 )
             kwargs["split"] = split if split != "train" else kwargs["split"]
         try:
             return make_env(self.cfg.env, **kwargs)
-        except (TypeError, ValueError) as e:  # a bad env_kwargs value: one line naming it
+        except (TypeError, ValueError, OSError) as e:  # a bad value, a missing dataset: one line
             key = "env_kwargs" if split == "train" else "env_kwargs or eval.split"
-            raise ConfigError(f"{key}: env {self.cfg.env!r} rejected {kwargs}: {e}") from None
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ConfigError(f"{key}: env {self.cfg.env!r} rejected {kwargs}: {first}") from None
 
     def _make_backend(self):
         if self.cfg.rollout.backend == "vllm":
@@ -433,6 +463,7 @@ class Trainer:
         cfg = self.cfg
         step = self.step + 1
         t0 = time.perf_counter()
+        self._phase("rollout", step)
         episodes = self.rollout(step)
         t1 = time.perf_counter()
         # before the update: a batch whose searches failed is not trained on
@@ -441,6 +472,7 @@ class Trainer:
         adv = compute_advantages(cfg.loss.advantage, rewards, cfg.group_size, eps=cfg.loss.adv_eps)
         batch = episodes_to_batch(episodes, self.pad_id)
         t2 = time.perf_counter()
+        self._phase("update", step)
         upd = self.update(batch, adv, step)
         t3 = time.perf_counter()
         self.step = step
@@ -460,6 +492,7 @@ class Trainer:
         record["tokens/s"] = generated / max(t1 - t0, 1e-9)
         record["perf/update_tokens_s"] = trained / max(t3 - t2, 1e-9)
         if cfg.eval.due(step, cfg.steps):
+            self._phase("evaluation", step)
             record.update(self.evaluate(step))
         record["time/step_s"] = time.perf_counter() - t0
         errors = [e.error for e in episodes if e.error]
@@ -476,6 +509,11 @@ class Trainer:
                 file=sys.stderr,
             )
         return record
+
+    def _phase(self, name: str, step: int) -> None:
+        self.phase = f"step {step}: {name}"
+        if self.on_phase is not None:
+            self.on_phase(self.phase)
 
     def train(self) -> list[dict[str, Any]]:
         """Run to ``cfg.steps``, holding the run folder's lock throughout: a second trainer on
@@ -494,8 +532,10 @@ class Trainer:
                 f"{self.out} already holds checkpoints: pass --resume "
                 "(resume=true) to continue, or choose another out=DIR"
             )
-        if cfg.tensorboard:
-            self.metrics_log = MetricsLog(self.metrics_path, self.out / "tensorboard")
+        if self.tracker_names:
+            config = dataclasses.asdict(cfg)
+            trackers = make_trackers(self.tracker_names, self.out, config, resume=resumed)
+            self.metrics_log = MetricsLog(self.metrics_path, trackers)
         moved = self.metrics_log.prepare(self.step if resumed else None)
         if moved is not None:
             print(
@@ -516,6 +556,13 @@ class Trainer:
             desc=f"{cfg.algo} {cfg.env}",
             dynamic_ncols=True,
         )
+
+        def show(text: str) -> None:  # a step of minutes moves the bar while it runs
+            bar.set_postfix_str(text, refresh=False)
+            bar.update(0)
+
+        self.on_phase = show
+        self.backend.on_step = lambda done, live: show(f"{self.phase}, {live} generating")
         try:
             while self.step < cfg.steps:
                 record = self.train_step()
@@ -528,6 +575,7 @@ class Trainer:
                 if cfg.save_every and self.step % cfg.save_every == 0:
                     self.save()
         finally:
+            self.on_phase = self.backend.on_step = None
             bar.close()
             self.metrics_log.close()
         if self.step == cfg.steps and (not cfg.save_every or self.step % cfg.save_every):

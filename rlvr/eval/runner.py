@@ -121,10 +121,12 @@ def backend_name(cfg: EvalConfig) -> str:
     return "generate" if cfg.backend == "generate" else "hf"
 
 
-def make_generate_fn(model, tokenizer, cfg: EvalConfig) -> tuple[GenerateFn, str]:
-    """A ``(contexts, temperature, seed) -> completions`` function and the backend's name."""
+def make_generate_fn(model, tokenizer, cfg: EvalConfig, on_step=None) -> tuple[GenerateFn, str]:
+    """A ``(contexts, temperature, seed) -> completions`` function and the backend's name;
+    ``on_step`` is the backend's ``RolloutBackend.on_step`` (a progress bar)."""
     name = backend_name(cfg)
     backend = make_backend(name, model, tokenizer)
+    backend.on_step = on_step
 
     def generate(contexts, temperature, seed):
         params = SamplingParams(
@@ -262,6 +264,28 @@ def _close(envs) -> None:
         env.close()
 
 
+class ResponseBar:
+    """The evaluation's bar in responses. Single-turn responses are counted as their generation
+    ends, per decoding step (``RolloutBackend.on_step``), so a part of 64 long responses moves
+    while it runs; where no step is reported (``model.generate``) or an episode has more turns
+    than one generation, a part's responses are counted when it ends, and the rows still
+    generating show beside the count."""
+
+    def __init__(self, bar, count_steps: bool):
+        self.bar, self.count_steps, self.counted = bar, count_steps, 0
+
+    def step(self, finished: int, live: int) -> None:
+        if self.count_steps and finished:
+            self.bar.update(finished)
+            self.counted += finished
+        self.bar.set_postfix_str(f"generating {live}", refresh=False)
+        self.bar.update(0)  # redraws (elapsed time, postfix) at tqdm's own pace
+
+    def part(self, n: int) -> None:
+        self.bar.update(max(0, n - self.counted))
+        self.counted = 0
+
+
 def _records(
     cfg: EvalConfig, model, tokenizer, tasks, multi_turn: bool, bar
 ) -> list[dict[str, Any]]:
@@ -272,15 +296,17 @@ def _records(
     so tool calls, observations and turn limits match training, and list records as played.
     """
     base_seed = cfg.seed * 100_003
+    progress = ResponseBar(bar, count_steps=not multi_turn)
     if multi_turn:
         backend = make_backend(backend_name(cfg), model, tokenizer)
+        backend.on_step = progress.step
         envs_for, release, seed_of = (
             _multi_turn_envs(cfg, tasks),
             _close,
             (lambda chunk: base_seed + chunk),
         )
     else:
-        backend = CompletionBackend(make_generate_fn(model, tokenizer, cfg)[0])
+        backend = CompletionBackend(make_generate_fn(model, tokenizer, cfg, progress.step)[0])
         envs_for, pools = _single_turn_envs(cfg, tasks)
         release, seed_of = None, lambda chunk: episode_seed(base_seed + chunk)
     greedy = SamplingParams(
@@ -297,7 +323,7 @@ def _records(
         max_response_tokens=cfg.max_new_tokens,
         batch_size=cfg.batch_size,
         release=release,
-        on_part=bar.update,
+        on_part=progress.part,
     )
     if not multi_turn:
         played.sort(key=lambda p: p[0].task)  # stable: greedy, then samples, per task
@@ -335,6 +361,21 @@ def _records(
     return records
 
 
+def _make_group_envs(cfg: EvalConfig) -> list[tuple[str, dict[str, Any], Any]]:
+    """``(group, env_kwargs, env)`` per group; what an env rejects is one ``ConfigError``."""
+    spec = env_spec(cfg.env)
+    spec.check_kwargs(cfg.env_kwargs)
+    out = []
+    for group, kwargs in _groups(cfg):
+        try:
+            out.append((group, kwargs, make_env(cfg.env, cfg.split, **kwargs)))
+        except (TypeError, ValueError, OSError) as e:  # a bad env_kwargs value or dataset
+            _close(env for _, _, env in out)
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ConfigError(f"env_kwargs: env {cfg.env!r} rejected {kwargs}: {first}") from None
+    return out
+
+
 def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = True) -> EvalResult:
     """Run the evaluation described by ``cfg`` (see the module docstring).
 
@@ -345,23 +386,27 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
     source = "settings given"
     if model is None:
         from rlvr.models import load_model
+        from rlvr.models.names import check_model_name
         from rlvr.models.prompt_formats import with_format
 
+        check_model_name(cfg.model)
         kwargs, fmt = with_format(cfg.model, cfg.env, cfg.env_kwargs)
         if fmt is not None and fmt.settings(cfg.env):
             cfg, source = dataclasses.replace(cfg, env_kwargs=kwargs), f"model: {fmt.source}"
         check_device_present(cfg.device)
-        model, tokenizer = load_model(cfg.model)
+        envs = _make_group_envs(cfg)  # a bad env_kwargs value or dataset costs no model load
+        try:
+            model, tokenizer = load_model(cfg.model)
+        except BaseException:
+            _close(env for _, _, env in envs)
+            raise
         model.to(resolve_device(cfg.device))
+    else:
+        envs = _make_group_envs(cfg)
     model.eval()
     tasks = []
     multi_turn = env_spec(cfg.env).multi_turn
-    for group, kwargs in _groups(cfg):
-        try:
-            env = make_env(cfg.env, cfg.split, **kwargs)
-        except (TypeError, ValueError, OSError) as e:  # a bad env_kwargs value or dataset
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise ConfigError(f"env_kwargs: env {cfg.env!r} rejected {kwargs}: {first}") from None
+    for group, kwargs, env in envs:
         available = getattr(env.unwrapped, "num_tasks", None)
         n_items = cfg.n_items if available is None else min(cfg.n_items, int(available))
         for i in range(n_items):
@@ -390,8 +435,7 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
         records = _records(cfg, model, tokenizer, tasks, multi_turn, bar)
     finally:
         bar.close()
-        for env in {id(t["env"]): t["env"] for t in tasks}.values():
-            env.close()
+        _close(env for _, _, env in envs)
     ks = sorted(set(cfg.pass_ks) | ({cfg.k} if cfg.k else set()))
     summary = summarize_by_group(records, ks=ks)
     prompt = {**env_spec(cfg.env).prompt_settings(cfg.env_kwargs), "source": source}

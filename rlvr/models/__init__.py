@@ -49,6 +49,13 @@ def load_model(spec: str, *, seed: int = 0, dtype=None):
 
     local = Path(spec).expanduser()
     kwargs = {"local_files_only": True} if local.exists() else {}
+    if not local.exists():
+        from rlvr.models.names import check_hub_model, check_model_name, hub_offline_reason
+
+        check_model_name(spec)  # one line, before transformers retries a hub it cannot reach
+        check_hub_model(spec)
+        if hub_offline_reason():
+            kwargs = {"local_files_only": True}  # in the hub cache (else refused above)
     src = str(local) if local.exists() else spec
     if local.exists():
         check_model_folder(local)

@@ -149,6 +149,9 @@ def with_format(
         )
         return dict(explicit), fmt
     own = fmt.settings(env)
+    for group in env_spec(env).setting_groups:  # an explicit one replaces the model's group
+        if any(k in explicit for k in group):
+            own = {k: v for k, v in own.items() if k not in group}
     clashes = [
         f"{what}.{k}={explicit[k]!r} (the model's: {own[k]!r})"
         for k in env_spec(env).prompt_keys

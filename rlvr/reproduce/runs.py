@@ -37,7 +37,7 @@ DONE = "run.json"
 _NEUTRAL = {"out": "", "resume": False, "progress": True, "tensorboard": False}
 #: Fields that change nothing a run computes, added after runs were cached: left out of the key,
 #: so that cached runs keep theirs.
-_UNKEYED = ("max_tool_failure_rate",)
+_UNKEYED = ("max_tool_failure_rate", "report_to")
 
 
 @dataclass
