@@ -12,7 +12,6 @@ import io
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -116,48 +115,29 @@ def test_a_missing_dataset_is_said_before_the_model_loads(capsys, tmp_path, monk
 
 
 # -- plugins -----------------------------------------------------------------------------------
-PLUGIN = '''
-from rlvr.agents.algorithms import Algorithm, register_algorithm
-from rlvr.envs import EnvSpec, SingleTurnEnv, register_env
-from rlvr.envs.base import Score
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-def confident_only(*, logprobs, mask, logits=None, old_logprobs=None, entropy=None, eta=0.5):
-    return (old_logprobs.exp() >= eta).to(logprobs.dtype)
-
-
-def digits(response, ground_truth):
-    ok = response.strip() == ground_truth
-    return Score(float(ok), ok, {"answer": float(ok)}, "" if ok else "wrong")
-
-
-class DigitsEnv(SingleTurnEnv):
-    def _sample_task(self, rng, options):
-        i = int(options.get("index", rng.integers(100)))
-        return f"Write {i}.", str(i), {"index": i}
-
-    def _score(self, response, ground_truth):
-        return digits(response, ground_truth)
-
-
-register_algorithm(
-    Algorithm(name="confident_only", label="confident only", color="#000000",
-              weight=confident_only, params=lambda wc: {"eta": wc.eta})
-)
-register_env(EnvSpec(name="digits", id="my-lab/Digits-v0", entry_point=DigitsEnv,
-                     scorer=digits, min_reward=0.0))
-'''
+def doc_python(doc: str, after: str) -> str:
+    """The first python block of ``docs/<doc>`` after the text ``after``."""
+    text = (DOCS / doc).read_text()
+    return text[text.index(after) :].split("```python\n", 1)[1].split("```", 1)[0]
 
 
 def test_the_rlvr_command_imports_plugins_from_the_working_directory_before_names(tmp_path):
-    """``docs/algorithms.md``'s plugin and an env of one's own, in ``my_lab/`` where the command
-    runs: imported without PYTHONPATH, before ``env=`` and ``algo=`` are checked."""
+    """``docs/design.md``'s env and ``docs/algorithms.md``'s method, in ``my_lab/`` where the
+    command runs: imported without PYTHONPATH, before ``env=`` and ``algo=`` are checked."""
     (tmp_path / "my_lab").mkdir()
-    (tmp_path / "my_lab" / "plugin.py").write_text(textwrap.dedent(PLUGIN))
+    (tmp_path / "my_lab" / "envs.py").write_text(doc_python("design.md", "of one's own"))
+    (tmp_path / "my_lab" / "algos.py").write_text(doc_python("algorithms.md", "For example"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    argv = ["train", "env=digits", "algo=confident_only", "plugins=[my_lab.plugin]", "out=r"]
+    argv = ["train", "env=digits", "algo=confident_only", "plugins=[my_lab.envs,my_lab.algos]"]
     done = subprocess.run(
-        [str(RLVR), *argv, "--print-config"], cwd=tmp_path, env=env, capture_output=True, text=True
+        [str(RLVR), *argv, "out=r", "--print-config"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
     assert "env: digits" in done.stdout and "algo: confident_only" in done.stdout

@@ -15,7 +15,8 @@ with ``--smoke``): the committed ``results/`` are written only when ``--out`` na
 ``--check DIR`` reruns a sample of the runs recorded in DIR and compares (``rlvr.reproduce.check``);
 ``--compare OLD NEW`` sets two reports' claim verdicts side by side (``rlvr.reproduce.compare``);
 ``--power DIR`` prints DIR's claims with their precision and the draws and items that would
-decide them (``rlvr.reproduce.precision``).
+decide them (``rlvr.reproduce.precision``); ``--report DIR`` writes DIR's REPORT.md again from
+its files (``rlvr.reproduce.report.rewrite_report``).
 ``--from-verl DIR`` takes the training runs from a folder verl trained
 (``rlvr.integrations.verl.results``) and writes to ``DIR/results`` by default.
 Training runs and
@@ -47,7 +48,7 @@ from rlvr.reproduce.figures import FIGURES, NAMES, plan_for
 from rlvr.reproduce.grid import PLAN_NOTE, check_engines, get_grid, grid_names, plan_rows, validate
 from rlvr.reproduce.pool import prefetch
 from rlvr.reproduce.precision import TARGET, run_power
-from rlvr.reproduce.report import ORDER, write_report
+from rlvr.reproduce.report import ORDER, rewrite_report, write_report
 
 
 def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,6 +86,13 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="print the claims of DIR with their 95%% half-width and minimum detectable effect, "
         "their variance components, and the bases, seeds and items for a half-width <= --target",
+    )
+    parser.add_argument(
+        "--report",
+        metavar="DIR",
+        default=None,
+        help="write DIR/REPORT.md again from DIR's files (meta.json, tables, figures, runs.csv): "
+        "nothing is rerun, no other file changes",
     )
     parser.add_argument(
         "--target",
@@ -237,6 +245,9 @@ def run_reproduce(args: argparse.Namespace) -> int:
         return run_compare(Path(args.compare[0]), Path(args.compare[1]))
     if args.power:
         return run_power(Path(args.power), list(ORDER), args.target)
+    if args.report:
+        print(rewrite_report(Path(args.report)))
+        return 0
     if args.check:
         return run_check(
             Path(args.check),
@@ -247,7 +258,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
     if not args.name:
         raise SystemExit(
             "rlvr reproduce: name a figure or table (fig2, all...), or pass --check DIR, "
-            "--power DIR or --compare OLD NEW"
+            "--power DIR, --report DIR or --compare OLD NEW"
         )
     if getattr(args, "engine", "native") == "verl":
         return write_verl(args)
