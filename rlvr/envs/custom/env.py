@@ -175,12 +175,11 @@ class CustomTaskEnv(SingleTurnEnv):
         }
         return self._render(row), dict(row), extra
 
+    @property
+    def scoring(self) -> dict[str, Any]:
+        """The scorer's options (what an exported row carries: ``rewards.row_options``)."""
+        names = ("reward", "reward_weights", "correct_at", "prefill")
+        return {k: getattr(self, k) for k in names}
+
     def _score(self, response: str, ground_truth: Any) -> Score:
-        return score(
-            response,
-            ground_truth,
-            reward=self.reward,
-            reward_weights=self.reward_weights,
-            correct_at=self.correct_at,
-            prefill=self.prefill,
-        )
+        return score(response, ground_truth, **self.scoring)
