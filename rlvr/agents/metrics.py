@@ -19,8 +19,12 @@ import numpy as np
 import torch
 
 from rlvr.agents.losses import masked_mean
-from rlvr.config import check_interval
-from rlvr.envs.base import TOOL_CALLS, TOOL_FAILURES
+from rlvr.envs.base import (  # noqa: F401  (MAX_TOOL_FAILURE_RATE, check_failure_rate: API here)
+    MAX_TOOL_FAILURE_RATE,
+    TOOL_CALLS,
+    TOOL_FAILURES,
+    check_failure_rate,
+)
 
 if TYPE_CHECKING:
     from rlvr.agents.rollout.multiturn import Episode
@@ -90,22 +94,8 @@ def rollout_metrics(episodes: list[Episode], group_size: int) -> dict[str, float
     return out
 
 
-#: Default of ``max_tool_failure_rate`` (native ``TrainConfig``, verl ``rlvr`` section): a step
-#: whose tool calls fail more often than this stops the run. A service that is down fails every
-#: call and one a worker cannot reach fails that worker's share; 5% stops those at once and lets
-#: an odd timeout pass (each failed search is an episode trained on a useless observation).
-MAX_TOOL_FAILURE_RATE = 0.05
-
-
 class ToolFailureError(RuntimeError):
     """Too many tool calls of a step failed: the run stops (one line, exit 2)."""
-
-
-def check_failure_rate(value: Any, key: str = "max_tool_failure_rate") -> float:
-    """The one check of ``max_tool_failure_rate`` (native and verl): a fraction in [0, 1]
-    (0: stop at the first failure; 1: never stop)."""
-    check_interval(key, value, "[0, 1]")
-    return float(value)
 
 
 def tool_metrics(infos) -> dict[str, float]:

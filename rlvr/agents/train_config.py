@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 from rlvr.agents.algorithms import WeightConfig, algorithm_names, get_algorithm, load_plugins
-from rlvr.agents.metrics import MAX_TOOL_FAILURE_RATE, check_failure_rate
 from rlvr.config import (
     ConfigError,
     check_interval,
@@ -25,7 +24,8 @@ from rlvr.config import (
 )
 from rlvr.device import check_device
 from rlvr.envs import ENVS, env_spec, lift_env_keys, require_env
-from rlvr.eval.runner import EvalConfig
+from rlvr.envs.base import MAX_TOOL_FAILURE_RATE, check_failure_rate
+from rlvr.eval.config import EvalConfig
 from rlvr.repro import check_threads
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"

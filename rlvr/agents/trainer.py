@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from rlvr.agents.advantages import compute_advantages
 from rlvr.agents.algorithms import get_algorithm
@@ -547,8 +548,6 @@ class Trainer:
         if engine:  # the vLLM engine's settings, hf_overrides included (rollout/vllm.py)
             (self.out / "vllm_engine.json").write_text(json.dumps(engine, indent=2) + "\n")
         records = []
-        from tqdm.auto import tqdm
-
         bar = tqdm(
             total=cfg.steps,
             initial=self.step,
@@ -559,9 +558,9 @@ class Trainer:
 
         def show(text: str) -> None:  # a step of minutes moves the bar while it runs
             bar.set_postfix_str(text, refresh=False)
-            bar.update(0)
+            bar.update(0)  # redraws at tqdm's own pace (decoding steps come many a second)
 
-        self.on_phase = show
+        self.on_phase = lambda text: bar.set_postfix_str(text)  # a new phase shows at once
         self.backend.on_step = lambda done, live: show(f"{self.phase}, {live} generating")
         try:
             while self.step < cfg.steps:

@@ -12,12 +12,10 @@ import argparse
 import json
 
 from rlvr.agents.algorithms import load_plugins
-from rlvr.agents.checkpoint import CheckpointError, check_writable
 from rlvr.config import ConfigError, config_hash, layered, merge
 from rlvr.data_paths import rlvr_home
 from rlvr.envs import lift_env_keys, require_env
-from rlvr.eval.runner import EvalConfig, evaluate, save_result
-from rlvr.models import quiet_progress
+from rlvr.eval.config import EvalConfig
 from rlvr.models.names import check_model_name
 from rlvr.prompt_format import describe
 
@@ -76,6 +74,11 @@ def run_eval(args: argparse.Namespace) -> int:
     ``out`` that cannot be written are one line, exit 2; the model name, the environment and
     ``out`` are checked before the model loads, so a bad one costs no evaluation."""
     cfg = load_eval_config(args.config, list(args.overrides))
+    # Only now what evaluates (torch, transformers): a bad configuration is answered at once.
+    from rlvr.agents.checkpoint import CheckpointError, check_writable
+    from rlvr.eval.runner import evaluate, save_result
+    from rlvr.models.loader import quiet_progress
+
     out = cfg.out or str(rlvr_home() / "evals" / config_hash(cfg))
     try:
         check_writable(out)

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -35,60 +35,11 @@ from rlvr.agents.rollout import Generation, RolloutBackend, SamplingParams, make
 from rlvr.agents.rollout.chat import model_prompt
 from rlvr.agents.rollout.multiturn import episode_seed
 from rlvr.config import ConfigError
-from rlvr.device import check_device, check_device_present, resolve_device
+from rlvr.device import check_device_present, resolve_device
 from rlvr.envs import env_spec, make_env
+from rlvr.eval.config import EvalConfig
 from rlvr.eval.loop import Job, plan, play
 from rlvr.eval.metrics import ANSWER_METRICS, summarize_by_group
-
-
-@dataclass
-class EvalConfig:
-    """What to evaluate and how (``rlvr eval key=value ...``).
-
-    ``group_by``/``group_values`` evaluate one group per value of an env keyword argument (e.g.
-    ``group_by=n_people group_values=3,4,5`` for K&K accuracy by puzzle size); without them the
-    env is evaluated once as group ``all``. ``k = 0`` skips sampling; ``greedy = false`` skips the
-    greedy pass. ``pass_ks`` are the k of pass@k (each at most ``k``).
-    """
-
-    model: str = "micro"
-    env: str = "kk"
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    split: str = "test"
-    group_by: str = ""
-    group_values: list[int] = field(default_factory=list)
-    n_items: int = 100
-    greedy: bool = True
-    k: int = 0
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 256
-    stop: list[str] = field(default_factory=list)
-    batch_size: int = 64
-    pass_ks: list[int] = field(default_factory=lambda: [1])
-    seed: int = 0
-    backend: Literal["auto", "rollout", "generate"] = "auto"
-    device: str = "cpu"
-    out: str = ""
-
-    def __post_init__(self):
-        for name in ("n_items", "batch_size", "max_new_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"EvalConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.k < 0:
-            raise ValueError(f"EvalConfig.k must be >= 0, got {self.k}")
-        if not self.greedy and self.k == 0:
-            raise ValueError("EvalConfig: greedy=false and k=0 leaves nothing to evaluate")
-        if self.k and self.temperature <= 0:
-            raise ValueError(
-                f"EvalConfig.temperature must be > 0 to sample k={self.k}, got {self.temperature}"
-            )
-        if bool(self.group_by) != bool(self.group_values):
-            raise ValueError("EvalConfig: group_by and group_values go together")
-        bad = [k for k in self.pass_ks if k < 1 or (self.k and k > self.k)]
-        if bad:
-            raise ValueError(f"EvalConfig.pass_ks {bad} must lie in 1..k={self.k}")
-        check_device(self.device)
 
 
 @dataclass
@@ -121,12 +72,11 @@ def backend_name(cfg: EvalConfig) -> str:
     return "generate" if cfg.backend == "generate" else "hf"
 
 
-def make_generate_fn(model, tokenizer, cfg: EvalConfig, on_step=None) -> tuple[GenerateFn, str]:
-    """A ``(contexts, temperature, seed) -> completions`` function and the backend's name;
-    ``on_step`` is the backend's ``RolloutBackend.on_step`` (a progress bar)."""
+def make_generate_fn(model, tokenizer, cfg: EvalConfig) -> tuple[GenerateFn, str]:
+    """A ``(contexts, temperature, seed) -> completions`` function and the backend's name; the
+    function's ``backend`` is the rollout backend it samples with (a bar sets its ``on_step``)."""
     name = backend_name(cfg)
     backend = make_backend(name, model, tokenizer)
-    backend.on_step = on_step
 
     def generate(contexts, temperature, seed):
         params = SamplingParams(
@@ -140,6 +90,7 @@ def make_generate_fn(model, tokenizer, cfg: EvalConfig, on_step=None) -> tuple[G
             Completion(t, list(ids), r) for t, ids, r in zip(g.texts, g.token_ids, g.finish_reasons)
         ]
 
+    generate.backend = backend
     return generate, {"hf": "rollout.hf", "generate": "transformers.generate"}[name]
 
 
@@ -306,7 +257,10 @@ def _records(
             (lambda chunk: base_seed + chunk),
         )
     else:
-        backend = CompletionBackend(make_generate_fn(model, tokenizer, cfg, progress.step)[0])
+        generate = make_generate_fn(model, tokenizer, cfg)[0]
+        if hasattr(generate, "backend"):
+            generate.backend.on_step = progress.step
+        backend = CompletionBackend(generate)
         envs_for, pools = _single_turn_envs(cfg, tasks)
         release, seed_of = None, lambda chunk: episode_seed(base_seed + chunk)
     greedy = SamplingParams(

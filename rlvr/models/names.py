@@ -16,6 +16,7 @@ import functools
 import os
 import re
 import socket
+import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -27,14 +28,36 @@ HUB_ID = re.compile(r"^(?:[\w.-]+/)?[\w.-]+$")
 #: Seconds the reachability probe waits for the hub's host.
 PROBE_TIMEOUT_S = 3.0
 _TRUE = {"1", "on", "yes", "true"}
+#: The tiny presets' names (``rlvr.models.presets.PRESETS``, whose build configurations need
+#: torch: a name is checked without them; ``tests/test_first_hour.py`` keeps the two equal).
+PRESET_NAMES = ("tiny-kk", "tiny-math", "tiny-searchqa")
+
+
+def preset_names() -> tuple[str, ...]:
+    """``PRESETS``' names once that module is loaded (a preset added at run time included),
+    else ``PRESET_NAMES``."""
+    presets = sys.modules.get("rlvr.models.presets")
+    return tuple(presets.PRESETS) if presets is not None else PRESET_NAMES
+
+
+def parse_spec(spec: str) -> tuple[str, int] | None:
+    """``"tiny-kk"`` -> ``("tiny-kk", 0)``, ``"tiny-kk@2"`` -> ``("tiny-kk", 2)`` (base seed 2);
+    ``None`` for anything that is not a preset (a path, a hub name, ``micro``)."""
+    name, sep, seed = spec.partition("@")
+    if name not in preset_names():
+        return None
+    if not sep:
+        return name, 0
+    if not seed.isdigit():
+        raise ValueError(f"model {spec!r}: the base seed after '@' must be a non-negative integer")
+    return name, int(seed)
 
 
 def local_names() -> list[str]:
     """The names ``model=`` takes without a folder or a network."""
-    from rlvr.models.presets import PRESETS
     from rlvr.models.pretrained import PRETRAINED
 
-    return ["micro", *sorted(PRESETS), *sorted(PRETRAINED)]
+    return ["micro", *preset_names(), *sorted(PRETRAINED)]
 
 
 def is_hub_id(name: str) -> bool:
@@ -77,7 +100,6 @@ def in_hub_cache(name: str) -> bool:
 def check_model_name(model: str) -> None:
     """``ConfigError`` (one line, listing the local names) for a ``model`` that names nothing
     loadable (module docstring); no network is asked."""
-    from rlvr.models.presets import parse_spec
     from rlvr.models.pretrained import PRETRAINED
 
     name = str(model)
@@ -106,11 +128,9 @@ def check_hub_model(model: str) -> None:
     neither come from the hub cache nor from a hub reachable from here: run where the model is
     to be loaded, not where a configuration is only validated (a GPU grid on a laptop)."""
     name = str(model)
-    if Path(name).expanduser().exists() or name in local_names() or in_hub_cache(name):
+    if Path(name).expanduser().exists() or name in local_names() or parse_spec(name):
         return
-    from rlvr.models.presets import parse_spec
-
-    if parse_spec(name) is not None:
+    if in_hub_cache(name):
         return
     why = hub_offline_reason()
     if why:
@@ -121,10 +141,12 @@ def check_hub_model(model: str) -> None:
 
 
 __all__ = [
+    "PRESET_NAMES",
     "check_hub_model",
     "check_model_name",
     "hub_offline_reason",
     "in_hub_cache",
     "is_hub_id",
     "local_names",
+    "parse_spec",
 ]

@@ -24,8 +24,7 @@ import yaml
 
 from rlvr.config import ConfigError, deep_merge
 from rlvr.envs import ENVS, env_spec
-from rlvr.models import traces
-from rlvr.models.presets import preset_config
+from rlvr.models.names import parse_spec
 from rlvr.models.pretrained import PRETRAINED
 from rlvr.prompt_format import (
     FORMAT_FILE,
@@ -46,10 +45,13 @@ def model_format(model: str, _depth: int = 0) -> PromptFormat | None:
     if model == "micro" or _depth > MAX_DEPTH:
         return None
     try:
-        build = preset_config(model)
+        preset = parse_spec(model) is not None  # without torch: only a preset needs it
     except ValueError:  # "tiny-kk@x": load_model says what is wrong with the name
-        build = None
-    if build is not None:
+        preset = False
+    if preset:
+        from rlvr.models.presets import preset_config
+
+        build = preset_config(model)
         return _built(build.task, build.data, f"the preset {model}")
     if model in PRETRAINED:
         return _pretrained(model)
@@ -64,6 +66,8 @@ def model_format(model: str, _depth: int = 0) -> PromptFormat | None:
 
 def _built(task: str, data: Mapping[str, Any], source: str) -> PromptFormat:
     """A tiny base's format: its trace settings less the trace builder's own options."""
+    from rlvr.models import traces
+
     kwargs = traces.env_kwargs(task, dict(data)) if task in ENVS else dict(data)
     return PromptFormat(task, kwargs, from_scratch=True, source=source)
 

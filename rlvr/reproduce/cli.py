@@ -34,21 +34,20 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlvr.config import ConfigError
 from rlvr.data_paths import rlvr_home
-from rlvr.integrations.verl.results import VerlRuns, VerlRunsMissing
-from rlvr.integrations.verl.scripts import write
-from rlvr.models import quiet_progress
-from rlvr.models.presets import parse_spec
-from rlvr.reproduce.check import run_check
-from rlvr.reproduce.common import Context, command_line, markdown_table
-from rlvr.reproduce.compare import run_compare
-from rlvr.reproduce.figures import FIGURES, NAMES, plan_for
+from rlvr.models.names import parse_spec
+from rlvr.reproduce.figures import FIGURES, NAMES
 from rlvr.reproduce.grid import PLAN_NOTE, check_engines, get_grid, grid_names, plan_rows, validate
-from rlvr.reproduce.pool import prefetch
-from rlvr.reproduce.precision import TARGET, run_power
-from rlvr.reproduce.report import ORDER, rewrite_report, write_report
+
+if TYPE_CHECKING:
+    from rlvr.reproduce.common import Context
+
+#: ``--power``'s default half-width (``rlvr.reproduce.precision.TARGET``; the help lists it
+#: without importing the statistics).
+TARGET_HELP = 0.03
 
 
 def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,8 +96,8 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target",
         type=float,
-        default=TARGET,
-        help=f"with --power: the 95%% half-width to reach (default {TARGET})",
+        default=None,
+        help=f"with --power: the 95%% half-width to reach (default {TARGET_HELP})",
     )
     parser.add_argument(
         "--grid",
@@ -162,6 +161,8 @@ def has_gpu() -> bool:
 
 
 def print_plan(ctx: Context, name: str) -> int:
+    from rlvr.reproduce.common import markdown_table
+
     n = validate(ctx.grid)
     rows = plan_rows(ctx.grid)
     header = list(rows[0])
@@ -187,6 +188,9 @@ def print_plan(ctx: Context, name: str) -> int:
 
 def write_verl(args: argparse.Namespace) -> int:
     """``--engine verl``: the launch folder of every run ``args.name`` needs (no training)."""
+    from rlvr.integrations.verl.scripts import write
+    from rlvr.reproduce.common import command_line
+
     if args.grid != "paper" or args.smoke:
         raise SystemExit("--engine verl: writes the paper grid; use --grid paper, no --smoke")
     if not args.out:
@@ -230,6 +234,8 @@ def grid_name(args: argparse.Namespace) -> str:
 def run_all(ctx: Context) -> dict:
     """Every figure and table in ``FIGURES`` order, then REPORT.md (they share the run cache, so
     each run is trained once)."""
+    from rlvr.reproduce.report import write_report
+
     metas = {}
     for name, figure in FIGURES.items():
         ctx.say(f"[reproduce] == {name} ==")
@@ -242,13 +248,23 @@ def run_all(ctx: Context) -> dict:
 def run_reproduce(args: argparse.Namespace) -> int:
     grid_name(args)
     if args.compare:
+        from rlvr.reproduce.compare import run_compare
+
         return run_compare(Path(args.compare[0]), Path(args.compare[1]))
     if args.power:
-        return run_power(Path(args.power), list(ORDER), args.target)
+        from rlvr.reproduce.precision import TARGET, run_power
+        from rlvr.reproduce.report import ORDER
+
+        target = TARGET if args.target is None else args.target
+        return run_power(Path(args.power), list(ORDER), target)
     if args.report:
+        from rlvr.reproduce.report import rewrite_report
+
         print(rewrite_report(Path(args.report)))
         return 0
     if args.check:
+        from rlvr.reproduce.check import run_check
+
         return run_check(
             Path(args.check),
             sample=args.sample,
@@ -262,6 +278,13 @@ def run_reproduce(args: argparse.Namespace) -> int:
         )
     if getattr(args, "engine", "native") == "verl":
         return write_verl(args)
+    from rlvr.integrations.verl.results import VerlRuns, VerlRunsMissing
+    from rlvr.models.loader import quiet_progress
+    from rlvr.reproduce.common import Context, command_line
+    from rlvr.reproduce.figures import plan_for
+    from rlvr.reproduce.pool import prefetch
+    from rlvr.reproduce.report import write_report
+
     grid = get_grid(args.grid, smoke=args.smoke)
     n_seeds = args.seeds if args.seeds is not None else grid.seeds
     n_bases = args.base_seeds if args.base_seeds is not None else grid.base_seeds

@@ -8,15 +8,37 @@ ones, computed once per invocation.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import importlib
+from collections.abc import Iterable, Iterator, Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-from rlvr.reproduce import fig1, fig2, fig3, fig4, sweep, table_kk, table_math, table_qa
-from rlvr.reproduce.plan import Need, Plan, build_plan
+if TYPE_CHECKING:  # the plan reads the run cache (torch): named here, imported when used
+    from rlvr.reproduce.plan import Need, Plan
 
-#: In the order ``rlvr reproduce all`` runs them.
-FIGURES = {m.NAME: m for m in (table_kk, fig2, fig1, fig3, fig4, table_math, table_qa, sweep)}
+#: In the order ``rlvr reproduce all`` runs them; each is the module ``rlvr.reproduce.<name>``.
+RUN_ORDER = ("table_kk", "fig2", "fig1", "fig3", "fig4", "table_math", "table_qa", "sweep")
 #: What ``rlvr reproduce`` accepts: a figure or table, or ``all`` (every one, then REPORT.md).
-NAMES = (*FIGURES, "all")
+NAMES = (*RUN_ORDER, "all")
+
+
+class Figures(Mapping):
+    """Name -> figure module, each imported when first asked for (``rlvr reproduce --help``
+    lists the names without loading what draws them)."""
+
+    def __getitem__(self, name: str) -> ModuleType:
+        if name not in RUN_ORDER:
+            raise KeyError(name)
+        return importlib.import_module(f"rlvr.reproduce.{name}")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(RUN_ORDER)
+
+    def __len__(self) -> int:
+        return len(RUN_ORDER)
+
+
+FIGURES = Figures()
 
 
 def expand(names: Iterable[str]) -> list[str]:
@@ -38,6 +60,8 @@ def needs(ctx, names: Iterable[str]) -> list[Need]:
 
 
 def plan_for(ctx, names: Iterable[str]) -> Plan:
+    from rlvr.reproduce.plan import build_plan
+
     return build_plan(ctx, needs(ctx, names))
 
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from rlvr.agents.algorithms.base import Algorithm, Param, register_algorithm, require
 
@@ -59,6 +60,8 @@ def reference_token_probs(n: int = 100_000, seed: int = 0) -> torch.Tensor:
     A mixture (our assumption, stated so the defaults can be re-derived): 80 % of tokens with
     p ~ U(0.9, 1), 10 % with p ~ U(0.5, 0.9), 10 % log-uniform on [1e-3, 0.5] (the low-p tail).
     """
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     u = torch.rand(n, generator=g, dtype=torch.float64)
     pick = torch.rand(n, generator=g, dtype=torch.float64)
@@ -72,6 +75,8 @@ def reference_token_logits(n: int = 100_000, seed: int = 0) -> tuple[torch.Tenso
     ``reference_token_probs`` and ``c ~ U(10, 30)`` the position's log-partition (about the top
     logit). The range of c is an assumption about instruct-LLM logit scales, not a measurement.
     """
+    import torch
+
     p = reference_token_probs(n, seed)
     g = torch.Generator().manual_seed(seed + 1)
     c = 10.0 + 20.0 * torch.rand(n, generator=g, dtype=torch.float64)
@@ -97,6 +102,8 @@ def sigmoid_shaping(
     sign: float = 1.0,
 ) -> torch.Tensor:
     """``clip(alpha * (sigmoid(sign * h / tau) - mu), L, U)`` (GRPO-SG Eq. 20 for sign=+1)."""
+    import torch
+
     return (alpha * (torch.sigmoid(sign * h / tau) - mu)).clamp(min=lower, max=upper)
 
 
@@ -183,6 +190,8 @@ def calibrate_alpha(
     Use it on logged sampled-token logits (or probs) of the model being trained to re-derive the
     unpublished alpha; the mean weight is nondecreasing in alpha, between ``lower`` and ``upper``.
     """
+    import torch
+
     check_shaping({"alpha": 1.0, "tau": tau, "mu": mu, "lower": lower, "upper": upper})
     if not (lower < target < upper):
         raise ValueError(
