@@ -232,3 +232,23 @@ def test_top_level_keys_stand_for_env_kwargs_on_both_commands(lab):
         load_train_config([*argv, "env_kwargs.reward=x:y", "out=r"])
     with pytest.raises(Exception, match="unknown key"):
         load_train_config(["env=kk", f"dataset={data}", "out=r"])  # only the custom env's keys
+
+
+def test_score_and_prepare_verl_refuse_a_bad_reward_or_a_missing_dataset_in_one_line(
+    lab, capsys, tmp_path
+):
+    from _rlvr_toys import one_line_exit_2
+
+    data = write_rows(lab / "t.jsonl")
+    rows = lab / "rows.jsonl"
+    rows.write_text(
+        json.dumps({"response": "0", "ground_truth": {"prompt": "0+0=", "answer": "0"}})
+    )
+    one_line_exit_2(capsys, ["score", "--env", "custom", str(rows), "reward=nope"], "nope")
+    one_line_exit_2(
+        capsys,
+        ["prepare-verl", "custom", "--n", "2", "--out", str(tmp_path / "x.parquet")],
+        "needs dataset=FILE",
+    )
+    assert main(["score", "--env", "custom", str(rows), "reward=lab_rewards:exact_match"]) == 0
+    assert '"accuracy": 1.0' in capsys.readouterr().out and data.exists()

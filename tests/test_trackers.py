@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import sys
 
 import pytest
 
@@ -44,6 +45,7 @@ def test_a_tracker_that_is_not_installed_is_one_line(monkeypatch):
 
     with monkeypatch.context() as m:
         m.setattr(importlib.util, "find_spec", lambda name: None)
+        m.delitem(sys.modules, "wandb", raising=False)
         with pytest.raises(
             ConfigError, match=r"report_to: wandb is not installed: pip install 'rlvr\[wandb\]'"
         ):

@@ -23,7 +23,7 @@ from rlvr.config import ConfigError
 
 #: What ``report_to`` accepts, and the extra that installs each.
 TRACKERS = {
-    "tensorboard": "tensorboard (pip install tensorboard)",
+    "tensorboard": "pip install tensorboard",
     "wandb": "pip install 'rlvr[wandb]'",
 }
 WANDB_ID_FILE = "wandb_run_id"
@@ -44,13 +44,18 @@ def scalars(record: Mapping[str, Any]) -> dict[str, float]:
     }
 
 
+def tracker_names(cfg) -> list[str]:
+    """A ``TrainConfig``'s ``report_to``, with ``tensorboard=true`` as ``tensorboard``."""
+    return list(dict.fromkeys([*(["tensorboard"] if cfg.tensorboard else []), *cfg.report_to]))
+
+
 def check_trackers(names: Sequence[str]) -> None:
     """``ConfigError`` for a tracker whose package is missing (asked before the model loads)."""
     import importlib.util
+    import sys
 
-    module = {"tensorboard": "tensorboard", "wandb": "wandb"}
     for name in names:
-        if importlib.util.find_spec(module[name]) is None:
+        if name not in sys.modules and importlib.util.find_spec(name) is None:
             raise ConfigError(f"report_to: {name} is not installed: {TRACKERS[name]}")
 
 
@@ -105,4 +110,4 @@ def make_trackers(
     return trackers
 
 
-__all__ = ["TRACKERS", "Tracker", "check_trackers", "make_trackers", "scalars"]
+__all__ = ["TRACKERS", "Tracker", "check_trackers", "make_trackers", "scalars", "tracker_names"]

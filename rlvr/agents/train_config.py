@@ -312,8 +312,9 @@ def check_vllm_installed() -> None:
     """``rollout.backend=vllm`` without vLLM importable: one line naming the extra (asked where
     the run starts, before its model loads or downloads)."""
     import importlib.util
+    import sys
 
-    if importlib.util.find_spec("vllm") is None:
+    if "vllm" not in sys.modules and importlib.util.find_spec("vllm") is None:
         from rlvr.agents.rollout.vllm import GPU_EXTRA_HINT
 
         raise ConfigError(f"rollout.backend: {GPU_EXTRA_HINT}")

@@ -59,10 +59,10 @@ from rlvr.agents.policy import Policy
 from rlvr.agents.rollout.base import RolloutBatch, SamplingParams, collate
 from rlvr.agents.rollout.chat import model_prompt
 from rlvr.agents.rollout.multiturn import Episode, run_episodes
-from rlvr.agents.trackers import check_trackers, make_trackers
+from rlvr.agents.trackers import check_trackers, make_trackers, tracker_names
 from rlvr.agents.train_config import TrainConfig, check_vllm_installed, periodic_eval_config
 from rlvr.agents.update import Precision, Updater, optimizer_steps_per_batch
-from rlvr.config import ConfigError, dump_yaml
+from rlvr.config import ConfigError, dump_yaml, to_dict
 from rlvr.device import resolve_device
 from rlvr.envs import env_spec, make_env
 from rlvr.eval.loop import plan, play, task_runs
@@ -140,7 +140,7 @@ class Trainer:
         set_threads(cfg.num_threads)
         self._seed_everything(cfg.seed)
         self.make_env = make_env or self._make_registered_env
-        check_trackers(self.tracker_names)  # a missing package is one line before any work
+        check_trackers(tracker_names(cfg))  # a missing package is one line before any work
         if model is None:
             from rlvr.models import load_model
 
@@ -213,13 +213,6 @@ class Trainer:
         self.metrics_log = MetricsLog(self.metrics_path)
 
     # -- setup ---------------------------------------------------------------------------------
-    @property
-    def tracker_names(self) -> list[str]:
-        """``report_to``, with ``tensorboard=true`` as ``tensorboard``."""
-        return list(
-            dict.fromkeys([*(["tensorboard"] if self.cfg.tensorboard else []), *self.cfg.report_to])
-        )
-
     @property
     def model(self):
         return self.policy.model
@@ -533,9 +526,8 @@ class Trainer:
                 f"{self.out} already holds checkpoints: pass --resume "
                 "(resume=true) to continue, or choose another out=DIR"
             )
-        if self.tracker_names:
-            config = dataclasses.asdict(cfg)
-            trackers = make_trackers(self.tracker_names, self.out, config, resume=resumed)
+        if tracker_names(cfg):
+            trackers = make_trackers(tracker_names(cfg), self.out, to_dict(cfg), resume=resumed)
             self.metrics_log = MetricsLog(self.metrics_path, trackers)
         moved = self.metrics_log.prepare(self.step if resumed else None)
         if moved is not None:

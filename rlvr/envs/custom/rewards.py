@@ -124,8 +124,11 @@ def score_batch(
     docstring), the weighted sum as the reward and each function's value as a component. A
     response is correct when its reward reaches ``correct_at`` (default: the sum of the positive
     weights, i.e. every 0/1 function gave 1). A ground truth that is no row scores 0 with the
-    reason; the names and weights are checked (``ValueError``) once there is a row to score.
+    reason; the names and weights are checked (``ValueError``) when given, and needed only
+    once there is a row to score.
     Never raises on what the policy wrote."""
+    if reward:  # names given are checked at once, rows or not (``rlvr score``'s own arguments)
+        parse_weights(reward_weights, len(parse_refs(reward)))
     scores: list[Score | None] = [None] * len(responses)
     rows: dict[int, dict[str, Any]] = {}
     for i, gt in enumerate(ground_truths):
