@@ -66,8 +66,8 @@ def child(job: dict) -> dict:
     import torch
 
     from rlvr.agents.rollout import SamplingParams, make_backend
-    from rlvr.agents.train_config import RolloutConfig
     from rlvr.repro import effective_mode
+    from rlvr.training.train_config import RolloutConfig
 
     torch.set_num_threads(job["threads"])
     model, tok = load(job["model"])

@@ -81,10 +81,10 @@ def run_isolated(fn, args) -> dict:
 def ours_step(args) -> dict:
     import gymnasium as gym
 
-    from rlvr.agents.train_config import load_train_config
-    from rlvr.agents.trainer import Trainer
     from rlvr.envs.base import AnyText
     from rlvr.models import load_model
+    from rlvr.training.train_config import load_train_config
+    from rlvr.training.trainer import Trainer
 
     prompts = bench_prompts(args.prompts * (args.steps + 1))
 

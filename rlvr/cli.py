@@ -41,11 +41,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "reproduce a figure or table of the paper (fig1..fig4, table_*, sweep, all)",
     ),
     "train": (
-        "rlvr.agents.train_cli",
+        "rlvr.training.cli",
         "train a policy with GRPO / GRPO-SG / baselines on an environment",
     ),
     "algorithms": (
-        "rlvr.agents.train_cli",
+        "rlvr.training.cli",
         "list the registered algorithms (rlvr train algo=NAME)",
     ),
     "build-model": (

@@ -220,7 +220,7 @@ def load_config(
     overrides: list[str] | dict[str, Any] | None = None,
 ) -> T:
     """The one loader: defaults of ``cls`` <- YAML ``files`` <- ``overrides`` (``layered``).
-    ``rlvr train`` reads its profile layers with it (``rlvr.agents.train_config``), ``rlvr eval``
+    ``rlvr train`` reads its profile layers with it (``rlvr.training.train_config``), ``rlvr eval``
     its ``--config`` file, and the reproduction grids their YAML (``rlvr.reproduce.grid``)."""
     return merge(cls(), layered(files, overrides))
 
@@ -243,12 +243,66 @@ def check_interval(key: str, value: Any, interval: str) -> None:
         raise ConfigError(f"{key}: must be in {interval}, got {value!r}")
 
 
-def config_hash(cfg, length: int = 12, leave_out: tuple[str, ...] = ()) -> str:
-    """A stable short hash of a config's content (cache keys, run identities), without the
-    top-level keys ``leave_out``."""
-    data = {k: v for k, v in to_dict(cfg).items() if k not in leave_out}
+#: The layout of every key (run, evaluation, base build): 2 hashes the effective configuration
+#: (``effective``); 1, before it, hashed whole configurations. Bump it when a default changes
+#: what a configuration computes (``tests/test_tiny_keys.py`` pins the defaults): every key moves.
+KEY_SCHEMA = 2
+#: ``dataclasses.field`` metadata of a field that changes nothing a configuration computes (an
+#: output folder, a progress bar): left out of every key.
+UNKEYED = {"keyed": False}
+
+
+def unkeyed(default: Any) -> Any:
+    """A field with ``default`` that no key covers (``UNKEYED``)."""
+    return dataclasses.field(default=default, metadata=UNKEYED)
+
+
+_SAME = object()
+
+
+def plain_data(value: Any) -> Any:
+    """``value`` as the JSON a key hashes (tuples as lists, other objects as strings)."""
+    data = to_dict(value) if dataclasses.is_dataclass(value) else value
+    return json.loads(json.dumps(data, sort_keys=True, default=str))
+
+
+def _difference(value: Any, default: Any) -> Any:
+    """``value`` where it differs from ``default`` (a nested dataclass field by field), else
+    ``_SAME``."""
+    if (
+        dataclasses.is_dataclass(value)
+        and not isinstance(value, type)
+        and type(value) is type(default)
+    ):
+        out = {}
+        for f in dataclasses.fields(value):
+            if f.metadata.get("keyed", True):
+                d = _difference(getattr(value, f.name), getattr(default, f.name))
+                if d is not _SAME:
+                    out[f.name] = d
+        return out or _SAME
+    plain = plain_data(value)
+    return _SAME if plain == plain_data(default) else plain
+
+
+def effective(cfg) -> dict[str, Any]:
+    """The fields of the dataclass ``cfg`` that differ from its class's defaults (nested dataclasses
+    field by field), as plain data, without the ``unkeyed`` fields: what a key covers, so that a
+    field added later, whose default computes what was computed before, moves no key."""
+    d = _difference(cfg, type(cfg)())
+    return {} if d is _SAME else d
+
+
+def data_hash(data: Any, length: int = 12) -> str:
+    """A stable short hash of plain data (keys sorted)."""
     blob = json.dumps(data, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:length]
+
+
+def config_key(cfg, length: int = 12, **extra: Any) -> str:
+    """The key of a configuration: the hash of ``KEY_SCHEMA``, its ``effective`` fields and
+    ``extra`` (what else identifies it: a method's resolved parameters, a data fingerprint)."""
+    return data_hash({"schema": KEY_SCHEMA, "config": effective(cfg), **extra}, length)
 
 
 def dump_yaml(cfg, path: str | Path) -> None:

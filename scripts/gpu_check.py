@@ -59,9 +59,9 @@ def reward_spread(model, tok, n: int = 64) -> float:
     from rlvr.agents.rollout.base import SamplingParams
     from rlvr.agents.rollout.hf import HFBackend
     from rlvr.agents.rollout.multiturn import run_episodes
-    from rlvr.models import traces
+    from rlvr.envs import warmstart
 
-    envs = [traces.make_env("kk", KK, "train") for _ in range(n)]
+    envs = [warmstart.make_env("kk", KK, "train") for _ in range(n)]
     prompts = [e.reset(seed=i // 8)[0] for i, e in enumerate(envs)]
     eps = run_episodes(
         HFBackend(model, tok),
@@ -78,13 +78,14 @@ def reward_spread(model, tok, n: int = 64) -> float:
 def build_base(out: Path, steps: int, device: torch.device, rounds: int) -> Path:
     """Micro + SFT in rounds of ``steps`` until sampled rewards differ (at most ``rounds``; with
     one round, no sampling: the checks do not need the spread, only a realistic GPU run does)."""
-    from rlvr.models import load_model, traces
+    from rlvr.envs import warmstart
+    from rlvr.models import load_model
     from rlvr.models.sft import SFTConfig, sft
 
     t0 = time.perf_counter()
     model, tok = load_model("micro", seed=0)
     model.to(device)
-    stream = traces.example_stream("kk", {**KK, "think": "none"}, seed=0)
+    stream = warmstart.example_stream("kk", {**KK, "think": "none"}, seed=0)
     for r in range(rounds):
         stats = sft(
             model,
@@ -114,9 +115,9 @@ def build_base(out: Path, steps: int, device: torch.device, rounds: int) -> Path
 
 
 def fixed_batch(tok, n: int = 8) -> list[tuple[list[int], list[int]]]:
-    from rlvr.models import traces
+    from rlvr.envs import warmstart
 
-    stream = traces.example_stream("kk", {**KK, "think": "none"}, seed=123)
+    stream = warmstart.example_stream("kk", {**KK, "think": "none"}, seed=123)
     out = []
     for _ in range(n):
         segs = next(stream)
@@ -217,8 +218,8 @@ def train(
 def make_trainer(base: Path, out: Path, **overrides):
     """The trainer of the check: GRPO-SG on K&K with the micro profile on ``base``, with
     ``overrides`` (device, dtype, batch shape...) on top."""
-    from rlvr.agents.train_config import load_train_config
-    from rlvr.agents.trainer import Trainer
+    from rlvr.training.train_config import load_train_config
+    from rlvr.training.trainer import Trainer
 
     cfg = {
         "profile": "micro",

@@ -7,6 +7,7 @@ import torch
 
 from rlvr.agents.advantages import (
     ADVANTAGE_ESTIMATORS,
+    AdvantageEstimator,
     compute_advantages,
     group_advantages,
     register_advantage_estimator,
@@ -50,10 +51,10 @@ def test_registry():
     assert torch.equal(compute_advantages("grpo", r, 2), group_advantages(r, 2))
     assert set(ADVANTAGE_ESTIMATORS) >= {"grpo", "drgrpo"}
 
-    @register_advantage_estimator("test_sign")
     def sign_adv(rewards, group_size, *, eps=1e-6):
         return torch.sign(group_advantages(rewards, group_size, scale="none"))
 
+    register_advantage_estimator(AdvantageEstimator("test_sign", sign_adv))
     try:
         assert compute_advantages("test_sign", r, 2).tolist() == [1.0, -1.0, 0.0, 0.0]
     finally:
@@ -75,3 +76,40 @@ def test_bad_input_names_parameter(args, kwargs, param):
         group_advantages(*args, **kwargs)
     with pytest.raises(ValueError, match="estimator"):
         compute_advantages("ppo", torch.ones(4), 2)
+
+
+def test_a_new_estimator_is_one_registration(tmp_path):
+    """An estimator defined in the tests alone is chosen by ``loss.advantage`` and trains; a verl
+    launch refuses it in one line, since it declares no verl mapping, and maps the built-ins."""
+    from rlvr.config import ConfigError
+    from rlvr.integrations.verl.config import VerlTranslationError, translate
+    from rlvr.reproduce.grid import get_grid
+    from rlvr.reproduce.runs import eval_config, train_config
+    from rlvr.training.train_config import load_train_config
+    from rlvr.training.trainer import Trainer
+
+    seen = []
+
+    def leave_one_out(rewards, group_size, *, eps=1e-6):
+        """``r_i`` minus the mean of the group's other rewards (RLOO)."""
+        seen.append(rewards.numel())
+        r = rewards.float().reshape(-1, group_size)
+        return (r - (r.sum(1, keepdim=True) - r) / (group_size - 1)).reshape(-1)
+
+    register_advantage_estimator(AdvantageEstimator("toy_loo", leave_one_out))
+    try:
+        cfg = load_train_config(
+            ["profile=micro", "steps=1", "loss.advantage=toy_loo", f"out={tmp_path}"]
+        )
+        Trainer(cfg).train()
+        assert seen == [cfg.prompts_per_step * cfg.group_size]
+        setting = get_grid("paper").settings["kk"]
+        paper = train_config(setting, "grpo", 0, {"loss.advantage": "toy_loo"})
+        ecfg = eval_config(setting, paper, paper.model)
+        kw = {"gpus": 8, "run_name": "r", "train_files": ["t"], "val_files": ["v"]}
+        with pytest.raises(VerlTranslationError, match="loss.advantage='toy_loo': verl has no"):
+            translate(paper, ecfg, **kw)
+    finally:
+        ADVANTAGE_ESTIMATORS.pop("toy_loo")
+    with pytest.raises(ConfigError, match="loss.advantage: .*'toy_loo'"):
+        load_train_config(["profile=micro", "loss.advantage=toy_loo", f"out={tmp_path}"])

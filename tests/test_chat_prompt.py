@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from rlvr.agents.rollout.chat import chat_prompt, model_prompt
-from rlvr.agents.train_config import load_train_config
-from rlvr.agents.trainer import Trainer
 from rlvr.envs import make_env
 from rlvr.eval import runner as R
 from rlvr.models import build_micro
+from rlvr.training.train_config import load_train_config
+from rlvr.training.trainer import Trainer
 
 CHATML = (
     "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nDefault helper<|im_end|>\n"

@@ -7,7 +7,15 @@ from typing import Literal
 
 import pytest
 
-from rlvr.config import ConfigError, config_hash, load_config, merge, parse_overrides
+from rlvr.config import (
+    ConfigError,
+    config_key,
+    effective,
+    load_config,
+    merge,
+    parse_overrides,
+    unkeyed,
+)
 
 
 @dataclass
@@ -76,7 +84,19 @@ def test_profile_then_overrides(tmp_path):
         load_config(Cfg, tmp_path / "nope.yaml")
 
 
-def test_hash_changes_with_content_only():
+def test_a_key_covers_what_differs_from_the_defaults():
     a, b = Cfg(), Cfg()
-    assert config_hash(a) == config_hash(b)
-    assert config_hash(merge(a, {"optim": {"lr": 2e-3}})) != config_hash(a)
+    assert config_key(a) == config_key(b) and effective(a) == {}
+    lr = merge(a, {"optim": {"lr": 2e-3}, "sizes": [3]})
+    assert effective(lr) == {"optim": {"lr": 2e-3}, "sizes": [3]}
+    assert config_key(lr) != config_key(a)
+    assert config_key(a, data="x") != config_key(a)
+
+    @dataclass
+    class Later(Cfg):  # a field added later, whose default computes what was computed before
+        width: int = 4
+        out: str = unkeyed("")  # changes nothing computed
+
+    assert config_key(Later(optim=Optim(lr=2e-3), sizes=[3])) == config_key(lr)
+    assert config_key(Later(out="elsewhere")) == config_key(a)
+    assert config_key(Later(width=5)) != config_key(a)

@@ -163,11 +163,9 @@ def test_chat_rows_get_messages_and_none_and_raising_functions_are_left_out(lab)
     ],
 )
 def test_bad_rewards_are_one_line_before_the_model_loads(lab, capsys, monkeypatch, reward, needle):
-    import rlvr.models
+    from _rlvr_toys import one_line_exit_2, refuse_model_loads
 
-    from _rlvr_toys import one_line_exit_2
-
-    monkeypatch.setattr(rlvr.models, "load_model", lambda *a, **k: 1 / 0)
+    refuse_model_loads(monkeypatch)
     data = write_rows(lab / "t.jsonl")
     argv = ["train", "env=custom", f"dataset={data}", f"reward={reward}", "profile=micro"]
     one_line_exit_2(capsys, [*argv, "out=r"], needle)
@@ -216,8 +214,8 @@ def test_a_test_dataset_is_the_evaluation_split(lab):
 
 
 def test_top_level_keys_stand_for_env_kwargs_on_both_commands(lab):
-    from rlvr.agents.train_config import load_train_config
     from rlvr.eval.cli import load_eval_config
+    from rlvr.training.train_config import load_train_config
 
     data = write_rows(lab / "t.jsonl")
     argv = ["env=custom", f"dataset={data}", "reward=lab_rewards:exact_match"]

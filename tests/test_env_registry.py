@@ -21,9 +21,9 @@ def toy():
 
 
 def test_training_and_evaluation(toy, tmp_path):
-    from rlvr.agents.train_config import load_train_config
-    from rlvr.agents.trainer import Trainer
     from rlvr.eval.runner import EvalConfig, evaluate
+    from rlvr.training.train_config import load_train_config
+    from rlvr.training.trainer import Trainer
 
     cfg = load_train_config([f"env={NAME}", "algo=grpo_sg", "profile=micro", f"out={tmp_path}"])
     records = Trainer(cfg).train()

@@ -9,6 +9,7 @@ import torch
 
 from rlvr.eval import runner as R
 from rlvr.eval.cli import format_summary
+from rlvr.eval.records import read_jsonl, save_result
 from rlvr.models import build_micro
 
 KK = dict(
@@ -46,8 +47,8 @@ def test_records_summary_and_jsonl(micro, tmp_path):
     } <= set(r0)
     assert set(res.summary) == {"3", "4", "all"}
     assert {"greedy", "avg@3", "pass@1", "pass@2", "pass@3"} <= set(res.summary["all"])
-    R.save_result(res, tmp_path)
-    back = R.read_jsonl(tmp_path / "responses.jsonl")
+    save_result(res, tmp_path)
+    back = read_jsonl(tmp_path / "responses.jsonl")
     assert [b["response"] for b in back] == [r["response"] for r in res.records]
     assert json.loads((tmp_path / "summary.json").read_text())["summary"]["all"]["n_items"] == 4
     assert "| all | 4 |" in format_summary(res.summary)
@@ -109,7 +110,7 @@ def test_cuda_without_a_gpu_is_one_line_before_loading(monkeypatch, capsys):
     from rlvr.cli import main
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr("rlvr.models.load_model", lambda *a: pytest.fail("loaded a model"))
+    monkeypatch.setattr(R, "load_model", lambda *a: pytest.fail("loaded a model"))
     assert main(["eval", "model=micro", "env=kk", "device=cuda", "--quiet"]) == 2
     assert "device: 'cuda' but torch sees no CUDA GPU" in capsys.readouterr().err
 
@@ -135,5 +136,5 @@ def test_rlvr_eval_command(tmp_path, capsys):
         )
         == 0
     )
-    assert len(R.read_jsonl(out / "responses.jsonl")) == 2 * 3
+    assert len(read_jsonl(out / "responses.jsonl")) == 2 * 3
     assert "| all | 2 |" in capsys.readouterr().out

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from rlvr.agents.train_config import EvalScheduleConfig, load_train_config, periodic_eval_config
 from rlvr.config import ConfigError
 from rlvr.eval.runner import EvalConfig
+from rlvr.training.train_config import EvalScheduleConfig, load_train_config, periodic_eval_config
 
 
 def test_the_schedule_keeps_its_keys():

@@ -19,7 +19,7 @@ import pytest
 
 from rlvr.cli import main
 
-from _rlvr_toys import one_line_exit_2
+from _rlvr_toys import one_line_exit_2, refuse_model_loads
 
 TRAIN = ["train", "env=kk", "algo=grpo", "profile=micro", "progress=false", "num_threads=1"]
 TRAIN += ["steps=1", "group_size=2", "prompts_per_step=2"]
@@ -37,12 +37,7 @@ def _kernel_notice_said():
 @pytest.fixture
 def no_model_load(monkeypatch):
     """Fail the test if anything loads a model."""
-    import rlvr.models
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded")
-
-    monkeypatch.setattr(rlvr.models, "load_model", refuse)
+    refuse_model_loads(monkeypatch)
 
 
 # -- model names -------------------------------------------------------------------------------
@@ -102,10 +97,8 @@ def test_eval_mistakes_are_one_line(capsys, no_model_load, argv, needle):
 
 
 def test_a_missing_dataset_is_said_before_the_model_loads(capsys, tmp_path, monkeypatch):
-    import rlvr.models
-
     loaded = []
-    monkeypatch.setattr(rlvr.models, "load_model", lambda *a, **k: loaded.append(a) or 1 / 0)
+    refuse_model_loads(monkeypatch, loaded)
     monkeypatch.setenv("RLVR_SHARED_DATA", str(tmp_path))  # a clone without the shared data
     smol = ["model=smollm2-135m-instruct", "env=math", "env_kwargs.dataset=gsm8k", "n_items=2"]
     one_line_exit_2(capsys, ["eval", *smol], "gsm8k")

@@ -127,7 +127,7 @@ def test_a_killed_trainer_releases_its_run_folder(tmp_path):
 RUN_CACHE = """
 import sys
 from pathlib import Path
-from rlvr.agents.train_config import load_train_config
+from rlvr.training.train_config import load_train_config
 from rlvr.reproduce.runs import ensure_run
 cfg = load_train_config(["env=kk", "algo=grpo", "profile=micro", "steps=6", "save_every=2",
                          "num_threads=1", "group_size=2", "prompts_per_step=2", "out=unset"])

@@ -305,8 +305,8 @@ def test_bad_advantage_shape():
 
 
 def test_loss_config_roundtrip():
-    from rlvr.agents.train_config import LossConfig
     from rlvr.config import load_config
+    from rlvr.training.train_config import LossConfig
 
     overrides = ["clip_high=0.24", "dual_clip=10", "kl_coef=0.001", "agg=seq-mean-token-sum-norm"]
     cfg = load_config(LossConfig, None, overrides)

@@ -17,8 +17,12 @@ import pytest
 import torch
 
 from rlvr.config import ConfigError
+from rlvr.envs import warmstart
+from rlvr.envs.kk import traces as kk_traces
 from rlvr.envs.kk.render import join_names
-from rlvr.models import accept, load_model, traces
+from rlvr.envs.math.traces import slipped_solution
+from rlvr.envs.searchqa import traces as sq_traces
+from rlvr.models import accept, load_model
 from rlvr.models.accept import DRAW_STRIDE, AcceptConfig
 from rlvr.models.build import (
     BuildConfig,
@@ -42,9 +46,8 @@ from rlvr.models.sft import (
 )
 from rlvr.models.tiny import ArchConfig, build_tiny
 from rlvr.models.tokenizer import TAG_TOKENS, train_tokenizer
-from rlvr.models.traces import slipped_solution
 
-KK = dict(traces.TINY_SETTINGS["kk"], n_people=[2, 3])
+KK = dict(warmstart.tiny_settings("kk"), n_people=[2, 3])
 MICRO_ARCH = ArchConfig(
     hidden_size=32,
     num_layers=1,
@@ -80,7 +83,7 @@ def one_torch_thread():
 
 @pytest.fixture(scope="module")
 def kk_texts():
-    return traces.tokenizer_texts("kk", KK, 40, seed=0)
+    return warmstart.tokenizer_texts("kk", KK, 40, seed=0)
 
 
 # -- tokenizer -----------------------------------------------------------------------------------
@@ -190,7 +193,7 @@ def test_sft_stops_with_a_clear_error_when_every_example_is_too_long(kk_texts, m
     model = build_tiny(MICRO_ARCH, tok, seed=0)
     cfg = SFTConfig(steps=2, batch_size=2, warmup_steps=0, max_length=8)
     with pytest.raises(ValueError, match="20 examples in a row are longer than max_length=8"):
-        sft(model, tok, traces.example_stream("kk", KK, seed=1), cfg, progress=False)
+        sft(model, tok, warmstart.example_stream("kk", KK, seed=1), cfg, progress=False)
 
 
 @pytest.mark.parametrize("micro_batches", [1, 2])
@@ -200,7 +203,7 @@ def test_sft_lowers_the_loss_and_is_deterministic(kk_texts, micro_batches):
 
     def run():
         model = build_tiny(MICRO_ARCH, tok, seed=0)
-        stats = sft(model, tok, traces.example_stream("kk", KK, seed=1), cfg, progress=False)
+        stats = sft(model, tok, warmstart.example_stream("kk", KK, seed=1), cfg, progress=False)
         return model, stats
 
     (m1, s1), (m2, s2) = run(), run()
@@ -208,7 +211,7 @@ def test_sft_lowers_the_loss_and_is_deterministic(kk_texts, micro_batches):
     assert s1["loss_ema"] == s2["loss_ema"]
     for p, q in zip(m1.parameters(), m2.parameters()):
         assert torch.equal(p, q)
-    first = [(traces.take(traces.example_stream("kk", KK, seed=1), 4))]
+    first = [(warmstart.take(warmstart.example_stream("kk", KK, seed=1), 4))]
     batch = collate([encode_example(tok, ex) for ex in first[0]], tok.pad_token_id)
     fresh = build_tiny(MICRO_ARCH, tok, seed=0)
     with torch.no_grad():
@@ -225,7 +228,9 @@ def test_micro_batches_add_up_to_the_batch_gradient_in_fixed_bits(kk_texts):
     slices give the same bits on two threads as one after the other (so on any core count)."""
     tok = train_tokenizer(kk_texts, vocab_size=320)
     model = build_tiny(MICRO_ARCH, tok, seed=0)
-    examples = traces.take(traces.example_stream("kk", KK, seed=1), 5)  # 5 rows: uneven slices
+    examples = warmstart.take(
+        warmstart.example_stream("kk", KK, seed=1), 5
+    )  # 5 rows: uneven slices
     batch = collate([encode_example(tok, ex) for ex in examples], tok.pad_token_id)
 
     def grads():
@@ -253,7 +258,7 @@ def test_micro_batches_add_up_to_the_batch_gradient_in_fixed_bits(kk_texts):
 
 def test_slices_cover_the_rows_each_cut_to_its_longest(kk_texts):
     tok = train_tokenizer(kk_texts, vocab_size=320)
-    examples = traces.take(traces.example_stream("kk", KK, seed=2), 5)
+    examples = warmstart.take(warmstart.example_stream("kk", KK, seed=2), 5)
     encoded = sorted((encode_example(tok, ex) for ex in examples), key=lambda e: len(e[0]))
     batch = collate(encoded, tok.pad_token_id)
     pieces = slices(batch, 2)
@@ -466,19 +471,19 @@ def test_build_model_cli_says_in_one_line_that_no_draw_passed(tmp_path):
 def test_presets_are_consistent():
     for name, cfg in PRESETS.items():
         assert cfg.name == name and name == f"tiny-{cfg.task}"
-        assert set(cfg.tokenizer.tasks) == set(traces.tasks())
+        assert set(cfg.tokenizer.tasks) == set(warmstart.tasks())
         # One tokenizer for all presets: identical tokenizer settings.
         assert cfg.tokenizer == next(iter(PRESETS.values())).tokenizer
 
 
 @pytest.mark.parametrize("env", ["kk", "math", "searchqa"])
 def test_tiny_profile_validates_and_matches_its_base(env, tmp_path):
-    from rlvr.agents.train_config import load_train_config
+    from rlvr.training.train_config import load_train_config
 
     cfg = load_train_config([f"env={env}", "profile=tiny", f"out={tmp_path}"])
     assert cfg.model == f"tiny-{env}" and cfg.model in PRESETS
     assert cfg.group_size >= 16 and cfg.optim.lr <= 2e-4 and cfg.loss.kl_coef > 0
-    preset = traces.env_kwargs(env, PRESETS[cfg.model].data)
+    preset = warmstart.env_kwargs(env, PRESETS[cfg.model].data)
     # The RL prompts must be the warm-start prompts: same env settings, sizes/levels a subset.
     varying = {"kk": "n_people", "math": "difficulty"}.get(env)
     if varying:
@@ -487,8 +492,8 @@ def test_tiny_profile_validates_and_matches_its_base(env, tmp_path):
         k: v for k, v in preset.items() if k != varying
     }
     pick = {varying: cfg.env_kwargs[varying][0]} if varying else {}
-    a = traces.make_env(env, {**preset, **pick}, "test")
-    b = traces.make_env(env, {**cfg.env_kwargs, **pick}, "test")
+    a = warmstart.make_env(env, {**preset, **pick}, "test")
+    b = warmstart.make_env(env, {**cfg.env_kwargs, **pick}, "test")
     for i in range(3):
         assert a.reset(seed=0, options={"index": i})[0] == b.reset(seed=0, options={"index": i})[0]
 
@@ -496,7 +501,7 @@ def test_tiny_profile_validates_and_matches_its_base(env, tmp_path):
 def test_a_run_on_a_built_folder_inherits_its_env_settings(tmp_path):
     """A base named by its folder trains on the prompts it was built for, as a preset name does
     (issue 28: a folder run got the searchqa defaults, the qwen template and 3 passages)."""
-    from rlvr.agents.train_config import load_train_config
+    from rlvr.training.train_config import load_train_config
 
     folder = tmp_path / "tiny-searchqa-0123456789ab"
     folder.mkdir()
@@ -506,7 +511,7 @@ def test_a_run_on_a_built_folder_inherits_its_env_settings(tmp_path):
     )
     common = ["env=searchqa", "profile=tiny", f"out={tmp_path / 'run'}"]
     cfg = load_train_config([*common, f"model={folder}"])
-    assert cfg.env_kwargs == traces.env_kwargs("searchqa", build.data)
+    assert cfg.env_kwargs == warmstart.env_kwargs("searchqa", build.data)
     assert cfg.env_kwargs == load_train_config(common).env_kwargs
     assert (
         load_train_config([*common, f"model={folder}", "env_kwargs.topk=3"]).env_kwargs["topk"] == 3
@@ -519,39 +524,39 @@ def test_a_run_on_a_built_folder_inherits_its_env_settings(tmp_path):
 
 
 def test_search_traces_from_other_worlds_never_use_the_rl_world():
-    settings = {**traces.TINY_SETTINGS["searchqa"], "trace_worlds": 3}
-    examples = traces.take(
-        traces.example_stream("searchqa", settings, seed=0), 2 * traces.TRACES_PER_WORLD
+    settings = {**warmstart.tiny_settings("searchqa"), "trace_worlds": 3}
+    examples = warmstart.take(
+        warmstart.example_stream("searchqa", settings, seed=0), 2 * sq_traces.TRACES_PER_WORLD
     )
     searched = {ex[1][0].removeprefix("<search> ").removesuffix(" </search>") for ex in examples}
-    home_titles = set(traces._search_passages(traces.TINY_SETTINGS["searchqa"]))
+    home_titles = set(sq_traces._search_passages(warmstart.tiny_settings("searchqa")))
     other_titles = set().union(
-        *(traces._search_passages({**settings, "seed": s}) for s in (1, 2, 3))
+        *(sq_traces._search_passages({**settings, "seed": s}) for s in (1, 2, 3))
     )
     assert searched <= other_titles
     assert (
         len(searched & home_titles) <= 1
     )  # random syllable names: a collision is rare, not impossible
     # The evaluation items (and so the RL world) ignore the trace option.
-    assert traces.eval_items("searchqa", settings, 5) == traces.eval_items(
-        "searchqa", traces.TINY_SETTINGS["searchqa"], 5
+    assert warmstart.eval_items("searchqa", settings, 5) == warmstart.eval_items(
+        "searchqa", warmstart.tiny_settings("searchqa"), 5
     )
     with pytest.raises(ValueError, match="trace_worlds"):
-        next(traces.example_stream("searchqa", {**settings, "trace_worlds": -1}))
+        next(warmstart.example_stream("searchqa", {**settings, "trace_worlds": -1}))
 
 
 def _share_zero_leaves_the_stream(settings, key):
     """A search-QA share option at 0 gives the stream of the settings without it."""
     zero = {**settings, key: 0.0}
     without = {k: v for k, v in settings.items() if k != key}
-    assert traces.take(traces.example_stream("searchqa", zero, seed=0), 40) == traces.take(
-        traces.example_stream("searchqa", without, seed=0), 40
+    assert warmstart.take(warmstart.example_stream("searchqa", zero, seed=0), 40) == warmstart.take(
+        warmstart.example_stream("searchqa", without, seed=0), 40
     )
 
 
 def test_direct_answer_share_of_search_traces():
-    settings = {**traces.TINY_SETTINGS["searchqa"], "trace_worlds": 3, "direct_frac": 0.5}
-    examples = traces.take(traces.example_stream("searchqa", settings, seed=0), 200)
+    settings = {**warmstart.tiny_settings("searchqa"), "trace_worlds": 3, "direct_frac": 0.5}
+    examples = warmstart.take(warmstart.example_stream("searchqa", settings, seed=0), 200)
     direct = [ex for ex in examples if len(ex) == 2]
     assert 60 <= len(direct) <= 140  # Binomial(200, 0.5), well inside
     for (prompt, p_train), (answer, a_train) in direct:
@@ -560,17 +565,17 @@ def test_direct_answer_share_of_search_traces():
     assert all(ex[1][0].startswith("<search>") for ex in examples if len(ex) > 2)
     _share_zero_leaves_the_stream(settings, "direct_frac")
     with pytest.raises(ValueError, match="direct_frac"):
-        next(traces.example_stream("searchqa", {**settings, "direct_frac": 1.0}))
+        next(warmstart.example_stream("searchqa", {**settings, "direct_frac": 1.0}))
     with pytest.raises(ValueError, match="trace_worlds"):
-        next(traces.example_stream("searchqa", {**settings, "trace_worlds": 0}))
+        next(warmstart.example_stream("searchqa", {**settings, "trace_worlds": 0}))
 
 
 def test_query_copy_examples_train_the_entity_only():
-    settings = {**traces.TINY_SETTINGS["searchqa"], "trace_worlds": 3, "copy_aux": 0.5}
-    examples = traces.take(traces.example_stream("searchqa", settings, seed=0), 200)
+    settings = {**warmstart.tiny_settings("searchqa"), "trace_worlds": 3, "copy_aux": 0.5}
+    examples = warmstart.take(warmstart.example_stream("searchqa", settings, seed=0), 200)
     copies = [ex for ex in examples if len(ex) == 3 and ex[1] == ("<search>", False)]
     assert 60 <= len(copies) <= 140  # Binomial(200, 0.5)
-    env = traces.make_env("searchqa", settings, "train")
+    env = warmstart.make_env("searchqa", settings, "train")
     questions = {env.reset(seed=0, options={"index": i})[0] for i in range(len(env.items))}
     for (prompt, p_train), _, (query, q_train) in copies:
         assert (p_train, q_train) == (False, True)
@@ -582,17 +587,17 @@ def test_query_copy_examples_train_the_entity_only():
     assert full and all(ex[1][0].startswith("<search> ") for ex in full)
     _share_zero_leaves_the_stream(settings, "copy_aux")
     with pytest.raises(ValueError, match="copy_aux"):
-        next(traces.example_stream("searchqa", {**settings, "copy_aux": 1.0}))
+        next(warmstart.example_stream("searchqa", {**settings, "copy_aux": 1.0}))
 
 
 def test_reading_examples_train_the_answer_after_the_question_alone():
-    settings = {**traces.TINY_SETTINGS["searchqa"], "trace_worlds": 3, "read_aux": 0.5}
-    world = {**traces.env_kwargs("searchqa", settings), "seed": 1}
-    env, passages = traces.make_env("searchqa", world), traces._search_passages(world)
+    settings = {**warmstart.tiny_settings("searchqa"), "trace_worlds": 3, "read_aux": 0.5}
+    world = {**warmstart.env_kwargs("searchqa", settings), "seed": 1}
+    env, passages = warmstart.make_env("searchqa", world), sq_traces._search_passages(world)
     made = 0
     for index in range(40):
-        full = traces.search_trace(env, index, passages)
-        reading = traces.reading_example(env, index, passages)
+        full = sq_traces.search_trace(env, index, passages)
+        reading = sq_traces.reading_example(env, index, passages)
         if full is None:
             assert reading is None
             continue
@@ -607,24 +612,24 @@ def test_reading_examples_train_the_answer_after_the_question_alone():
         assert reading[-1][0] == f"<answer> {gold} </answer>"
         assert gold in "".join(text for text, _ in reading[2:-1:2])  # read from an observation
     assert made >= 20
-    examples = traces.take(traces.example_stream("searchqa", settings, seed=0), 200)
+    examples = warmstart.take(warmstart.example_stream("searchqa", settings, seed=0), 200)
     readings = [ex for ex in examples if ex[0][0].startswith("User: Question: ")]
     assert 60 <= len(readings) <= 140  # Binomial(200, 0.5)
     assert all(ex[1][1] for ex in examples if ex not in readings and len(ex) > 2)
     _share_zero_leaves_the_stream(settings, "read_aux")
     with pytest.raises(ValueError, match="copy_aux \\+ read_aux"):
-        next(traces.example_stream("searchqa", {**settings, "copy_aux": 0.5}))
+        next(warmstart.example_stream("searchqa", {**settings, "copy_aux": 0.5}))
 
 
 def test_numbered_thinks_prefigure_every_answer_line_and_score_full():
     # "numbered" and "lines": the think block lists "(i) Name" as the answer lines open (tried
     # because a tiny base misplaced names from 4 people on with the "names" think:
     # docs/tiny_models.md, "K&K by puzzle size")
-    settings = {**traces.TINY_SETTINGS["kk"], "n_people": [5]}
-    env = traces.make_env("kk", settings)
+    settings = {**warmstart.tiny_settings("kk"), "n_people": [5]}
+    env = warmstart.make_env("kk", settings)
     prompt, info = env.reset(seed=3)
     for think, sep in (("numbered", ", "), ("lines", "\n")):
-        response = traces.kk_response(info, think=think)
+        response = kk_traces.kk_response(info, think=think)
         thought = response.split("</think>")[0]
         answer = response.split("<answer>")[1]
         assert sep.join(f"({i}) {n}" for i, n in enumerate(info["names"], 1)) in thought
@@ -633,7 +638,7 @@ def test_numbered_thinks_prefigure_every_answer_line_and_score_full():
         env.reset(seed=3)
         assert env.step(response)[4]["correct"]
     with pytest.raises(ValueError, match="think must be one of"):
-        traces.kk_response(info, think="numbers")
+        kk_traces.kk_response(info, think="numbers")
 
 
 def test_slipped_math_solutions_box_a_wrong_answer():
@@ -654,10 +659,10 @@ def test_slipped_math_solutions_box_a_wrong_answer():
 
     # Levels 1-4 end on the value they box (a 2x2 system boxes y and ends on x): equal when clean.
     copy = re.compile(r"(-?\d+(?:/\d+)?)\. The answer is \\boxed\{(.*)\}\.$")
-    plain = {**traces.TINY_SETTINGS["math"], "difficulty": [1, 2, 3, 4]}
+    plain = {**warmstart.tiny_settings("math"), "difficulty": [1, 2, 3, 4]}
     settings = {**plain, "slip_frac": 0.3}
-    clean = traces.take(traces.example_stream("math", plain, seed=0), 300)
-    examples = traces.take(traces.example_stream("math", settings, seed=0), 300)
+    clean = warmstart.take(warmstart.example_stream("math", plain, seed=0), 300)
+    examples = warmstart.take(warmstart.example_stream("math", settings, seed=0), 300)
     assert all(len(set(copy.search(ex[1][0]).groups())) == 1 for ex in clean)
     wrong = 0
     for (prompt, p_train), (solution, s_train) in examples:
@@ -665,16 +670,16 @@ def test_slipped_math_solutions_box_a_wrong_answer():
         wrong += len(set(copy.search(solution).groups())) == 2
     assert 60 <= wrong <= 120  # Binomial(300, 0.3), well inside
     zero = {**settings, "slip_frac": 0.0}
-    assert traces.take(traces.example_stream("math", zero, seed=0), 40) == clean[:40]
+    assert warmstart.take(warmstart.example_stream("math", zero, seed=0), 40) == clean[:40]
     with pytest.raises(ValueError, match="slip_frac"):
-        next(traces.example_stream("math", {**settings, "slip_frac": 1.0}))
+        next(warmstart.example_stream("math", {**settings, "slip_frac": 1.0}))
 
 
 def test_search_traces_are_correct_episodes():
     from rlvr.envs.searchqa import score
 
-    settings = traces.TINY_SETTINGS["searchqa"]
-    examples = traces.take(traces.example_stream("searchqa", settings, seed=0), 20)
+    settings = warmstart.tiny_settings("searchqa")
+    examples = warmstart.take(warmstart.example_stream("searchqa", settings, seed=0), 20)
     for ex in examples:
         texts, trainable = zip(*ex)
         assert trainable[0] is False and trainable[-1] is True
@@ -682,9 +687,9 @@ def test_search_traces_are_correct_episodes():
         # Observations (the env's <information> blocks) are never trainable.
         assert all(not t for text, t in ex[1:] if "<information>" in text)
     assert any(len(ex) == 6 for ex in examples) and any(len(ex) == 4 for ex in examples)
-    env = traces.make_env("searchqa", settings, "train")
+    env = warmstart.make_env("searchqa", settings, "train")
     prompt, info = env.reset(seed=0, options={"index": 3})
-    trace = traces.search_trace(env, 3, traces._search_passages(settings))
+    trace = sq_traces.search_trace(env, 3, sq_traces._search_passages(settings))
     if trace is not None:
         assert score("".join(t for t, train in trace[1:] if train), info["ground_truth"]).correct
 
@@ -712,8 +717,8 @@ def micro_bases(tmp_path_factory):
 
 @pytest.mark.parametrize("env", ["kk", "math", "searchqa"])
 def test_two_rl_steps_with_the_tiny_profile_on_a_micro_base(env, micro_bases, tmp_path):
-    from rlvr.agents.train_config import load_train_config
-    from rlvr.agents.trainer import Trainer, read_metrics
+    from rlvr.training.train_config import load_train_config
+    from rlvr.training.trainer import Trainer, read_metrics
 
     cfg = load_train_config(
         [
@@ -738,11 +743,13 @@ def test_two_rl_steps_with_the_tiny_profile_on_a_micro_base(env, micro_bases, tm
 
 
 def test_kk_copy_examples_take_their_own_list_lengths():
-    settings = {**traces.TINY_SETTINGS["kk"], "copy_aux": 0.5}
+    settings = {**warmstart.tiny_settings("kk"), "copy_aux": 0.5}
     you_meet = re.compile(r"You meet (\d+) inhabitants")
 
     def copy_lengths(extra):
-        examples = traces.take(traces.example_stream("kk", {**settings, **extra}, seed=0), 300)
+        examples = warmstart.take(
+            warmstart.example_stream("kk", {**settings, **extra}, seed=0), 300
+        )
         copies = [ex for ex in examples if "So who is a knight" not in ex[0][0]]
         assert all(len(ex[1][0].splitlines()) == int(you_meet.search(ex[0][0])[1]) for ex in copies)
         return {len(ex[1][0].splitlines()) for ex in copies}, examples
@@ -753,12 +760,14 @@ def test_kk_copy_examples_take_their_own_list_lengths():
     assert longer == {6, 7, 8}
     puzzle_sizes = {int(you_meet.search(ex[0][0])[1]) for ex in stream if "So who" in ex[0][0]}
     assert puzzle_sizes == set(settings["n_people"])  # the puzzles keep theirs
-    assert "copy_sizes" not in traces.env_kwargs("kk", {**settings, "copy_sizes": [6]})
+    assert "copy_sizes" not in warmstart.env_kwargs("kk", {**settings, "copy_sizes": [6]})
 
 
 def test_kk_copy_examples_with_roles_train_numbers_and_names_only():
-    settings = {**traces.TINY_SETTINGS["kk"], "copy_aux": 0.5, "copy_sizes": [4, 5]}
-    stream = traces.take(traces.example_stream("kk", {**settings, "copy_roles": True}, seed=3), 200)
+    settings = {**warmstart.tiny_settings("kk"), "copy_aux": 0.5, "copy_sizes": [4, 5]}
+    stream = warmstart.take(
+        warmstart.example_stream("kk", {**settings, "copy_roles": True}, seed=3), 200
+    )
     copies = [ex for ex in stream if "So who is a knight" not in ex[0][0]]
     assert copies and len(copies) < len(stream)
     line = re.compile(r"\((\d)\) (\w+) is a (knight|knave)")
@@ -774,29 +783,35 @@ def test_kk_copy_examples_with_roles_train_numbers_and_names_only():
         assert len(text.splitlines()) == len(names) and not text.endswith("\n")
         roles |= {r for _, _, r in line.findall(text)}
     assert roles == {"knight", "knave"}
-    plain = traces.take(traces.example_stream("kk", settings, seed=3), 200)
+    plain = warmstart.take(warmstart.example_stream("kk", settings, seed=3), 200)
     assert all(len(ex) == 2 for ex in plain if "So who is a knight" not in ex[0][0])
-    assert "copy_roles" not in traces.env_kwargs("kk", {**settings, "copy_roles": True})
+    assert "copy_roles" not in warmstart.env_kwargs("kk", {**settings, "copy_roles": True})
 
 
 def test_kk_copy_first_is_a_curriculum_of_copies_then_the_mix():
-    settings = {**traces.TINY_SETTINGS["kk"], "copy_aux": 0.5, "copy_roles": True}
-    stream = traces.take(traces.example_stream("kk", {**settings, "copy_first": 30}, seed=3), 200)
+    settings = {**warmstart.tiny_settings("kk"), "copy_aux": 0.5, "copy_roles": True}
+    stream = warmstart.take(
+        warmstart.example_stream("kk", {**settings, "copy_first": 30}, seed=3), 200
+    )
     is_puzzle = ["So who is a knight" in ex[0][0] for ex in stream]
     assert not any(is_puzzle[:30])  # copies only, then puzzles and copies mixed
     assert 0.3 < sum(is_puzzle[30:]) / 170 < 0.7
-    assert traces.take(traces.example_stream("kk", {**settings, "copy_first": 0}, seed=3), 200) == (
-        traces.take(traces.example_stream("kk", settings, seed=3), 200)
+    assert warmstart.take(
+        warmstart.example_stream("kk", {**settings, "copy_first": 0}, seed=3), 200
+    ) == (
+        warmstart.take(warmstart.example_stream("kk", settings, seed=3), 200)
     )  # off by default: the streams (and the presets' keys) are the ones before the option
-    assert "copy_first" not in traces.env_kwargs("kk", {**settings, "copy_first": 30})
+    assert "copy_first" not in warmstart.env_kwargs("kk", {**settings, "copy_first": 30})
     with pytest.raises(ValueError, match="copy_first"):
-        next(traces.example_stream("kk", {**settings, "copy_first": -1}))
+        next(warmstart.example_stream("kk", {**settings, "copy_first": -1}))
 
 
 def test_kk_copy_examples_with_think_are_laid_out_as_a_puzzles_response():
-    settings = {**traces.TINY_SETTINGS["kk"], "copy_aux": 0.5, "copy_sizes": [4, 5]}
+    settings = {**warmstart.tiny_settings("kk"), "copy_aux": 0.5, "copy_sizes": [4, 5]}
     settings["copy_roles"] = True
-    stream = traces.take(traces.example_stream("kk", {**settings, "copy_think": True}, seed=3), 200)
+    stream = warmstart.take(
+        warmstart.example_stream("kk", {**settings, "copy_think": True}, seed=3), 200
+    )
     copies = [ex for ex in stream if "So who is a knight" not in ex[0][0]]
     assert copies
     for ex in copies:
@@ -806,18 +821,18 @@ def test_kk_copy_examples_with_think_are_laid_out_as_a_puzzles_response():
         response = "".join(t for t, _ in ex[1:])
         lines = re.search(r"<answer>(.*)</answer>", response, re.S)[1]
         # The very text a puzzle with these names and roles has as its target.
-        assert response == traces.kk_response(
+        assert response == kk_traces.kk_response(
             {"names": names, "solution_text_format": lines, "cot": ""}
         )
         trained = [t for t, on in ex if on]
         assert trained[0] == f"The inhabitants are {join_names(names)}.</think><answer>"
         assert trained[1:-1] == [f"({i}) {name}" for i, name in enumerate(names, 1)]
         assert trained[-1] == "</answer>" and not any(" is a " in t for t in trained)
-    assert traces.take(
-        traces.example_stream("kk", {**settings, "copy_think": False}, seed=3), 200
+    assert warmstart.take(
+        warmstart.example_stream("kk", {**settings, "copy_think": False}, seed=3), 200
     ) == (
-        traces.take(traces.example_stream("kk", settings, seed=3), 200)
+        warmstart.take(warmstart.example_stream("kk", settings, seed=3), 200)
     )  # off by default: the presets' streams and keys do not move
-    assert "copy_think" not in traces.env_kwargs("kk", {**settings, "copy_think": True})
+    assert "copy_think" not in warmstart.env_kwargs("kk", {**settings, "copy_think": True})
     with pytest.raises(ValueError, match="copy_roles"):
-        next(traces.example_stream("kk", {**settings, "copy_roles": False, "copy_think": True}))
+        next(warmstart.example_stream("kk", {**settings, "copy_roles": False, "copy_think": True}))

@@ -17,7 +17,7 @@ from rlvr.agents.memory import VERL_ROUTE, check_fits
 from rlvr.config import ConfigError
 from rlvr.envs import ENVS
 from rlvr.eval.runner import make_env
-from rlvr.reproduce import grid
+from rlvr.reproduce import gpu_plan, grid
 from rlvr.reproduce.runs import eval_config, train_config
 from rlvr.reproduce.table_kk import KK_METHODS
 
@@ -47,11 +47,11 @@ def _build(env, split, kwargs):
 @pytest.mark.parametrize("key", list(PAPER.settings))
 def test_memory_plan_passes_the_trainers_check_or_goes_to_verl(key):
     setting = PAPER.settings[key]
-    rows = {r["setting"]: r for r in grid.plan_rows(PAPER)}
+    rows = {r["setting"]: r for r in gpu_plan.plan_rows(PAPER)}
     for algo in KK_METHODS:
         cfg = train_config(setting, algo, 0)
         assert cfg.micro_batch_size and cfg.gradient_checkpointing and cfg.dtype == "bfloat16"
-        est = grid.native_estimate(setting, cfg)
+        est = gpu_plan.native_estimate(setting, cfg)
         if rows[key]["engine"] == "native":
             check_fits(est)  # the trainer's own check, on the GPU the setting names
             assert rows[key]["gpus"] == f"1x {setting.gpu}"
@@ -62,21 +62,21 @@ def test_memory_plan_passes_the_trainers_check_or_goes_to_verl(key):
 
 
 def test_engines_the_plan_chooses():
-    rows = {r["setting"]: r for r in grid.plan_rows(PAPER)}
+    rows = {r["setting"]: r for r in gpu_plan.plan_rows(PAPER)}
     # 3B: 16 B/param of fp32 master weights, gradients and AdamW (46 GiB) + reference fits one
     # H200; 7B (113 GiB + 28 GiB reference) fits no single GPU.
     assert rows["kk"]["engine"] == rows["searchqa"]["engine"] == "native"
     assert rows["kk-7b"]["engine"] == rows["math"]["engine"] == "verl"
     assert rows["kk-7b"]["gpus"] == "8x H100-80GB"
     with pytest.raises(ConfigError, match="kk-7b, math do not fit one GPU.*verl"):
-        grid.check_engines(PAPER)
+        gpu_plan.check_engines(PAPER)
 
 
 def test_native_path_refuses_a_seven_b_run_in_one_line():
     """What the trainer's memory check says for a 7B paper run on one H200."""
     setting = grid.replace(PAPER.settings["kk-7b"], gpu="H200-141GB")
     with pytest.raises(MemoryError) as e:
-        check_fits(grid.native_estimate(setting, train_config(setting, "grpo", 0)))
+        check_fits(gpu_plan.native_estimate(setting, train_config(setting, "grpo", 0)))
     assert "does not fit one GPU" in str(e.value) and "verl" in str(e.value)
 
 
@@ -140,7 +140,7 @@ def test_fetch_data_paper_covers_every_paper_env(tmp_path, monkeypatch):
 
 
 def test_hub_models_get_no_silent_smoke_sft(tmp_path):
-    from rlvr.reproduce.runs import ensure_sft_reference
+    from rlvr.reproduce.sft_reference import ensure_sft_reference
 
     assert PAPER.sft_reference is False
     with pytest.raises(ConfigError, match="only tiny presets have"):
@@ -149,8 +149,8 @@ def test_hub_models_get_no_silent_smoke_sft(tmp_path):
 
 def test_meta_model_matches_the_public_parameter_counts():
     for name, arch in grid.QWEN_ARCH.items():
-        m = grid.meta_model(arch)
-        assert sum(p.numel() for p in m.parameters()) == grid.param_count(arch)
+        m = gpu_plan.meta_model(arch)
+        assert sum(p.numel() for p in m.parameters()) == gpu_plan.param_count(arch)
         assert next(m.parameters()).device == torch.device("meta")
 
 
@@ -201,22 +201,22 @@ def test_rollout_memory_plan():
     them all; the profile's constant 0.3 on one H200 holds fewer for the 3B native run, and the
     plan says how many."""
     s7 = PAPER.settings["kk-7b"]
-    assert grid.kv_bytes_per_token(s7.arch) == 57344
+    assert gpu_plan.kv_bytes_per_token(s7.arch) == 57344
     assert 1_010_000 * 57344 / 2**30 == pytest.approx(53.9, abs=0.05)
     cfg = train_config(s7, "grpo", 0)
-    mem = grid.verl_rollout_memory(s7, cfg, grid.verl_gpus(s7, cfg))
+    mem = gpu_plan.verl_rollout_memory(s7, cfg, gpu_plan.verl_gpus(s7, cfg))
     assert (mem.engines, mem.sequences, mem.tokens) == (8, 64, 4496)
     assert mem.fits and mem.kv_sequences >= 64 and not mem.optimizer_offload
     assert mem.gpu_memory_utilization == pytest.approx(0.43)
     # Three GPUs: AdamW leaves for CPU memory so that the KV cache fits; two: nothing fits.
-    three = grid.verl_rollout_memory(s7, cfg, 3)
+    three = gpu_plan.verl_rollout_memory(s7, cfg, 3)
     assert three.fits and three.optimizer_offload and three.kv_sequences >= three.sequences
-    assert not grid.verl_rollout_memory(s7, cfg, 2).fits
-    native = grid.native_rollout_memory(
+    assert not gpu_plan.verl_rollout_memory(s7, cfg, 2).fits
+    native = gpu_plan.native_rollout_memory(
         PAPER.settings["kk"], train_config(PAPER.settings["kk"], "grpo", 0)
     )
     assert native.gpu_memory_utilization == 0.3 and 0 < native.kv_sequences < native.sequences
-    rows = {r["setting"]: r for r in grid.plan_rows(PAPER)}
+    rows = {r["setting"]: r for r in gpu_plan.plan_rows(PAPER)}
     assert rows["kk-7b"]["vllm_gmu"] == 0.43 and rows["kk-7b"]["kv_holds"] == "64/64"
     assert rows["kk"]["kv_holds"] == f"{native.kv_sequences}/512"
-    assert "kv_GiB_per_gpu" in grid.PLAN_NOTE
+    assert "kv_GiB_per_gpu" in gpu_plan.PLAN_NOTE

@@ -79,12 +79,12 @@ def test_response_bar_counts_a_part_once_whatever_its_steps_reported():
 
 
 def test_the_training_bar_says_what_a_step_is_doing(tmp_path, monkeypatch):
-    from rlvr.agents.train_config import load_train_config
-    from rlvr.agents.trainer import Trainer
+    from rlvr.training.train_config import load_train_config
+    from rlvr.training.trainer import Trainer
 
     bars = []
     monkeypatch.setattr(
-        "rlvr.agents.trainer.tqdm", lambda *a, **k: bars.append(Bar(*a, **k)) or bars[-1]
+        "rlvr.training.progress.tqdm", lambda *a, **k: bars.append(Bar(*a, **k)) or bars[-1]
     )
     args = ["env=kk", "algo=grpo", "profile=micro", "steps=1", "eval.at_end=true", "num_threads=1"]
     Trainer(load_train_config([*args, f"out={tmp_path}"])).train()
@@ -96,15 +96,15 @@ def test_the_training_bar_says_what_a_step_is_doing(tmp_path, monkeypatch):
 
 
 def test_a_base_build_says_what_it_costs_before_it_starts(tmp_path, capsys):
+    from rlvr.envs.warmstart import tiny_settings
     from rlvr.models.build import BuildConfig, TokenizerConfig, ensure_built
     from rlvr.models.sft import SFTConfig
     from rlvr.models.tiny import ArchConfig
-    from rlvr.models.traces import TINY_SETTINGS
 
     cfg = BuildConfig(
         name="tiny-kk",
         task="kk",
-        data=dict(TINY_SETTINGS["kk"]),
+        data=dict(tiny_settings("kk")),
         tokenizer=TokenizerConfig(vocab_size=300, tasks=("kk",), texts_per_task=40),
         arch=ArchConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1),
         sft=SFTConfig(steps=2, batch_size=2, warmup_steps=0, length_groups=1),
@@ -143,12 +143,18 @@ def test_help_and_config_errors_answer_without_torch(tmp_path, argv):
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stderr[-2000:]
 
 
-def test_the_names_known_without_torch_are_the_presets_and_the_default_target():
+def test_the_names_known_without_torch_are_the_registries():
     from rlvr.models.names import PRESET_NAMES
     from rlvr.models.presets import PRESETS
-    from rlvr.reproduce.cli import TARGET_HELP
+    from rlvr.reproduce.cli import FIGURE_HELP, TARGET_HELP
     from rlvr.reproduce.figures import FIGURES
     from rlvr.reproduce.precision import TARGET
 
     assert set(PRESET_NAMES) == set(PRESETS) and TARGET_HELP == TARGET
-    assert all(FIGURES[name].NAME == name for name in FIGURES)
+    assert sorted(FIGURE_HELP.split(", ")) == sorted(FIGURES)
+
+
+def test_an_unknown_figure_is_one_line_with_the_closest(capsys):
+    from _rlvr_toys import one_line_exit_2
+
+    one_line_exit_2(capsys, ["reproduce", "fig5"], "did you mean 'fig")

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.agents.train_config import load_train_config
 from rlvr.cli import main
 from rlvr.config import ConfigError
-from rlvr.eval.runner import evaluate, read_jsonl
-from rlvr.models import traces
+from rlvr.envs import warmstart
+from rlvr.envs.kk.traces import kk_response
+from rlvr.eval.records import read_jsonl
+from rlvr.eval.runner import evaluate
 from rlvr.models.presets import PRESETS
 from rlvr.models.prompt_formats import model_format, with_format
 from rlvr.models.tiny import ArchConfig, build_tiny
@@ -27,6 +28,7 @@ from rlvr.models.tokenizer import train_tokenizer
 from rlvr.prompt_format import FORMAT_FILE, write_format
 from rlvr.reproduce.grid import load_grid
 from rlvr.reproduce.runs import eval_config, train_config
+from rlvr.training.train_config import load_train_config
 
 EVAL = ["group_by=n_people", "group_values=[3]", "n_items=2", "max_new_tokens=8", "batch_size=8"]
 
@@ -36,7 +38,7 @@ def tiny_kk_folder(path: Path) -> Path:
     warm-started on the tiny-kk preset's settings (the ``plain`` template, no system prompt,
     ``<think>``), and its tokenizer is one rlvr trains, as a build's is."""
     build = PRESETS["tiny-kk"]
-    env = traces.make_env("kk", build.data, "train")
+    env = warmstart.make_env("kk", build.data, "train")
     texts = [env.reset(seed=0, options={"index": i})[0] for i in range(20)]
     tokenizer = train_tokenizer(texts, vocab_size=320)
     arch = ArchConfig(
@@ -174,9 +176,7 @@ def test_sample_for_a_model_then_score_marks_its_right_answers_right(tmp_path):
     rows = [json.loads(line) for line in tasks.read_text().splitlines()]
     assert all(r["prompt"].endswith("Assistant: <think>") and r["prefilled_think"] for r in rows)
     answered = tmp_path / "answered.jsonl"
-    answered.write_text(
-        "".join(json.dumps({**r, "response": traces.kk_response(r)}) + "\n" for r in rows)
-    )
+    answered.write_text("".join(json.dumps({**r, "response": kk_response(r)}) + "\n" for r in rows))
     scored = tmp_path / "scored.jsonl"
     assert main(["score", "--env", "kk", str(answered), "--out", str(scored)]) == 0
     assert [json.loads(x)["reward"] for x in scored.read_text().splitlines()] == [3.0] * 3

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.agents.train_config import available_profiles, load_train_config, profile_layers
 from rlvr.config import ConfigError, nest, to_dict
 from rlvr.reproduce import grid
 from rlvr.reproduce.table_kk import KK_METHODS
+from rlvr.training.train_config import available_profiles, load_train_config, profile_layers
 
 #: ``to_dict`` of every paper run's TrainConfig (setting/algo, seed 0) when the recipes were
 #: Python dicts layered on the ``default`` profile, without ``out`` and ``profile``.

@@ -165,7 +165,8 @@ def test_saved_weights_hash_like_the_state_dict(tmp_path):
 def test_base_seeds_name_other_builds_of_one_recipe():
     from rlvr.models.presets import PRESETS, base_spec, parse_spec, preset_config
     from rlvr.reproduce import grid
-    from rlvr.reproduce.runs import model_identity, run_key, train_config
+    from rlvr.reproduce.keys import model_identity, run_key
+    from rlvr.reproduce.runs import train_config
 
     assert parse_spec("tiny-kk") == ("tiny-kk", 0) and parse_spec("tiny-kk@2") == ("tiny-kk", 2)
     assert parse_spec("micro") is None and parse_spec("Qwen/Qwen2.5-3B") is None
@@ -272,18 +273,19 @@ def test_check_samples_compares_and_refuses_old_folders(tmp_path):
 
 
 def test_a_base_seed_builds_another_base_and_records_its_hash(tmp_path, monkeypatch):
+    from rlvr.envs.warmstart import tiny_settings
     from rlvr.models import load_model, presets
     from rlvr.models.build import BuildConfig, TokenizerConfig
     from rlvr.models.sft import SFTConfig
     from rlvr.models.tiny import ArchConfig
-    from rlvr.models.traces import TINY_SETTINGS
-    from rlvr.reproduce.runs import _preset_build_key, base_weights
+    from rlvr.reproduce.keys import preset_build_key
+    from rlvr.reproduce.runs import base_weights
 
     monkeypatch.setenv("RLVR_HOME", str(tmp_path))
     small = BuildConfig(
         name="tiny-test",
         task="kk",
-        data=dict(TINY_SETTINGS["kk"]),
+        data=dict(tiny_settings("kk")),
         tokenizer=TokenizerConfig(vocab_size=300, tasks=("kk",), texts_per_task=40),
         arch=ArchConfig(
             hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64
@@ -291,13 +293,13 @@ def test_a_base_seed_builds_another_base_and_records_its_hash(tmp_path, monkeypa
         sft=SFTConfig(steps=2, batch_size=2, warmup_steps=0, length_groups=1),
     )
     monkeypatch.setitem(presets.PRESETS, "tiny-test", small)
-    _preset_build_key.cache_clear()
+    preset_build_key.cache_clear()
     try:
         load_model("tiny-test")
         load_model("tiny-test@1")
         first, second = base_weights("tiny-test"), base_weights("tiny-test@1")
     finally:
-        _preset_build_key.cache_clear()
+        preset_build_key.cache_clear()
     assert first["build"] != second["build"]
     assert first["weights_sha256"] and first["weights_sha256"] != second["weights_sha256"]
     record = json.loads((tmp_path / "models" / second["build"] / "build.json").read_text())
@@ -307,7 +309,7 @@ def test_a_base_seed_builds_another_base_and_records_its_hash(tmp_path, monkeypa
 
 
 def test_evaluation_keys_do_not_depend_on_where_the_cache_lives(tmp_path):
-    from rlvr.reproduce.runs import model_identity
+    from rlvr.reproduce.keys import model_identity
 
     for root in (tmp_path / "a", tmp_path / "elsewhere" / "b"):
         (root / "sft" / "0123abcd4567").mkdir(parents=True)

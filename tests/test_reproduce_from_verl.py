@@ -1,7 +1,7 @@
 """``rlvr reproduce <name> --from-verl DIR``: figures, evaluations and the report from runs verl
 trained.
 
-The fixture is a generated folder as verl leaves it (``rlvr.integrations.verl.results``): per run
+The fixture is a generated folder as verl leaves it (``rlvr.reproduce.verl.results``): per run
 ``rlvr_run.json``, a ``metrics.jsonl`` in the exact format of verl 0.9.1's ``FileLogger``
 (compact JSON, ``{"step", "data"}``, NaN as ``null``, a validation-only line at step 0) and a real
 micro model saved where verl's checkpoint manager saves Hugging Face weights. The same reader is
@@ -17,18 +17,18 @@ import shutil
 
 import pytest
 
-from rlvr.integrations.verl.results import (
+from rlvr.models import build_micro
+from rlvr.repro import weights_sha256
+from rlvr.reproduce import grid, keys, runs
+from rlvr.reproduce.common import Context, Output
+from rlvr.reproduce.plan import PlannedRun
+from rlvr.reproduce.verl.results import (
     METRIC_NAMES,
     VerlRuns,
     folder_name,
     read_file_logger,
     read_metrics,
 )
-from rlvr.models import build_micro
-from rlvr.repro import weights_sha256
-from rlvr.reproduce import grid, runs
-from rlvr.reproduce.common import Context, Output
-from rlvr.reproduce.plan import PlannedRun
 
 #: (setting, algorithm) of every run fig2 and fig3 read in the smoke grid.
 RUNS = [
@@ -86,7 +86,7 @@ def write_run(root, setting_key: str, algo: str, i: int, g) -> str:
                 "seed": 0,
                 "model": cfg.model,
                 "params": cfg.weights.params(algo),
-                "native_config_hash": runs.run_key(cfg),
+                "native_config_hash": keys.run_key(cfg),
                 "fig_or_table": "fig2",
                 "run_key": name,
                 "engine": "verl",
@@ -203,7 +203,7 @@ def test_fig3_and_fig2_from_verl(verl_dir, monkeypatch):
         out / "runs.csv"
     ).read_text()
     # Evaluations are keyed by the weights, not by where the folder lives.
-    assert runs.model_identity(str(hf)) == f"verl-weights:{weights_sha256(hf)}"
+    assert keys.model_identity(str(hf)) == f"verl-weights:{weights_sha256(hf)}"
 
 
 def test_missing_and_incomplete_runs_fail_in_one_line(verl_dir, tmp_path, capsys):
@@ -252,7 +252,7 @@ def test_a_folder_from_an_older_config_is_matched_and_noted(verl_dir, tmp_path):
     g = grid.tiny_grid(smoke=True)
     cfg = runs.train_config(g.settings["kk"], "grpo_sg", 0)
     source = VerlRuns(tmp_path)
-    run = source.run(PlannedRun("kk", "grpo_sg", {}, 0, 0, cfg, runs.run_key(cfg)))
+    run = source.run(PlannedRun("kk", "grpo_sg", {}, 0, 0, cfg, keys.run_key(cfg)))
     assert run.key == "kk__grpo_sg__seed0"
     assert "generated from native config 000000000000" in run.info["note"]
     out = Output(Context(g, tmp_path / "results", tmp_path / "cache", [0]), "fig3")

@@ -18,7 +18,7 @@ def test_run_cache_reuses_and_resumes(tmp_path, monkeypatch):
     assert (first.path / runs.DONE).exists() and (first.final / "config.json").exists()
     assert len(first.metrics) == cfg.steps == 2
 
-    import rlvr.agents.trainer as trainer_mod
+    import rlvr.training.trainer as trainer_mod
 
     class NoTraining:
         def __init__(self, *a, **k):
@@ -76,8 +76,9 @@ def test_reproduce_all_smoke(tmp_path):
     # --jobs relies on required_runs listing every run the scripts trained, and nothing more.
     from rlvr.reproduce import grid
     from rlvr.reproduce.common import Context
+    from rlvr.reproduce.keys import run_key
     from rlvr.reproduce.parallel import required_runs
-    from rlvr.reproduce.runs import run_key, train_config
+    from rlvr.reproduce.runs import train_config
 
     g = grid.tiny_grid(smoke=True)
     ctx = Context(g, out, out / ".cache", [0], smoke=True)

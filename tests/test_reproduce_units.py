@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 from rlvr.agents.algorithms import algorithm_names
-from rlvr.reproduce import collect, fig3, fig4, grid, report
+from rlvr.reproduce import collect, fig3, fig4, gpu_plan, grid, report
 from rlvr.reproduce.common import Context, Output
 from rlvr.reproduce.figures import plan_for
-from rlvr.reproduce.runs import run_key, train_config
+from rlvr.reproduce.keys import run_key
+from rlvr.reproduce.plan import Need
+from rlvr.reproduce.runs import train_config
 
 
 def test_count_spikes_by_hand():
@@ -112,7 +114,7 @@ def test_run_key_ignores_output_fields_only():
 def test_paper_grid_validates_and_plans():
     p = grid.paper_grid()
     assert grid.validate(p) == len(p.settings) * len(algorithm_names())
-    rows = {r["setting"]: r for r in grid.plan_rows(p)}
+    rows = {r["setting"]: r for r in gpu_plan.plan_rows(p)}
     # Public parameter counts: Qwen2.5-3B 3.09B, Qwen2.5-7B 7.62B.
     assert rows["kk"]["params_B"] == pytest.approx(3.09, abs=0.01)
     assert rows["kk-7b"]["params_B"] == pytest.approx(7.62, abs=0.01)
@@ -178,25 +180,25 @@ def test_report_states_each_verdict_plainly(tmp_path):
 def test_keys_follow_the_preset_a_model_name_stands_for(monkeypatch):
     """A changed tiny preset must not reuse runs or evaluations of the old base."""
     from rlvr.models import presets
-    from rlvr.reproduce import runs
+    from rlvr.reproduce import keys, runs
 
     setting = grid.tiny_grid().settings["kk"]
     cfg = train_config(setting, "grpo", 0)
     ecfg = runs.eval_config(setting, cfg, setting.model)
-    runs._preset_build_key.cache_clear()
-    before = run_key(cfg), runs.eval_key(ecfg)
+    keys.preset_build_key.cache_clear()
+    before = run_key(cfg), keys.eval_key(ecfg)
     changed = dataclasses.replace(
         presets.PRESETS["tiny-kk"], seed=presets.PRESETS["tiny-kk"].seed + 1
     )
     monkeypatch.setitem(presets.PRESETS, "tiny-kk", changed)
-    runs._preset_build_key.cache_clear()
+    keys.preset_build_key.cache_clear()
     try:
-        after = run_key(cfg), runs.eval_key(ecfg)
+        after = run_key(cfg), keys.eval_key(ecfg)
     finally:
-        runs._preset_build_key.cache_clear()
+        keys.preset_build_key.cache_clear()
     assert before[0] != after[0] and before[1] != after[1]
     # A path or hub name is hashed as given.
-    assert runs.model_identity("/some/dir") == "/some/dir"
+    assert keys.model_identity("/some/dir") == "/some/dir"
 
 
 def test_table_kk_has_a_table_and_claims_per_kk_model(tmp_path):
@@ -366,3 +368,43 @@ def test_the_report_opens_with_its_bottom_line_and_is_rewritten_from_its_files(t
     assert again.splitlines()[:8] == head[:8]
     assert "the 2 training runs took 1.5 h of compute" in again and "this invocation" not in again
     assert "nothing rerun" in again and str(tmp_path) not in again
+
+
+def test_a_new_figure_is_one_registration(tmp_path, capsys):
+    """A figure defined in the tests alone (name, caption, place in the report, needs, run) is
+    planned and run by ``all``, gets its REPORT.md section and its ``--power`` rows."""
+    from rlvr.reproduce import figures
+    from rlvr.reproduce.cli import run_all
+    from rlvr.reproduce.precision import run_power
+
+    def needs(ctx):
+        return [Need.of("kk", "grpo", units=((0, 0),))]
+
+    def run(ctx):
+        out = Output(ctx, "toy_fig")
+        out.claim("a toy claim", "K&K", "held", "diff +0.1 [+0.05, +0.15]", diff_mean=0.1,
+                  diff_low=0.05, diff_high=0.15, n=10, half_width=0.05)  # fmt: skip
+        out.write_md("# Toy\n\n| a |\n|---|\n| 1 |")
+        return out.finish()
+
+    toy = figures.register_figure(figures.Figure("toy_fig", "Toy — from the tests", 5, needs, run))
+    try:
+        ctx = _ctx(tmp_path)
+        assert figures.expand(["all"])[-1] == "toy_fig" and "toy_fig" in figures.names()
+        assert figures.report_order()[0] == "toy_fig"
+        plan = plan_for(ctx, ["toy_fig"])
+        assert [(r.setting, r.algo) for r in plan.runs.values()] == [("kk", "grpo")]
+        registered = dict(figures.FIGURES)
+        figures.FIGURES.clear()
+        figures.FIGURES["toy_fig"] = toy  # `all` runs the toy alone here (no training)
+        try:
+            meta = run_all(ctx)
+        finally:
+            figures.FIGURES.update(registered)
+        assert meta["scripts"] == ["toy_fig"]
+        text = (tmp_path / "REPORT.md").read_text()
+        assert "## Toy — from the tests" in text and "| a toy claim | K&K |" in text
+        assert run_power(tmp_path, figures.report_order()) == 0
+        assert "a toy claim" in capsys.readouterr().out
+    finally:
+        figures.FIGURES.pop("toy_fig")

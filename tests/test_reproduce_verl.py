@@ -21,12 +21,15 @@ import yaml
 from rlvr.agents.algorithms import WeightConfig, resolved_fields
 from rlvr.cli import main as rlvr_main
 from rlvr.integrations.verl.config import VerlTranslationError, gpu_layout, translate
-from rlvr.integrations.verl.data import agent_loop_overrides, check_retrieval_reachable
-from rlvr.integrations.verl.scripts import grid, main, write
+from rlvr.integrations.verl.data import agent_loop_overrides, check_service_reachable
 from rlvr.reproduce.common import Context
-from rlvr.reproduce.grid import get_grid, verl_gpus
+from rlvr.reproduce.gpu_plan import verl_gpus
+from rlvr.reproduce.grid import get_grid
+from rlvr.reproduce.keys import run_key
 from rlvr.reproduce.parallel import required_runs
-from rlvr.reproduce.runs import eval_config, run_key, train_config
+from rlvr.reproduce.runs import eval_config, train_config
+from rlvr.reproduce.verl.launch import grid, write
+from rlvr.reproduce.verl.run_tools import main
 
 LOGIT = {"weights.shaping_input": "logit"}
 
@@ -405,7 +408,7 @@ if [[ "$1" == -c ]]; then exec "$REAL_PYTHON" "$@"; fi
 module="$2"; shift 2
 echo "$module $* | VERL_FILE_LOGGER_PATH=${VERL_FILE_LOGGER_PATH:-}" >> "$LOG"
 case "$module" in
-  rlvr.integrations.verl.scripts) echo 7 ;;
+  rlvr.reproduce.verl.run_tools) echo 7 ;;
   rlvr.cli)
     if [[ "$1" == prepare-verl ]]; then
       while [[ $# -gt 0 ]]; do [[ "$1" == --out ]] && touch "$2"; shift; done
@@ -417,9 +420,10 @@ case "$module" in
   rlvr.integrations.verl.main) ;;
   rlvr.integrations.verl.cluster)  # the real check, on SIMULATED_NODES for ray.nodes()
     exec "$REAL_PYTHON" -c 'import json, os, sys
-from rlvr.integrations.verl.data import check_retrieval_reachable
+from rlvr.integrations.verl.data import check_service_reachable
+env, url = sys.argv[2], sys.argv[4]  # --env ENV --url URL
 try:
-    check_retrieval_reachable(sys.argv[2], json.loads(os.environ.get("SIMULATED_NODES", "[]")))
+    check_service_reachable(env, url, json.loads(os.environ.get("SIMULATED_NODES", "[]")))
 except ValueError as e:
     sys.exit(f"error: {e}")' "$@" ;;
 esac
@@ -466,7 +470,7 @@ def test_run_sh_prepares_once_then_launches(launch, tmp_path):
     log = (tmp_path / "log").read_text().splitlines()
     prepares = [line for line in log if line.startswith("rlvr.cli prepare-verl")]
     assert len(prepares) == 6  # train + one test file per size 3..7
-    counts = [line for line in log if line.startswith("rlvr.integrations.verl.scripts count")]
+    counts = [line for line in log if line.startswith("rlvr.reproduce.verl.run_tools count")]
     assert "--split train --cap 22528 " in counts[0]
     # the native periodic evaluation's 100 puzzles, shared by the five sizes
     assert all("--split test --cap 20 " in line for line in counts[1:]) and len(counts) == 6
@@ -547,11 +551,11 @@ def test_a_loopback_url_is_refused_only_where_workers_spread_over_nodes():
     one_alive = [TWO_NODES[0], {**TWO_NODES[1], "Alive": False}]
     gpu_only = [TWO_NODES[0], {**TWO_NODES[1], "Resources": {"GPU": 8.0}}]
     for nodes in ([], TWO_NODES[:1], one_alive, gpu_only):
-        check_retrieval_reachable("http://127.0.0.1:8000", nodes)
-    check_retrieval_reachable("http://10.0.0.1:8000", TWO_NODES)
+        check_service_reachable("searchqa", "http://127.0.0.1:8000", nodes)
+    check_service_reachable("searchqa", "http://10.0.0.1:8000", TWO_NODES)
     for url in ("http://127.0.0.1:8000", "http://127.0.1.1:8000", "http://localhost:1"):
         with pytest.raises(ValueError, match="loopback address.*all 2 nodes") as e:
-            check_retrieval_reachable(url, TWO_NODES)
+            check_service_reachable("searchqa", url, TWO_NODES)
         assert "\n" not in str(e.value)
 
 
@@ -594,8 +598,8 @@ def test_cli_engine_flag(tmp_path, capsys):
 
 
 def test_wall_time_bound_counts_generation_updates_and_validation():
-    from rlvr.integrations.verl.scripts import estimate_hours
-    from rlvr.reproduce.grid import param_count
+    from rlvr.reproduce.gpu_plan import param_count
+    from rlvr.reproduce.verl.launch import estimate_hours
 
     setting = get_grid("paper").settings["kk"]
     cfg, flat = flat_of("kk", "grpo", {"eval.every": 0}, gpus=2)
@@ -681,7 +685,7 @@ def test_gpu_memory_utilization_comes_from_the_plan(launch):
     """Each run's ``gpu_memory_utilization`` is its memory plan's: the KV cache it leaves holds
     every rollout of the engine at full length, beside the FSDP shards, within the GPU; the
     README prints the plan per run."""
-    from rlvr.reproduce.grid import GPUS
+    from rlvr.reproduce.gpu_plan import GPUS
 
     out, rows = launch
     readme = (out / "README.md").read_text()
@@ -705,7 +709,7 @@ def test_a_1m_run_reads_a_model_view_without_the_sparse_attention_file(launch, t
     """vLLM's verify step writes a model folder's sparse_attention_config.json into
     ``dual_chunk_attention_config``, which the override made None: a kk-7b run.sh points the actor
     and vLLM at a view of the snapshot without that file (and only kk-7b runs do)."""
-    from rlvr.integrations.verl.scripts import model_view
+    from rlvr.reproduce.verl.run_tools import model_view
 
     out, rows = launch
     for row in rows:
@@ -717,7 +721,7 @@ def test_a_1m_run_reads_a_model_view_without_the_sparse_attention_file(launch, t
     log = (tmp_path / "log").read_text().splitlines()
     view = tmp_path / "views" / "Qwen--Qwen2.5-7B-Instruct-1M"
     assert any(
-        line.startswith("rlvr.integrations.verl.scripts model-view Qwen/Qwen2.5-7B-Instruct-1M ")
+        line.startswith("rlvr.reproduce.verl.run_tools model-view Qwen/Qwen2.5-7B-Instruct-1M ")
         and f"--out {view} --drop sparse_attention_config.json" in line
         for line in log
     ), log
@@ -746,3 +750,58 @@ def test_a_1m_run_reads_a_model_view_without_the_sparse_attention_file(launch, t
     with pytest.raises(SystemExit, match="already"):
         model_view(str(snap), tmp_path / "v", [])
     assert main(["model-view", str(snap), "--out", str(tmp_path / "w"), "--drop", "x"]) == 0
+
+
+def test_a_multi_turn_env_brings_its_agent_loop_section_and_service():
+    """The verl path reads a multi-turn environment's agent loop, its config section and the
+    service it calls from the registry (``EnvSpec.verl``): a toy declared in the test gets its
+    ``rlvr.<env>`` section, its overrides, the loopback check and run.sh's service block."""
+    from rlvr.envs import EnvSpec, VerlService, VerlSpec
+    from rlvr.integrations.verl.data import agent_loop_section
+    from rlvr.reproduce.verl.launch import DataFile
+    from rlvr.reproduce.verl.run_script import run_sh
+
+    from _rlvr_toys import ToolEnv, registered, toy_score
+
+    service = VerlService(
+        what="Toy: the counter service",
+        url_key="url",
+        serve='toy-serve --data "$TOY_DATA" --port {port} --turns {turns}',
+        url_var="TOY_URL",
+        source_var="TOY_DATA",
+        source_help="a folder of counts",
+    )
+    toy = EnvSpec(
+        name="toy_mt",
+        id="rlvr-test/ToyMultiTurn-v0",
+        entry_point=ToolEnv,
+        scorer=toy_score,
+        min_reward=0.0,
+        multi_turn=True,
+        stop=("</call>",),
+        verl=VerlSpec(
+            agent_loop="rlvr_toy_mt",
+            section=lambda kw: {"url": kw["service"], "turns": int(kw.get("turns", 2))},
+            section_keys={"url": "service", "turns": "turns"},
+            task=lambda info, gold: {"question": info.get("question", "")},
+            service=service,
+        ),
+    )
+    with registered(toy):
+        section = {"url": "http://127.0.0.1:9100", "turns": 2}
+        assert agent_loop_section("toy_mt", {"service": section["url"]}) == ("toy_mt", section)
+        overrides = agent_loop_overrides("toy_mt")
+        assert overrides["actor_rollout_ref.rollout.agent.default_agent_loop"] == "rlvr_toy_mt"
+        with pytest.raises(ValueError, match=r"rlvr\.toy_mt\.url=.*`rlvr toy-serve .*TOY_URL"):
+            check_service_reachable("toy_mt", section["url"], TWO_NODES)
+        data = DataFile("toy_mt", "train", 4, (), "train")
+        record = {"task": "toy_mt", "hf_overrides": {}, "model": "m", "run_key": "r",
+                  "setting": "toy", "tag": "grpo", "seed": 0, "gpus": 1,
+                  "native_config_hash": "0" * 12}  # fmt: skip
+        files = {"record": record, "data": (data, data), "folder": "toy_mt",
+                 "config": {"rlvr": {"toy_mt": section}}}  # fmt: skip
+        script = run_sh(files, "rlvr reproduce test")
+    assert "rlvr.integrations.verl.cluster --env toy_mt" in script
+    assert '-m rlvr.cli toy-serve --data "$TOY_DATA" --port 9100 --turns 2 &' in script
+    assert 'OVERRIDES+=("rlvr.toy_mt.url=$TOY_URL")' in script
+    assert "http://127.0.0.1:9100/health" in script and "TOY_DATA:?set TOY_DATA" in script

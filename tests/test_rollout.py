@@ -271,3 +271,13 @@ def test_tool_calls_are_counted_in_the_policy_turns_not_the_observations(micro):
     assert ep.turns == 3 and ep.turn_texts == turns
     assert INVALID_ACTION_MESSAGE in ep.response_text and spec.tool_calls(ep.response_text) == 2
     assert sum(map(spec.tool_calls, ep.turn_texts)) == 0
+
+
+def test_every_backend_cuts_row_budgets_the_same_way():
+    """One place clips the generation budget (``SamplingParams.budgets``): each row's own bound,
+    never above the params' and never below 0."""
+    sp = SamplingParams(max_new_tokens=8)
+    assert sp.budgets(3) == [8, 8, 8]
+    assert sp.budgets(3, [12, 3, -1]) == [8, 3, 0]
+    with pytest.raises(ValueError, match="one entry per context"):
+        sp.budgets(2, [1])

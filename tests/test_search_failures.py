@@ -12,12 +12,12 @@ from rlvr.agents.metrics import (
     check_tool_failures,
     tool_metrics,
 )
-from rlvr.agents.train_config import load_train_config
-from rlvr.agents.trainer import Trainer, read_metrics
 from rlvr.config import ConfigError
 from rlvr.envs.searchqa import RemoteRetriever, RetrievalError, SearchQAEnv, build_index
 from rlvr.envs.searchqa.synthetic import synthetic_task
-from rlvr.reproduce.runs import run_key
+from rlvr.reproduce.keys import run_key
+from rlvr.training.train_config import load_train_config
+from rlvr.training.trainer import Trainer, read_metrics
 
 torch.set_num_threads(1)
 

@@ -14,7 +14,8 @@ from rlvr.envs.searchqa import Passage
 from rlvr.envs.searchqa.batcher import SearchBatcher
 from rlvr.envs.searchqa.client import RemoteRetriever
 from rlvr.envs.searchqa.index import SearchIndex, build_faiss
-from rlvr.envs.searchqa.server import ServerLimits, serve_in_thread
+from rlvr.envs.searchqa.protocol import ServerLimits
+from rlvr.envs.searchqa.server import serve_in_thread
 
 N, DIM, K = 4000, 768, 3
 

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from rlvr.envs.searchqa import RemoteRetriever, build_index, synthetic_task
 from rlvr.envs.searchqa.httpio import ReadState, Request, RequestError, read_request
-from rlvr.envs.searchqa.server import ServerLimits, serve_in_thread
+from rlvr.envs.searchqa.protocol import ServerLimits
+from rlvr.envs.searchqa.server import serve_in_thread
 
 
 @pytest.fixture(scope="module")

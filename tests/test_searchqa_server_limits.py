@@ -13,7 +13,8 @@ import time
 import pytest
 
 from rlvr.envs.searchqa import RemoteRetriever, build_index, synthetic_task
-from rlvr.envs.searchqa.server import ServerLimits, encode_result, format_result, serve_in_thread
+from rlvr.envs.searchqa.protocol import ServerLimits, encode_result, format_result
+from rlvr.envs.searchqa.server import serve_in_thread
 
 LIMITS = ServerLimits(
     max_connections=32,

@@ -1,20 +1,27 @@
 """The run-cache keys of the tiny reproduction are pinned: a change to what a tiny run or
 evaluation computes must be deliberate.
 
-``tests/data/tiny_keys.json`` lists the key (``rlvr.reproduce.runs.run_key`` / ``eval_key``) of
+``tests/data/tiny_keys.json`` lists the key (``rlvr.reproduce.keys.run_key`` / ``eval_key``) of
 every training run and evaluation that ``rlvr reproduce all --profile tiny`` (with and without
 ``--smoke``) asks for, and the build key of every tiny base, computed without training. A change
 that moves one of them makes the run cache train again from scratch; when that is intended,
 regenerate the file with ``python tests/test_tiny_keys.py --write`` and say why in the commit.
+
+A key covers what differs from the defaults (``rlvr.config.effective``), so a changed default
+would change what a run computes without moving its key: ``tests/data/key_defaults.json`` pins the
+defaults of every keyed configuration, and a changed one must bump ``rlvr.config.KEY_SCHEMA``
+(then regenerate both files). A field added later, or a method registered later, moves no key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "tiny_keys.json"
+DEFAULTS = Path(__file__).resolve().parent / "data" / "key_defaults.json"
 #: Draws enumerated: the profile's own plus the wider grids a reproduction may pass
 #: (``--seeds 3``), so that every run a tiny reproduction can ask for is pinned.
 DRAWS = {"tiny": (3, 3), "smoke": (1, 1)}
@@ -32,8 +39,9 @@ def grid_keys(smoke: bool) -> dict[str, dict[str, str]]:
     from rlvr.reproduce import tables
     from rlvr.reproduce.common import Context
     from rlvr.reproduce.grid import get_grid
+    from rlvr.reproduce.keys import eval_key, model_identity, run_key
     from rlvr.reproduce.parallel import required_runs
-    from rlvr.reproduce.runs import eval_config, eval_key, model_identity, run_key, train_config
+    from rlvr.reproduce.runs import eval_config, train_config
 
     profile = get_grid("tiny", smoke=smoke)
     n_seeds, n_bases = DRAWS["smoke" if smoke else "tiny"]
@@ -96,8 +104,94 @@ def test_tiny_reproduction_keys_are_unchanged():
     assert set(now) == set(golden)
 
 
+def keyed_defaults() -> dict[str, object]:
+    """``{"TrainConfig.loss.clip_low": 0.2, ...}``: the default of every keyed field of the
+    configurations keys cover (``WeightConfig`` aside: a run key covers its method's resolved
+    parameters whatever their defaults), with ``rlvr.config.KEY_SCHEMA``."""
+    from rlvr.config import KEY_SCHEMA, UNKEYED, plain_data
+    from rlvr.eval.runner import EvalConfig
+    from rlvr.models.build import BuildConfig
+    from rlvr.training.train_config import TrainConfig
+
+    out: dict[str, object] = {"KEY_SCHEMA": KEY_SCHEMA}
+
+    def walk(prefix: str, cfg) -> None:
+        for f in dataclasses.fields(cfg):
+            value = getattr(cfg, f.name)
+            if f.metadata == UNKEYED or f.name == "weights":
+                continue
+            if dataclasses.is_dataclass(value):
+                walk(f"{prefix}.{f.name}", value)
+            else:
+                out[f"{prefix}.{f.name}"] = plain_data(value)
+
+    for cls in (TrainConfig, EvalConfig, BuildConfig):
+        walk(cls.__name__, cls())
+    return out
+
+
+def test_no_default_changed_under_the_key_schema():
+    golden, now = json.loads(DEFAULTS.read_text()), keyed_defaults()
+    changed = {k: (v, now[k]) for k, v in golden.items() if k in now and now[k] != v}
+    assert not changed, (
+        f"defaults changed {changed}: a key covers what differs from the defaults, so a changed "
+        "default would reuse runs that computed something else; bump rlvr.config.KEY_SCHEMA and "
+        "regenerate with python tests/test_tiny_keys.py --write"
+    )
+
+
+def test_a_new_method_or_a_defaulted_field_moves_no_key():
+    """Registering a method with a parameter of its own (as a built-in method adds a field to
+    ``WeightConfig``) and adding a defaulted field to ``TrainConfig`` leave GRPO's key as it was;
+    the new method's key covers its parameter."""
+    from rlvr.agents.algorithms import (
+        ALGORITHMS,
+        Algorithm,
+        Param,
+        WeightConfig,
+        register_algorithm,
+    )
+    from rlvr.reproduce.grid import get_grid
+    from rlvr.reproduce.keys import run_key
+    from rlvr.reproduce.runs import train_config
+    from rlvr.training.train_config import TrainConfig
+
+    setting = get_grid("tiny").settings["kk"]
+    cfg = train_config(setting, "grpo", 0)
+    before = run_key(cfg)
+    gamma = Param("toy_gamma", 0.5, float, "(0, 1]")
+    toy = Algorithm(name="toy_keys", label="toy", color="#000000", fields=(gamma,))
+    register_algorithm(toy)
+    try:
+        Weights = dataclasses.make_dataclass(
+            "WeightConfig",
+            [("toy_gamma", float, dataclasses.field(default=0.5))],
+            bases=(WeightConfig,),
+        )
+        Later = dataclasses.make_dataclass(
+            "TrainConfig",
+            [
+                ("new_knob", float, dataclasses.field(default=1.0)),
+                ("weights", Weights, dataclasses.field(default_factory=Weights)),
+            ],
+            bases=(TrainConfig,),
+        )
+        fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+        grown = Later(**{**fields, "weights": Weights(**dataclasses.asdict(cfg.weights))})
+        assert run_key(grown) == before
+        assert run_key(dataclasses.replace(grown, new_knob=2.0)) != before
+        toy_run = dataclasses.replace(grown, algo="toy_keys")
+        other = dataclasses.replace(
+            toy_run, weights=dataclasses.replace(grown.weights, toy_gamma=0.25)
+        )
+        assert len({before, run_key(toy_run), run_key(other)}) == 3
+    finally:
+        ALGORITHMS.pop("toy_keys")
+
+
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
         raise SystemExit("usage: python tests/test_tiny_keys.py --write")
     GOLDEN.write_text(json.dumps(all_keys(), indent=1, sort_keys=True) + "\n")
-    print(f"wrote {GOLDEN}")
+    DEFAULTS.write_text(json.dumps(keyed_defaults(), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {GOLDEN} and {DEFAULTS}")

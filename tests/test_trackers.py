@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from rlvr.agents.train_config import load_train_config
-from rlvr.agents.trainer import Trainer
+from rlvr.training.train_config import load_train_config
+from rlvr.training.trainer import Trainer
 
 ARGS = ["env=kk", "algo=grpo_sg", "profile=micro", "progress=false", "num_threads=1"]
 
@@ -40,8 +40,8 @@ def test_records_go_to_every_tracker_as_the_log_holds_them(tmp_path):
 
 
 def test_a_tracker_that_is_not_installed_is_one_line(monkeypatch):
-    from rlvr.agents.trackers import check_trackers
     from rlvr.config import ConfigError
+    from rlvr.training.trackers import check_trackers
 
     with monkeypatch.context() as m:
         m.setattr(importlib.util, "find_spec", lambda name: None)

@@ -21,9 +21,9 @@ from rlvr.agents.checkpoint import (
     verify_checkpoint,
 )
 from rlvr.agents.metrics import preserve_metrics
-from rlvr.agents.train_config import load_train_config
-from rlvr.agents.trainer import Trainer, read_metrics
 from rlvr.cli import main as rlvr_main
+from rlvr.training.train_config import load_train_config
+from rlvr.training.trainer import Trainer, read_metrics
 
 from _rlvr_toys import LetterEnv
 from _rlvr_toys import one_line_exit_2 as _one_line_exit_2

@@ -10,11 +10,12 @@ import math
 import pytest
 import torch
 
-import rlvr.agents.trainer as trainer_mod
-from rlvr.agents.train_config import ALGOS, load_train_config
-from rlvr.agents.trainer import Trainer, lr_factor, read_metrics, strip_time
+import rlvr.training.trainer as trainer_mod
 from rlvr.config import ConfigError
 from rlvr.envs import make_env
+from rlvr.training.train_config import ALGOS, load_train_config
+from rlvr.training.trainer import Trainer, read_metrics, strip_time
+from rlvr.training.update import lr_factor
 
 from _rlvr_toys import LetterEnv, ToolEnv
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from rlvr.agents.checkpoint import list_checkpoints, verify_checkpoint
-from rlvr.agents.train_config import load_train_config
-from rlvr.agents.trainer import Trainer, read_metrics, strip_time
 from rlvr.cli import main as rlvr_main
+from rlvr.training.train_config import load_train_config
+from rlvr.training.trainer import Trainer, read_metrics, strip_time
 
 from _rlvr_toys import LetterEnv
 
@@ -38,8 +38,8 @@ ARGS = [
 SCRIPT = """
 import sys
 from _rlvr_toys import LetterEnv
-from rlvr.agents.train_config import load_train_config
-from rlvr.agents.trainer import Trainer
+from rlvr.training.train_config import load_train_config
+from rlvr.training.trainer import Trainer
 Trainer(load_train_config(sys.argv[1:]), make_env=lambda split: LetterEnv()).train()
 """
 

@@ -13,8 +13,8 @@ from rlvr.agents.algorithms import Algorithm, get_algorithm, register_algorithm
 from rlvr.agents.losses import k3_kl
 from rlvr.agents.metrics import token_prob_summary
 from rlvr.agents.policy import response_token_stats
-from rlvr.agents.train_config import load_train_config
-from rlvr.agents.trainer import Trainer
+from rlvr.training.train_config import load_train_config
+from rlvr.training.trainer import Trainer
 
 from _rlvr_toys import LetterEnv
 
@@ -38,7 +38,7 @@ def _trainer(tmp_path, *extra, algo="grpo", steps=1):
 
 def _batch(t, step=1):
     from rlvr.agents.advantages import group_advantages
-    from rlvr.agents.trainer import episodes_to_batch
+    from rlvr.training.trainer import episodes_to_batch
 
     episodes = t.rollout(step)
     rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)

@@ -27,8 +27,8 @@ import torch
 
 from rlvr.agents.rollout.base import SamplingParams
 from rlvr.agents.rollout.multiturn import run_episodes
-from rlvr.agents.train_config import RolloutConfig
 from rlvr.models import load_model
+from rlvr.training.train_config import RolloutConfig
 
 torch.set_num_threads(1)
 API = json.loads((Path(__file__).parent / "data" / "vllm_0_33_api.json").read_text())
@@ -278,8 +278,8 @@ def test_fixture_matches_the_engine_fields_the_backend_relies_on():
 def test_trainer_step_sleeps_the_engine_around_the_update(fake_vllm, tmp_path):
     """One training step with rollout.backend=vllm: the engine samples, sleeps before the
     update, and gets the updated weights after it (the trainer's wiring of the backend)."""
-    from rlvr.agents.train_config import load_train_config
-    from rlvr.agents.trainer import Trainer
+    from rlvr.training.train_config import load_train_config
+    from rlvr.training.trainer import Trainer
 
     cfg = load_train_config(
         {

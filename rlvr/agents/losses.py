@@ -250,7 +250,27 @@ def policy_loss(
         if kl_coef > 0:
             loss = pg_loss + kl_coef * kl_loss
 
+    return loss, {
+        "loss": float(loss.detach()),
+        "pg_loss": float(pg_loss.detach()),
+        "kl_loss": float(kl_loss.detach()),
+        "kl": float(masked_mean(kl_tok.detach(), valid)) if kl_tok is not None else 0.0,
+        **surrogate_metrics(terms, logprobs, old, weights, valid),
+    }
+
+
+def surrogate_metrics(
+    terms: dict[str, torch.Tensor],
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    weights: torch.Tensor | None,
+    mask: torch.Tensor,
+) -> dict[str, float]:
+    """Detached metrics of a surrogate (``clipped_surrogate``'s ``terms``) over ``mask``:
+    ``ppo_kl``, ``clip_frac``, ``dual_clip_frac``, ``ratio/mean|min|max``, ``weight/mean|min|max``,
+    ``kept_frac``, ``n_tokens`` (``policy_loss``'s docstring)."""
     with torch.no_grad():
+        valid = mask.to(torch.bool)
         w = torch.ones_like(logprobs) if weights is None else weights.detach().to(logprobs.dtype)
         n = int(valid.sum())
         ratio = terms["ratio"].detach()
@@ -258,12 +278,8 @@ def policy_loss(
         def mmax(x, fn):
             return float(fn(x[valid])) if n else 0.0
 
-        metrics = {
-            "loss": float(loss.detach()),
-            "pg_loss": float(pg_loss.detach()),
-            "kl_loss": float(kl_loss.detach()),
-            "kl": float(masked_mean(kl_tok.detach(), valid)) if kl_tok is not None else 0.0,
-            "ppo_kl": float(masked_mean(old - logprobs.detach(), valid)),
+        return {
+            "ppo_kl": float(masked_mean(old_logprobs.detach() - logprobs.detach(), valid)),
             "clip_frac": float(masked_mean(terms["clipped"].to(logprobs.dtype), valid)),
             "dual_clip_frac": float(masked_mean(terms["dual_clipped"].to(logprobs.dtype), valid)),
             "ratio/mean": float(masked_mean(ratio, valid)),
@@ -275,4 +291,3 @@ def policy_loss(
             "kept_frac": float(masked_mean((w != 0).to(logprobs.dtype), valid)),
             "n_tokens": float(n),
         }
-    return loss, metrics

@@ -21,7 +21,7 @@ Activations and the KV cache count ``compute_bytes`` per element: 2 under bf16/f
 whose parameters (and so ``bytes`` above) stay fp32.
 
 ``estimate_for_config`` derives every argument from a ``TrainConfig``: the trainer's check and
-the paper plan (``rlvr.reproduce.grid.plan_rows``) call it, so they cannot disagree. The
+the paper plan (``rlvr.reproduce.gpu_plan.plan_rows``) call it, so they cannot disagree. The
 native trainer runs on one device; a run that does not fit one GPU goes to verl.
 """
 

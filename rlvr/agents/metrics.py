@@ -209,7 +209,7 @@ def preserve_metrics(path: str | Path, keep_through_step: int | None) -> Path | 
 
 class MetricsLog:
     """``metrics.jsonl`` of a run, and the trackers that get every record too
-    (``rlvr.agents.trackers``: TensorBoard, Weights & Biases): append, truncate on resume."""
+    (``rlvr.training.trackers``: TensorBoard, Weights & Biases): append, truncate on resume."""
 
     def __init__(self, path: Path, trackers: list | tuple = ()):
         self.path = Path(path)

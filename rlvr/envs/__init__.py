@@ -12,6 +12,7 @@ from rlvr.envs.base import AnyText, Score, SingleTurnEnv, Tool, coerce_text
 from rlvr.envs.registry import (
     ENVS,
     EnvSpec,
+    VerlService,
     VerlSpec,
     env_accepts,
     env_names,
@@ -32,6 +33,17 @@ SEARCH = Tool(
     argument_doc="What to look up, as a short search-engine query.",
     returns="The best matching passages inside <information>, one per line as "
     '"Doc i(Title: title) text".',
+)
+
+#: Search-R1's retrieval service, which run.sh serves with ``rlvr retrieval-serve`` over an index.
+RETRIEVAL = VerlService(
+    what="Search QA: the retrieval service (Search-R1's POST /retrieve)",
+    url_key="retrieval_url",
+    serve='retrieval-serve --index "$RLVR_INDEX" --host {host} --port {port} --topk {topk}',
+    url_var="RLVR_RETRIEVAL_URL",
+    source_var="RLVR_INDEX",
+    source_help="a folder written by rlvr index (e5 over wiki-18)",
+    wait_var="RLVR_RETRIEVAL_WAIT_S",
 )
 
 #: Search-R1 names its parquet data sources after the QA sets
@@ -58,7 +70,7 @@ def register_all() -> None:
             options={"prefilled_think": bool},
             row_options="rlvr.envs.kk.reward:row_options",
             gold="rlvr.envs.kk.reward:gold_text",
-            traces="rlvr.models.traces:KK",
+            traces="rlvr.envs.kk.traces:KK",
             verl=VerlSpec(
                 ability="logic",
                 defaults={"prefilled_think": True},  # Logic-RL's prompts end with <think>
@@ -80,7 +92,7 @@ def register_all() -> None:
             options={"require_think": bool, "answer_form": str, "timeout_s": float, "prefill": str},
             row_options="rlvr.envs.math.reward:row_options",
             gold="rlvr.envs.math.reward:gold_of",
-            traces="rlvr.models.traces:MATH",
+            traces="rlvr.envs.math.traces:MATH",
             verl=VerlSpec(
                 ability="math",
                 data_sources=(  # DeepScaleR's and verl's example math sets
@@ -105,12 +117,21 @@ def register_all() -> None:
             record_keys=("hops",),
             answer_metrics=("em", "f1"),
             gold="rlvr.envs.searchqa.reward:gold_answers",
-            traces="rlvr.models.traces:SEARCHQA",
+            traces="rlvr.envs.searchqa.traces:SEARCHQA",
             verl=VerlSpec(
                 ability="qa",
                 gold="rlvr.envs.searchqa.reward:search_r1_gold",
                 info_keys=("question",),
                 agent_loop="rlvr_searchqa",
+                section="rlvr.envs.searchqa.verl_spec:section",
+                section_keys={  # the agent loop's settings -> search QA's keyword arguments
+                    "retrieval_url": "retriever",
+                    "max_turns": "max_turns",
+                    "topk": "topk",
+                    "max_obs_chars": "max_obs_chars",
+                },
+                task="rlvr.envs.searchqa.verl_spec:task",
+                service=RETRIEVAL,
                 data_sources=SEARCH_R1_SOURCES,
                 export_kwargs="rlvr.envs.searchqa.env:export_kwargs",
             ),
@@ -147,6 +168,7 @@ __all__ = [
     "Score",
     "SingleTurnEnv",
     "Tool",
+    "VerlService",
     "VerlSpec",
     "coerce_text",
     "env_accepts",

@@ -19,6 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from rlvr import registries
 from rlvr.config import ConfigError, did_you_mean
 from rlvr.envs.base import Score, Tool
 
@@ -29,6 +30,30 @@ def load(ref: Any) -> Any:
         module, _, attr = ref.partition(":")
         return getattr(importlib.import_module(module), attr)
     return ref
+
+
+@dataclass(frozen=True)
+class VerlService:
+    """A service a multi-turn environment's verl agent loop calls (search QA: the retrieval
+    service), which a launch folder's run.sh starts on the node unless ``url_var`` names a running
+    one (``rlvr.reproduce.verl.run_script``)."""
+
+    #: What it is, for run.sh's comment (``the retrieval service (Search-R1's POST /retrieve)``).
+    what: str
+    #: The key of its URL in the agent loop's config section.
+    url_key: str
+    #: The ``rlvr`` command line that serves it, formatted with ``host``, ``port`` and the
+    #: section's settings (``retrieval-serve --index "$RLVR_INDEX" --host {host} ...``).
+    serve: str
+    #: The environment variable naming a running service instead.
+    url_var: str
+    #: The environment variable the serving command needs, and what it names.
+    source_var: str
+    source_help: str
+    #: The path that answers when the service is up.
+    health: str = "/health"
+    #: The environment variable bounding the wait for it, in seconds (default one hour).
+    wait_var: str = "RLVR_SERVICE_WAIT_S"
 
 
 @dataclass(frozen=True)
@@ -47,6 +72,16 @@ class VerlSpec:
     info_keys: tuple[str, ...] = ()
     #: The verl agent loop rows name in ``agent_name`` (multi-turn environments).
     agent_loop: str = ""
+    #: ``env_kwargs -> settings`` of the run's config section ``rlvr.<name>`` that the agent loop
+    #: reads (``rlvr.integrations.verl.config`` writes it).
+    section: Any = None
+    #: Keys of that section -> the environment keyword argument each sets in the loop's episodes.
+    section_keys: Mapping[str, str] = field(default_factory=dict)
+    #: ``(extra_info, ground_truth) -> env_kwargs`` of the one-task environment the agent loop
+    #: plays a row on.
+    task: Any = None
+    #: The service the agent loop calls (``None``: none).
+    service: VerlService | None = None
     #: Data-source names of upstream recipes' parquet files this environment scores.
     data_sources: tuple[str, ...] = ()
     #: ``env_kwargs -> env_kwargs`` an export builds the environment with (search QA: a
@@ -92,7 +127,8 @@ class EnvSpec:
     row_options: Any = None
     #: ``info -> ground truth`` as exported rows carry it (default ``info["ground_truth"]``).
     gold: Any = None
-    #: The warm-start trace builder (``rlvr.models.traces.TraceBuilder``); ``None``: no tiny base.
+    #: The warm start of its tiny base (``rlvr.envs.warmstart.TraceBuilder``: trace builders,
+    #: tiny settings); ``None``: no tiny base.
     traces: Any = None
     #: The keyword arguments that change the text a model sees around a task (template, system
     #: prompt, assistant prefill): a model's prompt format (``rlvr.models.prompt_format``) is
@@ -193,10 +229,7 @@ ENVS: dict[str, EnvSpec] = {}
 def register_env(spec: EnvSpec) -> EnvSpec:
     """Add ``spec`` to the registry and ``gymnasium.register`` its id (a different spec under a
     known name raises)."""
-    known = ENVS.get(spec.name)
-    if known is not None and known != spec:
-        raise ValueError(f"env: {spec.name!r} is already registered")
-    ENVS[spec.name] = spec
+    registries.add(ENVS, spec.name, spec, "env")
     if spec.id not in gym.registry:
         gym.register(id=spec.id, entry_point=spec.entry_point, disable_env_checker=True)
     return spec

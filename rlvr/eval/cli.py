@@ -12,7 +12,7 @@ import argparse
 import json
 
 from rlvr.agents.algorithms import load_plugins
-from rlvr.config import ConfigError, config_hash, layered, merge
+from rlvr.config import ConfigError, config_key, layered, merge
 from rlvr.data_paths import rlvr_home
 from rlvr.envs import lift_env_keys, require_env
 from rlvr.eval.config import EvalConfig
@@ -76,10 +76,11 @@ def run_eval(args: argparse.Namespace) -> int:
     cfg = load_eval_config(args.config, list(args.overrides))
     # Only now what evaluates (torch, transformers): a bad configuration is answered at once.
     from rlvr.agents.checkpoint import CheckpointError, check_writable
-    from rlvr.eval.runner import evaluate, save_result
+    from rlvr.eval.records import save_result
+    from rlvr.eval.runner import evaluate
     from rlvr.models.loader import quiet_progress
 
-    out = cfg.out or str(rlvr_home() / "evals" / config_hash(cfg))
+    out = cfg.out or str(rlvr_home() / "evals" / config_key(cfg))
     try:
         check_writable(out)
     except CheckpointError as e:
@@ -96,7 +97,7 @@ def run_eval(args: argparse.Namespace) -> int:
     print(format_summary(result.summary))
     print(
         json.dumps(
-            {"out": out, "seconds": round(result.seconds, 1), "config_hash": config_hash(cfg)}
+            {"out": out, "seconds": round(result.seconds, 1), "config_hash": config_key(cfg)}
         )
     )
     return 0

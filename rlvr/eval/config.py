@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rlvr.config import unkeyed
 from rlvr.device import check_device
 
 
@@ -38,7 +39,7 @@ class EvalConfig:
     seed: int = 0
     backend: Literal["auto", "rollout", "generate"] = "auto"
     device: str = "cpu"
-    out: str = ""
+    out: str = unkeyed("")
 
     def __post_init__(self):
         for name in ("n_items", "batch_size", "max_new_tokens"):

@@ -5,41 +5,42 @@ draws items ``0..n_items-1`` of each group (fewer when the split has fewer tasks
 ``env.reset(seed=cfg.seed, options={"index": i})`` (``split="test"``), generates one greedy
 response and ``k`` sampled responses per item in batches (a tqdm bar counts responses), scores
 each with the environment's own ``step`` and returns every response as a record (see
-``rlvr.eval.metrics``) with the summary per group. ``write_jsonl`` saves the records, so figures
-are redrawn without rerunning the model.
+``rlvr.eval.metrics``) with the summary per group. ``rlvr.eval.records`` saves the records, so
+figures are redrawn without rerunning the model.
 
 ``EvalConfig`` is the one description of an evaluation: the trainer's periodic evaluation is
 the ``EvalConfig`` its ``eval.*`` schedule and ``rollout.*`` settings give
-(``rlvr.agents.train_config.periodic_eval_config``), played on the live policy.
+(``rlvr.training.train_config.periodic_eval_config``), played on the live policy.
 
-Responses come from the evaluation loop the trainer also uses (``rlvr.eval.loop``): the trainer's
-rollout backend (``rlvr.agents.rollout.hf``; ``backend=generate`` swaps in ``model.generate``) and
-its episode driver, so tool calls, observations and turn limits of multi-turn environments (search
-QA) match training exactly.
+Responses come from the job loop the trainer also uses (``rlvr.agents.rollout.jobs``): the
+trainer's rollout backend (``rlvr.agents.rollout.hf``; ``backend=generate`` swaps in
+``model.generate``) and its episode driver, so tool calls, observations and turn limits of
+multi-turn environments (search QA) match training exactly.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from rlvr.agents.rollout import Generation, RolloutBackend, SamplingParams, make_backend
 from rlvr.agents.rollout.chat import model_prompt
+from rlvr.agents.rollout.jobs import Job, plan, play
 from rlvr.agents.rollout.multiturn import episode_seed
 from rlvr.config import ConfigError
 from rlvr.device import check_device_present, resolve_device
 from rlvr.envs import env_spec, make_env
 from rlvr.eval.config import EvalConfig
-from rlvr.eval.loop import Job, plan, play
 from rlvr.eval.metrics import ANSWER_METRICS, summarize_by_group
+from rlvr.eval.records import jsonable
+from rlvr.models import load_model
+from rlvr.models.names import check_model_name
+from rlvr.models.prompt_formats import with_format
 
 
 @dataclass
@@ -117,20 +118,6 @@ def _groups(cfg: EvalConfig) -> list[tuple[str, dict[str, Any]]]:
     return [(str(v), {**cfg.env_kwargs, cfg.group_by: v}) for v in cfg.group_values]
 
 
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple, set)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if x is None or isinstance(x, (str, int, float, bool)):
-        return x
-    return str(x)
-
-
 def _record(
     cfg: EvalConfig,
     group: str,
@@ -159,14 +146,14 @@ def _record(
         "reward": float(reward),
         "correct": bool(step_info.get("correct")),
         "reason": step_info.get("reason", ""),
-        "parsed": _jsonable(step_info.get("parsed")),
-        "ground_truth": _jsonable(reset_info.get("ground_truth")),
-        "components": _jsonable(step_info.get("reward_components", {})),
+        "parsed": jsonable(step_info.get("parsed")),
+        "ground_truth": jsonable(reset_info.get("ground_truth")),
+        "components": jsonable(step_info.get("reward_components", {})),
     }
     spec = env_spec(cfg.env)
     for key in spec.record_keys:
         if key in reset_info:
-            rec[key] = _jsonable(reset_info[key])
+            rec[key] = jsonable(reset_info[key])
     for name in spec.answer_metrics:  # EM and F1 of a QA answer
         rec[name] = ANSWER_METRICS[name](step_info.get("parsed"), reset_info.get("ground_truth"))
     rec.update(extra or {})
@@ -240,7 +227,7 @@ class ResponseBar:
 def _records(
     cfg: EvalConfig, model, tokenizer, tasks, multi_turn: bool, bar
 ) -> list[dict[str, Any]]:
-    """Play every job (``rlvr.eval.loop``) and turn each episode into a record.
+    """Play every job (``rlvr.agents.rollout.jobs``) and turn each episode into a record.
 
     Single-turn tasks sample with the seed of their chunk itself and list their records task by
     task; multi-turn tasks (search QA) run the trainer's multi-turn driver with the chunk seed,
@@ -339,10 +326,6 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
     start = time.perf_counter()
     source = "settings given"
     if model is None:
-        from rlvr.models import load_model
-        from rlvr.models.names import check_model_name
-        from rlvr.models.prompt_formats import with_format
-
         check_model_name(cfg.model)
         kwargs, fmt = with_format(cfg.model, cfg.env, cfg.env_kwargs)
         if fmt is not None and fmt.settings(cfg.env):
@@ -398,44 +381,6 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
     )
 
 
-def write_jsonl(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
-    """One JSON object per response (written to a temporary file, then renamed)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        for r in records:
-            f.write(json.dumps(_jsonable(r)) + "\n")
-    tmp.replace(path)
-    return path
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def save_result(result: EvalResult, out_dir: str | Path) -> Path:
-    """``responses.jsonl`` and ``summary.json`` (config, seconds, metrics per group) in
-    ``out_dir``."""
-    out = Path(out_dir)
-    write_jsonl(result.records, out / "responses.jsonl")
-    (out / "summary.json").write_text(
-        json.dumps(
-            _jsonable(
-                {
-                    "config": result.config,
-                    "prompt_format": result.prompt,
-                    "seconds": round(result.seconds, 2),
-                    "summary": result.summary,
-                }
-            ),
-            indent=2,
-        )
-    )
-    return out
-
-
 __all__ = [
     "Completion",
     "EvalConfig",
@@ -443,7 +388,4 @@ __all__ = [
     "evaluate",
     "make_env",
     "make_generate_fn",
-    "read_jsonl",
-    "save_result",
-    "write_jsonl",
 ]

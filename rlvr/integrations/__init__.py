@@ -8,12 +8,13 @@ where that library is installed:
   ``import verl``); ``actor``: a whole actor loss for verl's ``set_loss_fn`` (logit-shaped
   GRPO-SG, 80/20, Lopti); ``trainer``, ``main``: verl's PPO trainer and ``main_ppo`` with the
   method chosen by the config's ``rlvr:`` section (``python -m rlvr.integrations.verl.main``);
-  ``agent_loop``: the ``rlvr_searchqa`` agent loop (search QA's multi-turn protocol in verl's
-  rollout workers); ``reward``: ``compute_score(data_source, solution_str, ground_truth,
-  extra_info)`` for verl's ``reward.custom_reward_function``, dispatching to the registered
-  environments; ``data``: our tasks as verl-ready parquet (``rlvr prepare-verl``; needs only
-  pyarrow); ``config``, ``scripts``, ``results``, ``checkpoints``: a reproduction's runs as
-  verl launch folders and back (``rlvr reproduce --engine verl`` / ``--from-verl``), verl-free.
+  ``agent_loop``: one agent loop per multi-turn environment (``EnvSpec.verl``: search QA's
+  ``rlvr_searchqa``) in verl's rollout workers; ``reward``: ``compute_score(data_source,
+  solution_str, ground_truth, extra_info)`` for verl's ``reward.custom_reward_function``,
+  dispatching to the registered environments; ``data``: our tasks as verl-ready parquet
+  (``rlvr prepare-verl``; needs only pyarrow); ``config``: one ``TrainConfig`` as verl's
+  overrides; ``checkpoints``: what a checkpoint verl saved stands for. The reproduction's verl
+  engine that writes launch folders and reads them back is ``rlvr.reproduce.verl``.
 - ``trl_rewards``: reward functions in TRL ``GRPOTrainer``'s signature, a dataset export in its
   prompt format, and the search environment for its ``environment_factory``.
 - ``episodes``: one text episode of any registered env, the layer the adapters below share.

@@ -1,7 +1,7 @@
 """Build, cache and load the tiny base models.
 
 A build is: train a tokenizer on task text -> initialise a Qwen2 model of ``ArchConfig`` ->
-supervised warm start on generator traces (``rlvr.models.traces``) -> ``save_pretrained``.
+supervised warm start on generator traces (``rlvr.envs.warmstart``) -> ``save_pretrained``.
 It lives in ``rlvr_home()/models/<name>-<hash>``, where the hash covers the whole
 ``BuildConfig`` *and* a fingerprint of the first generated examples, so a change to any setting
 or to a generator's output gives a new directory instead of a stale model. Directories are
@@ -24,22 +24,19 @@ from typing import Any
 
 import torch
 
-from rlvr.config import ConfigError, merge, parse_overrides, to_dict
+from rlvr.config import ConfigError, config_key, merge, parse_overrides, to_dict
 from rlvr.data_paths import rlvr_home
+from rlvr.envs import warmstart
 from rlvr.locks import hold
-from rlvr.models import accept, traces
+from rlvr.models import accept
 from rlvr.models.accept import DRAW_STRIDE, AcceptConfig
-from rlvr.models.sft import SFTConfig, sft
+from rlvr.models.sft import SFTConfig, epochs, prefetch, sft
 from rlvr.models.tiny import ArchConfig, build_tiny, count_parameters
 from rlvr.models.tokenizer import PROBE_TEXT, load_tokenizer, reload_mismatch, train_tokenizer
 from rlvr.repro import machine_info, weights_sha256
 
 BUILD_FORMAT = 3  # bump when the build procedure itself changes meaning (2: Qwen2 text split;
 # 3: the reproducible mode's float32 sqrt, rlvr.blas.sqrt, which moved every base's bits)
-#: Settings added after BUILD_FORMAT 3 whose default computes the same bits as a build before
-#: them (tests/test_models.py): left out of the key at that default, so cached bases keep theirs.
-LATER_SETTINGS = {("sft", "micro_batches"): 1}
-LATER_SECTIONS = {"accept": AcceptConfig()}
 
 
 @dataclass(frozen=True)
@@ -48,11 +45,13 @@ class TokenizerConfig:
 
     vocab_size: int = 1024
     min_frequency: int = 2
-    #: Tasks whose text the tokenizer is trained on (all three: one vocabulary covers every task,
-    #: and every base built with the same ``TokenizerConfig`` gets the same tokenizer).
-    tasks: tuple[str, ...] = ("kk", "math", "searchqa")
-    #: Task settings of the tokenizer corpus (default: ``traces.TINY_SETTINGS``).
-    settings: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(traces.TINY_SETTINGS))
+    #: Tasks whose text the tokenizer is trained on (``()``: every registered environment with a
+    #: warm start, ``rlvr.envs.warmstart.tasks``). One vocabulary covers every task, and every base
+    #: built with the same ``TokenizerConfig`` gets the same tokenizer.
+    tasks: tuple[str, ...] = ()
+    #: Task settings of the tokenizer corpus (a task without an entry: its tiny settings,
+    #: ``rlvr.envs.warmstart.tiny_settings``).
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     texts_per_task: int = 3000
     seed: int = 1234
 
@@ -61,7 +60,8 @@ class TokenizerConfig:
 class BuildConfig:
     name: str = "tiny-kk"
     task: str = "kk"
-    #: Task settings handed to ``rlvr.models.traces`` (generator options, template, CoT...).
+    #: Task settings handed to the task's warm start (``rlvr.envs.warmstart``: generator options,
+    #: template, CoT...).
     data: dict[str, Any] = field(default_factory=dict)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     arch: ArchConfig = ArchConfig()
@@ -74,11 +74,11 @@ class BuildConfig:
     accept: AcceptConfig = AcceptConfig()
 
     def __post_init__(self):
-        if self.task not in traces.tasks():
+        if self.task not in warmstart.tasks():
             raise ConfigError(
-                f"BuildConfig.task must be one of {sorted(traces.tasks())}, got {self.task!r}"
+                f"BuildConfig.task must be one of {sorted(warmstart.tasks())}, got {self.task!r}"
             )
-        unknown = set(self.tokenizer.tasks) - set(traces.tasks())
+        unknown = set(self.tokenizer.tasks) - set(warmstart.tasks())
         if unknown:
             raise ConfigError(f"BuildConfig.tokenizer.tasks has unknown task(s) {sorted(unknown)}")
         if not self.name or "/" in self.name:
@@ -90,28 +90,27 @@ class BuildConfig:
 def tokenizer_corpus(
     cfg: TokenizerConfig, per_task: int | None = None, progress: bool = False
 ) -> list[str]:
-    """Texts of every task in ``cfg.tasks``, ``per_task`` (default ``texts_per_task``) each
+    """Texts of every task of ``cfg``, ``per_task`` (default ``texts_per_task``) each
     (``progress``: a bar per task; the corpus takes tens of seconds before a build's SFT)."""
     from tqdm.auto import tqdm
 
     texts: list[str] = []
     n = per_task or cfg.texts_per_task
-    for task in cfg.tasks:
-        if task not in cfg.settings:
-            raise ConfigError(f"tokenizer.settings has no entry for task {task!r}")
+    for task in cfg.tasks or warmstart.tasks():
+        settings = cfg.settings[task] if task in cfg.settings else warmstart.tiny_settings(task)
 
         def bar(stream, task=task):
             desc = f"tokenizer texts ({task})"
             return tqdm(stream, total=n, desc=desc, disable=not progress, leave=False)
 
-        texts += traces.tokenizer_texts(task, cfg.settings[task], n, seed=cfg.seed, wrap=bar)
+        texts += warmstart.tokenizer_texts(task, settings, n, seed=cfg.seed, wrap=bar)
     return texts
 
 
 def data_fingerprint(cfg: BuildConfig, n: int = 16) -> str:
     """Hash of the first ``n`` training examples and tokenizer texts: catches generator changes."""
     h = hashlib.sha256()
-    for seg in traces.take(traces.example_stream(cfg.task, cfg.data, seed=cfg.seed), n):
+    for seg in warmstart.take(warmstart.example_stream(cfg.task, cfg.data, seed=cfg.seed), n):
         h.update(json.dumps(seg).encode())
     for text in tokenizer_corpus(cfg.tokenizer, per_task=4):
         h.update(text.encode())
@@ -119,20 +118,10 @@ def data_fingerprint(cfg: BuildConfig, n: int = 16) -> str:
 
 
 def build_key(cfg: BuildConfig) -> str:
-    """``<name>-<12 hex>``: hash of the full configuration plus the data fingerprint."""
-    config = to_dict(cfg)
-    for (section, name), default in LATER_SETTINGS.items():
-        if config[section][name] == default:
-            del config[section][name]
-    for section, default in LATER_SECTIONS.items():
-        if config[section] == to_dict(default):
-            del config[section]
-    blob = json.dumps(
-        {"format": BUILD_FORMAT, "config": config, "data": data_fingerprint(cfg)},
-        sort_keys=True,
-        default=str,
-    )
-    return f"{cfg.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+    """``<name>-<12 hex>``: the key of the configuration (``rlvr.config.config_key``: its fields
+    that differ from the defaults, so a setting added with a default that builds the same bits
+    moves no key) with the build format and the data fingerprint."""
+    return f"{cfg.name}-{config_key(cfg, format=BUILD_FORMAT, data=data_fingerprint(cfg))}"
 
 
 #: Minutes one draw of each preset's build takes on a 2-core AMD EPYC (tiny-kk 11.5 min and the
@@ -165,11 +154,11 @@ def build(cfg: BuildConfig, out_dir: str | Path, progress: bool = True) -> dict[
             f"build {cfg.name}: the tokenizer loads as {type(tokenizer).__name__} and encodes "
             f"{differs[:80]!r} otherwise than trained (rlvr.models.tokenizer)"
         )
-    stream = traces.example_stream(cfg.task, cfg.data, seed=cfg.seed)
+    stream = warmstart.example_stream(cfg.task, cfg.data, seed=cfg.seed)
     if cfg.unique_examples:
         from tqdm.auto import tqdm
 
-        pool = traces.take(
+        pool = warmstart.take(
             tqdm(
                 stream,
                 total=cfg.unique_examples,
@@ -179,9 +168,9 @@ def build(cfg: BuildConfig, out_dir: str | Path, progress: bool = True) -> dict[
             ),
             cfg.unique_examples,
         )
-        stream = traces.epochs(pool, seed=cfg.seed)
+        stream = epochs(pool, seed=cfg.seed)
     else:
-        stream = traces.prefetch(stream)
+        stream = prefetch(stream)
     stats = sft(model, tokenizer, stream, cfg.sft, progress=progress, desc=f"build {cfg.name}")
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

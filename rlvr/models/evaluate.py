@@ -1,9 +1,9 @@
 """Accuracy of a base model on held-out items of its task (greedy, or avg@k when sampling).
 
 A small check for building and tuning the tiny bases; the full evaluation runner is
-``rlvr.eval``. Responses come from the shared evaluation loop (``rlvr.eval.loop``: the trainer's
-rollout backend and episode driver) and are scored by the environment's own ``step``; search QA
-also reports the share of episodes that called the search tool.
+``rlvr.eval``. Responses come from the shared job loop (``rlvr.agents.rollout.jobs``: the
+trainer's rollout backend and episode driver) and are scored by the environment's own
+``step``; search QA also reports the share of episodes that called the search tool.
 """
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ from collections import defaultdict
 from typing import Any
 
 from rlvr.agents.rollout import SamplingParams, make_backend
-from rlvr.envs import env_spec
-from rlvr.eval.loop import plan, play, task_runs
-from rlvr.models import traces
+from rlvr.agents.rollout.jobs import plan, play, task_runs
+from rlvr.envs import env_spec, warmstart
 
 
 def _item_envs(task: str, settings: dict[str, Any], items: list, split: str):
-    """``envs_for`` over ``items``: an env reset to each job's item (``traces.eval_items`` draws
+    """``envs_for`` over ``items``: an env reset to each job's item (``warmstart.eval_items`` draws
     item ``i`` of a group with ``reset(seed=0, options={"index": i})``). Single-turn jobs of one
     item share an env, which scores any number of responses after one ``reset``; a multi-turn
     episode needs an env of its own. Items are told apart by the env's ``group_key``."""
@@ -37,7 +36,7 @@ def _item_envs(task: str, settings: dict[str, Any], items: list, split: str):
             kwargs = {**settings, key: items[j].info[key]} if key else settings
             for n in range(end - start):
                 if n == 0 or spec.multi_turn:
-                    env = traces.make_env(task, kwargs, split)
+                    env = warmstart.make_env(task, kwargs, split)
                     env.reset(seed=0, options={"index": index[j]})
                 envs.append(env)
                 prompts.append(items[j].prompt)
@@ -73,8 +72,8 @@ def evaluate_base(
     if k > 1 and temperature == 0:
         raise ValueError("k > 1 samples need temperature > 0 (greedy samples are identical)")
     spec = env_spec(task)
-    items = traces.eval_items(task, settings, n, split)
-    budget = max_new_tokens or traces.builder(task).max_new_tokens
+    items = warmstart.eval_items(task, settings, n, split)
+    budget = max_new_tokens or warmstart.builder(task).max_new_tokens
     params = SamplingParams(max_new_tokens=budget, temperature=temperature, stop=spec.stop)
     mode = "greedy" if temperature == 0 else "sample"
     jobs = plan(len(items), greedy=mode == "greedy", k=0 if mode == "greedy" else k)

@@ -11,27 +11,33 @@ from __future__ import annotations
 
 import dataclasses
 
+from rlvr.envs.warmstart import tiny_settings
 from rlvr.models.accept import AcceptConfig
-from rlvr.models.build import BuildConfig
+from rlvr.models.build import BuildConfig, TokenizerConfig
 from rlvr.models.names import parse_spec  # noqa: F401  (the preset names, checked without torch)
 from rlvr.models.sft import SFTConfig
 from rlvr.models.tiny import ArchConfig
-from rlvr.models.traces import TINY_SETTINGS
+
+#: The tokenizer every preset shares, part of their recipe: trained on the text of the three tasks
+#: at their tiny settings (an environment registered later does not change it).
+TOKENIZER = TokenizerConfig(tasks=("kk", "math", "searchqa"))
 
 PRESETS: dict[str, BuildConfig] = {
     # K&K by puzzle size (issue 28): a base between 0.05 and 0.8 greedy on 3, 4 and 5 people.
     # What each change does (docs/tiny_models.md, "K&K by puzzle size"): puzzles up to 6 people
     # with weight decay 0.1 give a draw the roles' logic at 5 people; copy examples of 2-8 names
-    # laid out as answer lines (``copy_roles``, traces.copy_example) make the name copy a copy by
-    # content; four key-value heads and prompt tokens at weight 0.1 make it form on more draws.
+    # laid out as answer lines (``copy_roles``, rlvr.envs.kk.traces.kk_copy_example) make the
+    # name copy a copy by content; four key-value heads and prompt tokens at weight 0.1 make it
+    # form on more draws.
     # Two micro-batches put the build on two cores (same bits on one): 4,500 steps in ~12 min.
     # Whether a draw gets all three sizes is itself a draw (5 of the 7 measured did), so each is
     # checked on 100 train-split puzzles per size and redrawn, up to 6 draws, when it misses.
     "tiny-kk": BuildConfig(
         name="tiny-kk",
+        tokenizer=TOKENIZER,
         task="kk",
         data={
-            **TINY_SETTINGS["kk"],
+            **tiny_settings("kk"),
             "n_people": [2, 3, 4, 5, 6],
             "copy_aux": 0.5,
             "copy_roles": True,
@@ -50,32 +56,36 @@ PRESETS: dict[str, BuildConfig] = {
         ),
         accept=AcceptConfig(draws=6, groups=(3, 4, 5)),
     ),
-    # 30 % of the worked solutions box a near miss (``slip_frac``, traces.slipped_solution): on
-    # clean traces the base's errors were missing arithmetic and GRPO gained +1.9 points of avg@4
-    # at most; with slips it has a behaviour to remove (+7.8, 3 seeds; docs/tiny_models.md).
+    # 30 % of the worked solutions box a near miss (``slip_frac``, rlvr.envs.math.traces.
+    # slipped_solution): on clean traces the base's errors were missing arithmetic and GRPO gained
+    # +1.9 points of avg@4 at most; with slips it has a behaviour to remove (+7.8, 3 seeds;
+    # docs/tiny_models.md).
     # 2,800 steps (7.0 min at 2 threads) give a base near greedy 0.37 rather than 0.14.
     "tiny-math": BuildConfig(
         name="tiny-math",
+        tokenizer=TOKENIZER,
         task="math",
-        data={**TINY_SETTINGS["math"], "slip_frac": 0.3},
+        data={**tiny_settings("math"), "slip_frac": 0.3},
         # sympy makes ~60 problems/s here, slower than training consumes them: draw 8,000 once.
         unique_examples=8000,
         sft=SFTConfig(steps=2800, batch_size=32, lr=2e-3, warmup_steps=50),
     ),
     # Traces from 256 other synthetic worlds, never the one RL trains and evaluates on: on one
-    # world the base memorised the corpus instead of learning to read (see traces.py). Half the
-    # traces answer without searching (``direct_frac``), like a pretrained model answering from
-    # memory: a base that always searched left RL no tool-use share to raise (measured 1.00).
-    # 30 % reading examples (``read_aux``, traces.reading_example: only the answer after the
+    # world the base memorised the corpus instead of learning to read (see
+    # rlvr/envs/searchqa/traces.py). Half the traces answer without searching (``direct_frac``),
+    # like a pretrained model answering from memory: a base that always searched left RL no
+    # tool-use share to raise (measured 1.00).
+    # 30 % reading examples (``read_aux``, searchqa's reading_example: only the answer after the
     # observations is trained) and 4,000 steps: at 3,600 steps without them one base draw of
     # two gained +0.07 greedy EM under GRPO, because it could not read the answer out of a
     # retrieved passage; with them GRPO gains +0.40 / +0.41 / +0.41 on bases @0 / @1 / @2
     # (results/tiny/SEARCHQA_DIAGNOSIS.md). 57-61 min at 1 thread (AMD EPYC Zen 2).
     "tiny-searchqa": BuildConfig(
         name="tiny-searchqa",
+        tokenizer=TOKENIZER,
         task="searchqa",
         data={
-            **TINY_SETTINGS["searchqa"],
+            **tiny_settings("searchqa"),
             "trace_worlds": 256,
             "direct_frac": 0.5,
             "read_aux": 0.3,

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from rlvr.config import ConfigError, deep_merge
-from rlvr.envs import ENVS, env_spec
+from rlvr.envs import ENVS, env_spec, warmstart
 from rlvr.models.names import parse_spec
 from rlvr.models.pretrained import PRETRAINED
 from rlvr.prompt_format import (
@@ -66,9 +66,7 @@ def model_format(model: str, _depth: int = 0) -> PromptFormat | None:
 
 def _built(task: str, data: Mapping[str, Any], source: str) -> PromptFormat:
     """A tiny base's format: its trace settings less the trace builder's own options."""
-    from rlvr.models import traces
-
-    kwargs = traces.env_kwargs(task, dict(data)) if task in ENVS else dict(data)
+    kwargs = warmstart.env_kwargs(task, dict(data)) if task in ENVS else dict(data)
     return PromptFormat(task, kwargs, from_scratch=True, source=source)
 
 

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import queue
 import random
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,8 +42,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-Segment = tuple[str, bool]
-
+from rlvr.envs.warmstart import Segment
 
 #: Consecutive too-long examples after which ``sft`` gives up with a clear error.
 MAX_SKIPS_IN_A_ROW = 1000
@@ -319,3 +320,60 @@ def sft(
         "loss_ema": round(ema_loss, 4),
         "skipped_too_long": skipped,
     }
+
+
+# -- feeding examples ------------------------------------------------------------------------
+def epochs(examples: list, seed: int = 0) -> Iterator:
+    """Endless passes over ``examples``, each in a fresh seeded order."""
+    if not examples:
+        raise ValueError("epochs() needs at least one example")
+    rng = random.Random(seed)
+    while True:
+        order = list(range(len(examples)))
+        rng.shuffle(order)
+        for i in order:
+            yield examples[i]
+
+
+def prefetch(it: Iterator, size: int = 256) -> Iterator:
+    """Yield ``it``'s items in order, produced ahead by one background thread.
+
+    Generating examples is pure Python (sympy for math) while a training step is mostly torch
+    kernels that release the GIL, so the two overlap. One producer keeps the order (and so the
+    build) deterministic.
+    """
+    buf: queue.Queue = queue.Queue(maxsize=size)
+    done = object()
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                buf.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce():
+        try:
+            for item in it:
+                if not put(item):
+                    return
+        except Exception as e:  # handed to the consumer, which re-raises it
+            put(e)
+            return
+        put(done)
+
+    thread = threading.Thread(target=produce, daemon=True, name="rlvr-prefetch")
+    thread.start()
+    try:
+        while True:
+            item = buf.get()
+            if item is done:
+                return
+            if isinstance(item, Exception):
+                raise item
+            yield item
+    finally:
+        stop.set()

@@ -22,38 +22,41 @@ evaluates it, and says per number:
 After the table, one line per rerun run says where its headline number (greedy accuracy or EM)
 lies against that prediction interval.
 
-Runs are sampled in a fixed order: base seed, RL seed, then GRPO before the other methods and
-K&K before math and search QA (the first is the README's main job's run).
+Runs are sampled in a fixed order: base seed, RL seed, then the baseline GRPO (the default
+``algo``) before the other registered methods, and the grid's settings in its order, K&K before
+math and search QA (the first is the README's main job's run).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rlvr.agents.algorithms import algorithm_names
+from rlvr.config import KEY_SCHEMA
 from rlvr.data_paths import rlvr_home
 from rlvr.eval.power import prediction_interval
 from rlvr.eval.stats import Interval
 from rlvr.repro import machine_info, machine_line
 from rlvr.reproduce.common import markdown_table
 from rlvr.reproduce.grid import get_grid
+from rlvr.reproduce.keys import run_key
 from rlvr.reproduce.runs import (
     DONE,
     base_weights,
     ensure_eval,
     ensure_run,
     eval_config,
-    run_key,
     train_config,
 )
+from rlvr.training.train_config import TrainConfig
 
 _LABEL = re.compile(
     r"^(?P<setting>[\w-]+)/(?P<what>[\w-]+)/(?:base(?P<base>\d+)/)?seed(?P<seed>\d+)$"
 )
-_SETTING_ORDER = ("kk", "math", "searchqa")
-_METHOD_ORDER = ("grpo", "grpo_sg", "reverse", "ar", "lopti", "entropy_top")
 
 
 def load_records(folder: Path) -> tuple[dict[str, Any], dict[str, dict], dict[str, dict]]:
@@ -94,19 +97,18 @@ def parse_label(label: str) -> dict[str, Any] | None:
     }
 
 
-def sample_labels(records: dict[str, dict], n: int) -> list[str]:
-    """The first ``n`` rerunnable runs in the fixed order of the module docstring."""
+def sample_labels(records: dict[str, dict], n: int, settings: Sequence[str] = ()) -> list[str]:
+    """The first ``n`` rerunnable runs (a registered method's, at its default point) in the
+    order of the module docstring: the baseline (the default ``algo``) before the other methods
+    in registration order, and ``settings`` (the grid's, in its order) before any other."""
+    methods = [TrainConfig.algo, *(a for a in algorithm_names() if a != TrainConfig.algo)]
 
     def order(label: str):
         p = parse_label(label)
-        return (
-            p["base"],
-            p["seed"],
-            _METHOD_ORDER.index(p["what"]) if p["what"] in _METHOD_ORDER else 99,
-            _SETTING_ORDER.index(p["setting"]) if p["setting"] in _SETTING_ORDER else 99,
-        )
+        where = settings.index(p["setting"]) if p["setting"] in settings else len(settings)
+        return (p["base"], p["seed"], methods.index(p["what"]), where, p["setting"])
 
-    ok = [lab for lab in records if (p := parse_label(lab)) and p["what"] in _METHOD_ORDER]
+    ok = [lab for lab in records if (p := parse_label(lab)) and p["what"] in methods]
     return sorted(ok, key=order)[: max(0, n)]
 
 
@@ -186,12 +188,20 @@ def run_check(
     recorded_on = machine_line(meta["machine"]) if "machine" in meta else "an unrecorded machine"
     print(f"[check] {folder}: recorded on {recorded_on}")
     print(f"[check] here: {machine_line(machine_info())}", flush=True)
-    for label in sample_labels(records, sample):
+    # "key_schema": absent from folders written under schema 1 (whole configurations hashed)
+    same_keys = meta.get("key_schema", 1) == KEY_SCHEMA
+    if not same_keys:
+        print(
+            f"[check] its run keys are of schema {meta.get('key_schema', 1)}, this checkout's of "
+            f"{KEY_SCHEMA}: configurations are not compared by key",
+            flush=True,
+        )
+    for label in sample_labels(records, sample, list(grid.settings)):
         p = parse_label(label)
         rec = records[label]
         setting = grid.settings[p["setting"]]
         cfg = train_config(setting, p["what"], p["seed"], base_seed=p["base"])
-        if run_key(cfg) != rec["key"]:
+        if same_keys and run_key(cfg) != rec["key"]:
             rows.append(
                 [
                     label,
@@ -204,7 +214,7 @@ def run_check(
             summaries.append(f"[check] {label}: not comparable: this checkout's config differs")
             outside += 1
             continue
-        cached = (Path(cache) / "runs" / rec["key"] / DONE).exists()
+        cached = (Path(cache) / "runs" / run_key(cfg) / DONE).exists()
         run = ensure_run(cfg, cache, progress=progress)
         base = base_weights(cfg.model)
         committed_base = bases.get(cfg.model, {}).get("weights_sha256", "")

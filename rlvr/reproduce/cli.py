@@ -7,7 +7,7 @@ their runs from the plan; the report part (``report``, ``compare``, ``check``) r
 wrote; this module ties them together. ``--profile`` is the old name of ``--grid`` (deprecated).
 
 ``--engine verl --grid paper --out DIR`` trains nothing: it writes one verl launch folder per
-training run of the figures and tables named (``rlvr.integrations.verl.scripts``).
+training run of the figures and tables named (``rlvr.reproduce.verl.launch``).
 
 Outputs are named after the script (``fig2.png``, ``fig2.csv``, ``table_kk.md``...) in ``--out``
 (default ``rlvr-results/<grid>/`` in the working directory; ``rlvr-results/<grid>-smoke/``
@@ -16,9 +16,10 @@ with ``--smoke``): the committed ``results/`` are written only when ``--out`` na
 ``--compare OLD NEW`` sets two reports' claim verdicts side by side (``rlvr.reproduce.compare``);
 ``--power DIR`` prints DIR's claims with their precision and the draws and items that would
 decide them (``rlvr.reproduce.precision``); ``--report DIR`` writes DIR's REPORT.md again from
-its files (``rlvr.reproduce.report.rewrite_report``).
+its files (``rlvr.reproduce.report.rewrite_report``). Heavy modules (the figures, the run cache,
+torch) are imported only when a command runs: ``rlvr reproduce --help`` answers at once.
 ``--from-verl DIR`` takes the training runs from a folder verl trained
-(``rlvr.integrations.verl.results``) and writes to ``DIR/results`` by default.
+(``rlvr.reproduce.verl.results``) and writes to ``DIR/results`` by default.
 Training runs and
 evaluations are cached under ``--cache`` (default ``rlvr_home()``; with ``--smoke``,
 ``<out>/.cache``) by config hash, shared by every script and resumed when interrupted. With
@@ -36,26 +37,25 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlvr.config import ConfigError
+from rlvr.config import ConfigError, did_you_mean
 from rlvr.data_paths import rlvr_home
 from rlvr.models.names import parse_spec
-from rlvr.reproduce.figures import FIGURES, NAMES
-from rlvr.reproduce.grid import PLAN_NOTE, check_engines, get_grid, grid_names, plan_rows, validate
+from rlvr.reproduce.grid import get_grid, grid_names, validate
 
 if TYPE_CHECKING:
     from rlvr.reproduce.common import Context
 
-#: ``--power``'s default half-width (``rlvr.reproduce.precision.TARGET``; the help lists it
-#: without importing the statistics).
-TARGET_HELP = 0.03
+#: What ``--help`` lists without importing the figure registry (``rlvr.reproduce.figures``, which
+#: loads what draws them); ``tests/test_progress.py`` keeps both equal to the registry's.
+FIGURE_HELP = "fig1, fig2, fig3, fig4, table_kk, table_math, table_qa, sweep"
+TARGET_HELP = 0.03  # rlvr.reproduce.precision.TARGET
 
 
 def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "name",
         nargs="?",
-        choices=NAMES,
-        help="the figure or table to reproduce (all: every one + REPORT.md)",
+        help=f"the figure or table to reproduce ({FIGURE_HELP}; all: every one + REPORT.md)",
     )
     parser.add_argument(
         "--check",
@@ -133,7 +133,7 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
         default="native",
         choices=("native", "verl"),
         help="native: train here (default); verl: write one verl launch folder per run of the "
-        "paper grid into --out (rlvr.integrations.verl.scripts; --grid paper only)",
+        "paper grid into --out (rlvr.reproduce.verl.launch; --grid paper only)",
     )
     parser.add_argument("--cache", default=None, help="run cache folder (default RLVR_HOME)")
     parser.add_argument(
@@ -162,6 +162,7 @@ def has_gpu() -> bool:
 
 def print_plan(ctx: Context, name: str) -> int:
     from rlvr.reproduce.common import markdown_table
+    from rlvr.reproduce.gpu_plan import PLAN_NOTE, plan_rows
 
     n = validate(ctx.grid)
     rows = plan_rows(ctx.grid)
@@ -188,8 +189,8 @@ def print_plan(ctx: Context, name: str) -> int:
 
 def write_verl(args: argparse.Namespace) -> int:
     """``--engine verl``: the launch folder of every run ``args.name`` needs (no training)."""
-    from rlvr.integrations.verl.scripts import write
     from rlvr.reproduce.common import command_line
+    from rlvr.reproduce.verl.launch import write
 
     if args.grid != "paper" or args.smoke:
         raise SystemExit("--engine verl: writes the paper grid; use --grid paper, no --smoke")
@@ -234,6 +235,7 @@ def grid_name(args: argparse.Namespace) -> str:
 def run_all(ctx: Context) -> dict:
     """Every figure and table in ``FIGURES`` order, then REPORT.md (they share the run cache, so
     each run is trained once)."""
+    from rlvr.reproduce.figures import FIGURES
     from rlvr.reproduce.report import write_report
 
     metas = {}
@@ -252,11 +254,11 @@ def run_reproduce(args: argparse.Namespace) -> int:
 
         return run_compare(Path(args.compare[0]), Path(args.compare[1]))
     if args.power:
+        from rlvr.reproduce.figures import report_order
         from rlvr.reproduce.precision import TARGET, run_power
-        from rlvr.reproduce.report import ORDER
 
         target = TARGET if args.target is None else args.target
-        return run_power(Path(args.power), list(ORDER), target)
+        return run_power(Path(args.power), report_order(), target)
     if args.report:
         from rlvr.reproduce.report import rewrite_report
 
@@ -276,14 +278,21 @@ def run_reproduce(args: argparse.Namespace) -> int:
             "rlvr reproduce: name a figure or table (fig2, all...), or pass --check DIR, "
             "--power DIR, --report DIR or --compare OLD NEW"
         )
+    from rlvr.reproduce.figures import FIGURES, names, plan_for
+
+    if args.name not in names():
+        raise ConfigError(
+            f"reproduce: {args.name!r} is not one of {list(names())}"
+            f"{did_you_mean(args.name, names())}"
+        )
     if getattr(args, "engine", "native") == "verl":
         return write_verl(args)
-    from rlvr.integrations.verl.results import VerlRuns, VerlRunsMissing
     from rlvr.models.loader import quiet_progress
     from rlvr.reproduce.common import Context, command_line
-    from rlvr.reproduce.figures import plan_for
+    from rlvr.reproduce.gpu_plan import check_engines
     from rlvr.reproduce.pool import prefetch
     from rlvr.reproduce.report import write_report
+    from rlvr.reproduce.verl.results import VerlRuns, VerlRunsMissing
 
     grid = get_grid(args.grid, smoke=args.smoke)
     n_seeds = args.seeds if args.seeds is not None else grid.seeds

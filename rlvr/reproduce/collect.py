@@ -33,9 +33,9 @@ from rlvr.reproduce.runs import (
     base_weights,
     ensure_eval,
     ensure_run,
-    ensure_sft_reference,
     eval_config,
 )
+from rlvr.reproduce.sft_reference import ensure_sft_reference
 
 
 def unit_label(setting_key: str, what: str, base_seed: int, seed: int) -> str:
@@ -137,7 +137,7 @@ def sft_evals(
     ctx: Context, out: Output, setting_key: str, reference_runs: Sequence[Run]
 ) -> list[Evaluation]:
     """Continued SFT of each draw's base on the update tokens of the matching RL run (equal
-    compute, ``rlvr.reproduce.runs.ensure_sft_reference``), evaluated."""
+    compute, ``rlvr.reproduce.sft_reference.ensure_sft_reference``), evaluated."""
     setting = ctx.grid.settings[setting_key]
     evs = []
     for run in reference_runs:

@@ -23,6 +23,7 @@ from typing import Any
 import matplotlib
 
 from rlvr.agents.algorithms import algorithm_names, get_algorithm
+from rlvr.config import KEY_SCHEMA
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -101,7 +102,7 @@ class Context:
     #: Base builds each method is trained from (``tiny-kk@b``; 0 is the preset itself).
     base_seeds: list[int] = field(default_factory=lambda: [0])
     #: Where finished runs come from: None trains them here (``runs.ensure_run``); a
-    #: ``rlvr.integrations.verl.results.VerlRuns`` reads the runs verl trained (``--from-verl``).
+    #: ``rlvr.reproduce.verl.results.VerlRuns`` reads the runs verl trained (``--from-verl``).
     run_source: Any = None
     #: The runs the invocation's figures need, each with its identity (``rlvr.reproduce.plan``).
     plan: Any = None
@@ -211,6 +212,7 @@ class Output:
             "evaluations": self.evals,
             "bases": self.bases,
             "run_records": self.run_records,
+            "key_schema": KEY_SCHEMA,
             "prompt_formats": self.prompts,
             "claims": self.claims,
             "notes": self.notes,

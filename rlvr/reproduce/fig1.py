@@ -24,6 +24,9 @@ from rlvr.reproduce.common import Context, Output, plt
 from rlvr.reproduce.plan import Need
 
 NAME = "fig1"
+#: REPORT.md's heading of its section, and the section's place (ascending).
+CAPTION = "Figure 1 — words the policy generates with high vs low probability"
+REPORT_ORDER = 10
 
 
 def needs(ctx: Context) -> list[Need]:

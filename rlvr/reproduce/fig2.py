@@ -24,6 +24,12 @@ from rlvr.reproduce.common import METHOD_COLORS, METHOD_LABELS, Context, Output,
 from rlvr.reproduce.plan import Need
 
 NAME = "fig2"
+#: REPORT.md's heading of its section, and the section's place (ascending).
+CAPTION = (
+    "Figure 2 — K&K accuracy by puzzle size (greedy and avg@k), with base and "
+    "continued-SFT references"
+)
+REPORT_ORDER = 20
 RL_METHODS = ("grpo", "grpo_sg", "reverse")
 
 

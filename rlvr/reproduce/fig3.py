@@ -38,6 +38,9 @@ from rlvr.reproduce.trajectories import (  # noqa: F401  (needs: what fig3 reads
 )
 
 NAME = "fig3"
+#: REPORT.md's heading of its section, and the section's place (ascending).
+CAPTION = "Figure 3 — gradient norms, GRPO vs GRPO-SG, and their variability"
+REPORT_ORDER = 30
 SPIKE_FACTOR = 2.0
 SPIKE_WINDOW = 10
 

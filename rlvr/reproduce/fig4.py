@@ -22,6 +22,9 @@ from rlvr.reproduce.trajectories import (  # noqa: F401  (needs: what fig4 reads
 )
 
 NAME = "fig4"
+#: REPORT.md's heading of its section, and the section's place (ascending).
+CAPTION = "Figure 4 — training reward, GRPO vs GRPO-SG"
+REPORT_ORDER = 40
 
 
 def late_mean(r: np.ndarray) -> float:

@@ -1,68 +1,95 @@
-"""The paper's figures and tables by name (``rlvr reproduce <name>``) and what they need.
+"""The paper's figures and tables by name (``rlvr reproduce <name>``): the figure registry.
 
-Each module declares ``NAME``, ``needs(ctx) -> [Need]`` (the runs and references it reads,
-``rlvr.reproduce.plan``) and ``run(ctx)``; ``plan_for`` is the union of the needs of the named
-ones, computed once per invocation.
+A figure is one module that declares ``NAME``, ``CAPTION`` (its REPORT.md heading),
+``REPORT_ORDER`` (its section's place in REPORT.md and ``--power``), ``needs(ctx) -> [Need]``
+(the runs and references it reads, ``rlvr.reproduce.plan``) and ``run(ctx)``, plus one
+``register_figure`` below (the order of registration is the order ``rlvr reproduce all`` runs
+them). ``plan_for`` is the union of the needs of the named ones, computed once per invocation;
+the report, ``--power`` and ``--check`` read the registry, so a new figure is in all of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:  # the plan reads the run cache (torch): named here, imported when used
-    from rlvr.reproduce.plan import Need, Plan
-
-#: In the order ``rlvr reproduce all`` runs them; each is the module ``rlvr.reproduce.<name>``.
-RUN_ORDER = ("table_kk", "fig2", "fig1", "fig3", "fig4", "table_math", "table_qa", "sweep")
-#: What ``rlvr reproduce`` accepts: a figure or table, or ``all`` (every one, then REPORT.md).
-NAMES = (*RUN_ORDER, "all")
+from rlvr import registries
+from rlvr.reproduce import fig1, fig2, fig3, fig4, sweep, table_kk, table_math, table_qa
+from rlvr.reproduce.plan import Need, Plan, build_plan
 
 
-class Figures(Mapping):
-    """Name -> figure module, each imported when first asked for (``rlvr reproduce --help``
-    lists the names without loading what draws them)."""
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """A figure or table of a reproduction (module docstring)."""
 
-    def __getitem__(self, name: str) -> ModuleType:
-        if name not in RUN_ORDER:
-            raise KeyError(name)
-        return importlib.import_module(f"rlvr.reproduce.{name}")
+    name: str
+    caption: str
+    report_order: int
+    needs: Callable[[Any], list[Need]]
+    run: Callable[[Any], dict]
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(RUN_ORDER)
-
-    def __len__(self) -> int:
-        return len(RUN_ORDER)
-
-
-FIGURES = Figures()
+    @classmethod
+    def of(cls, module: ModuleType) -> Figure:
+        """The figure a module declares."""
+        m = module
+        return cls(m.NAME, m.CAPTION, m.REPORT_ORDER, m.needs, m.run)
 
 
-def expand(names: Iterable[str]) -> list[str]:
-    """The figures ``names`` stand for, in ``FIGURES`` order (``all``: every one)."""
-    names = set(names)
-    unknown = names - set(NAMES)
+#: The registered figures, in the order ``rlvr reproduce all`` runs them.
+FIGURES: dict[str, Figure] = {}
+
+
+def register_figure(figure: Figure) -> Figure:
+    """Add ``figure`` to the registry (a different one under a known name raises)."""
+    return registries.add(FIGURES, figure.name, figure, "figure")
+
+
+for _module in (table_kk, fig2, fig1, fig3, fig4, table_math, table_qa, sweep):
+    register_figure(Figure.of(_module))
+
+
+def names() -> tuple[str, ...]:
+    """What ``rlvr reproduce`` accepts: a figure or table, or ``all`` (every one, then
+    REPORT.md)."""
+    return (*FIGURES, "all")
+
+
+def report_order() -> list[str]:
+    """The figures in the order of their REPORT.md sections."""
+    return sorted(FIGURES, key=lambda n: FIGURES[n].report_order)
+
+
+def expand(chosen: Iterable[str]) -> list[str]:
+    """The figures ``chosen`` stand for, in ``FIGURES`` order (``all``: every one)."""
+    chosen = set(chosen)
+    unknown = chosen - set(names())
     if unknown:
-        raise ValueError(f"reproduce: {sorted(unknown)} not among {list(NAMES)}")
-    return [n for n in FIGURES if n in names or "all" in names]
+        raise ValueError(f"reproduce: {sorted(unknown)} not among {list(names())}")
+    return [n for n in FIGURES if n in chosen or "all" in chosen]
 
 
-def needs(ctx, names: Iterable[str]) -> list[Need]:
-    """Every need of the figures ``names`` on ``ctx``'s grid, each tagged with its figure."""
+def needs(ctx, chosen: Iterable[str]) -> list[Need]:
+    """Every need of the figures ``chosen`` on ``ctx``'s grid, each tagged with its figure."""
     return [
         dataclasses.replace(need, figure=name)
-        for name in expand(names)
+        for name in expand(chosen)
         for need in FIGURES[name].needs(ctx)
     ]
 
 
-def plan_for(ctx, names: Iterable[str]) -> Plan:
-    from rlvr.reproduce.plan import build_plan
-
-    return build_plan(ctx, needs(ctx, names))
+def plan_for(ctx, chosen: Iterable[str]) -> Plan:
+    return build_plan(ctx, needs(ctx, chosen))
 
 
-__all__ = ["FIGURES", "NAMES", "expand", "needs", "plan_for"]
+__all__ = [
+    "FIGURES",
+    "Figure",
+    "expand",
+    "names",
+    "needs",
+    "plan_for",
+    "register_figure",
+    "report_order",
+]

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.reproduce.runs import run_key, train_config
+from rlvr.reproduce.keys import run_key
+from rlvr.reproduce.runs import train_config
 
 #: (base seed, RL seed) of a draw.
 Unit = tuple[int, int]

@@ -31,16 +31,10 @@ from rlvr.models.build import ensure_built, models_dir
 from rlvr.models.presets import parse_spec, preset_config
 from rlvr.repro import set_threads
 from rlvr.reproduce.common import Context
+from rlvr.reproduce.keys import model_identity, run_key
 from rlvr.reproduce.plan import Plan
-from rlvr.reproduce.runs import (
-    ensure_eval,
-    ensure_run,
-    ensure_sft_reference,
-    eval_config,
-    model_identity,
-    run_key,
-    run_path,
-)
+from rlvr.reproduce.runs import ensure_eval, ensure_run, eval_config, run_path
+from rlvr.reproduce.sft_reference import ensure_sft_reference
 
 
 # -- one GPU per worker --------------------------------------------------------------------------

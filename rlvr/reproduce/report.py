@@ -22,24 +22,11 @@ from rlvr.config import ConfigError
 from rlvr.prompt_format import describe
 from rlvr.reproduce import paper_numbers
 from rlvr.reproduce.common import Context, markdown_table
+from rlvr.reproduce.figures import FIGURES, report_order
 from rlvr.reproduce.precision import CLAIMS_HEADER, claims_rows, restate
 
 #: The heading of the claims table; ``rlvr.reproduce.compare`` reads the table back under it.
 CLAIMS_HEADING = "## The paper's claims at this scale"
-ORDER = ("fig1", "fig2", "fig3", "fig4", "table_kk", "table_math", "table_qa", "sweep")
-CAPTIONS = {
-    "fig1": "Figure 1 — words the policy generates with high vs low probability",
-    "fig2": (
-        "Figure 2 — K&K accuracy by puzzle size (greedy and avg@k), with base and "
-        "continued-SFT references"
-    ),
-    "fig3": "Figure 3 — gradient norms, GRPO vs GRPO-SG, and their variability",
-    "fig4": "Figure 4 — training reward, GRPO vs GRPO-SG",
-    "table_kk": "Table — K&K accuracy for six methods",
-    "table_math": "Table — math",
-    "table_qa": "Table — search QA",
-    "sweep": "Sweep — GRPO-SG sensitivity to tau, mu, alpha (beyond the paper)",
-}
 PLAIN = {
     "held": "held at this scale",
     "reversed": "did NOT hold: the opposite was observed at this scale",
@@ -77,10 +64,11 @@ HEADLINE = "GRPO-SG beats GRPO"
 
 
 def read_metas(out: Path) -> dict[str, dict]:
-    """The ``<name>.meta.json`` files of a results folder, in report order."""
+    """The ``<name>.meta.json`` files of a results folder, in report order (the registered
+    figures, each declaring its caption and place)."""
     return {
         name: json.loads((out / f"{name}.meta.json").read_text())
-        for name in ORDER
+        for name in report_order()
         if (out / f"{name}.meta.json").exists()
     }
 
@@ -240,12 +228,9 @@ def _write(out: Path, metas: dict[str, dict], runs: list[dict], generated: str, 
         lines += [text, ""]
     lines += ["## The paper's reported numbers", ""]
     lines += paper_numbers.kk_lines() + paper_numbers.math_lines() + paper_numbers.qa_lines() + [""]
-    for name in ORDER:
-        if name not in metas:
-            continue
-        m = metas[name]
+    for name, m in metas.items():
         lines += [
-            f"## {CAPTIONS[name]}",
+            f"## {FIGURES[name].caption}",
             "",
             f"`{m['command']}` — {m['wall_seconds']:.0f} s (its last invocation); files: "
             + ", ".join(f"[{f}]({f})" for f in m["files"]),

@@ -1,8 +1,7 @@
 """The run cache shared by every reproduce script.
 
-A training run is identified by the hash of its full ``TrainConfig`` (``rlvr.config.config_hash``,
-with the output folder, ``resume`` and display-only fields blanked) and lives in
-``<cache>/runs/<hash>/`` (``<cache>`` defaults to ``rlvr_home()``). ``ensure_run`` returns a
+A training run is identified by its key (``rlvr.reproduce.keys.run_key``) and lives in
+``<cache>/runs/<key>/`` (``<cache>`` defaults to ``rlvr_home()``). ``ensure_run`` returns a
 finished run at once, resumes an interrupted one from its last checkpoint (the trainer's
 ``resume``), and trains a missing one. Evaluations of a model are cached the same way under
 ``<cache>/evals/<hash>/``, so fig2, table_kk and the report share one evaluation of each
@@ -15,7 +14,6 @@ final weights (``rlvr.repro.weights_sha256``) and the machine (``rlvr.repro.mach
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import time
 from dataclasses import dataclass
@@ -23,21 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.agents.algorithms import get_algorithm
-from rlvr.config import config_hash, nest
+from rlvr.config import nest
 from rlvr.eval.metrics import summarize_by_group
-from rlvr.eval.runner import EvalConfig, EvalResult, evaluate, read_jsonl, save_result
-from rlvr.integrations.verl.checkpoints import checkpoint_identity, is_verl_checkpoint
+from rlvr.eval.records import read_jsonl, save_result
+from rlvr.eval.runner import EvalConfig, EvalResult, evaluate
 from rlvr.locks import LOCK_FILE, hold
-from rlvr.prompt_format import write_format
 from rlvr.reproduce.grid import Setting, setting_overrides
+from rlvr.reproduce.keys import base_seed_of, eval_key, preset_build_key, run_key
 
 DONE = "run.json"
-
-#: Fields that do not change what a run computes (blanked before hashing).
-_NEUTRAL = {"out": "", "resume": False, "progress": True, "tensorboard": False}
-#: Fields that change nothing a run computes, added after runs were cached: left out of the key,
-#: so that cached runs keep theirs.
-_UNKEYED = ("max_tool_failure_rate", "report_to")
 
 
 @dataclass
@@ -77,8 +69,8 @@ def train_config(
 ):
     """The ``TrainConfig`` of one run (the setting's overrides + env/algo/seed + ``extra``), from
     base build ``base_seed`` of the setting's model (``tiny-kk@1``; 0 is the model itself)."""
-    from rlvr.agents.train_config import load_train_config
     from rlvr.models.presets import base_spec, parse_spec
+    from rlvr.training.train_config import load_train_config
 
     more: dict[str, Any] = {}
     if base_seed:
@@ -90,58 +82,6 @@ def train_config(
         more["model"] = base_spec(setting.model, base_seed)
     flat = setting_overrides(setting, algo, seed, {**(extra or {}), **more, "out": "pending"})
     return load_train_config(nest(flat))
-
-
-def model_identity(model: str) -> str:
-    """What ``model`` names, as hashed into run and evaluation keys.
-
-    A tiny preset (``tiny-kk``) stands for its build directory name, ``<preset>-<hash of its
-    BuildConfig and training data>``: a changed preset then gives new keys instead of reusing
-    runs and evaluations of the old base. A model inside a run cache stands for its place in the
-    cache (``runs/<key>/final``, ``sft/<key>``), so evaluation keys do not depend on where the
-    cache lives. A checkpoint verl saved (``.../checkpoints/global_step_<N>/actor/huggingface``
-    of a generated run folder) stands for its weights' hash
-    (``rlvr.integrations.verl.checkpoints.checkpoint_identity``). Any other name or path is used as
-    given.
-    """
-    from rlvr.models.presets import parse_spec
-
-    if parse_spec(model) is None:
-        p = Path(model)
-        if p.name == "final" and p.parent.parent.name == "runs":
-            return f"runs/{p.parent.name}/final"
-        if p.parent.name == "sft" and (p / "sft.json").exists():
-            return f"sft/{p.name}"
-        if p.name == "huggingface" and is_verl_checkpoint(p):
-            return checkpoint_identity(p)
-        return model
-    return _preset_build_key(model)
-
-
-@functools.lru_cache(maxsize=None)
-def _preset_build_key(name: str) -> str:
-    from rlvr.models.build import build_key
-    from rlvr.models.presets import preset_config
-
-    return build_key(preset_config(name))
-
-
-def base_seed_of(model: str) -> int:
-    """The base seed a model name carries (``tiny-kk@2`` -> 2; 0 for anything else)."""
-    from rlvr.models.presets import parse_spec
-
-    parsed = parse_spec(model)
-    return parsed[1] if parsed else 0
-
-
-def run_key(cfg) -> str:
-    return config_hash(
-        dataclasses.replace(cfg, **_NEUTRAL, model=model_identity(cfg.model)), leave_out=_UNKEYED
-    )
-
-
-def eval_key(ecfg: EvalConfig) -> str:
-    return config_hash(dataclasses.replace(ecfg, out="", model=model_identity(ecfg.model)))
 
 
 def run_summary(cfg, metrics: list[dict[str, Any]]) -> dict[str, Any]:
@@ -206,7 +146,7 @@ def _read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def _train_run(cfg, key: str, path: Path, *, say, progress: bool) -> None:
-    from rlvr.agents.trainer import Trainer
+    from rlvr.training.trainer import Trainer
 
     resuming = (path / "checkpoints").exists()
     say(
@@ -312,129 +252,6 @@ def ensure_eval(ecfg: EvalConfig, cache: Path, *, say=print, progress: bool = Tr
     return Evaluation(key, path, records, summarize_by_group(records, ks=ks))
 
 
-# -- the continued-SFT reference (fig2) ----------------------------------------------------------
-def ensure_sft_reference(
-    setting: Setting,
-    seed: int,
-    budget_tokens: int,
-    cache: Path,
-    *,
-    say=print,
-    progress: bool = True,
-    smoke: bool = False,
-    model: str | None = None,
-) -> Path:
-    """The base ``model`` (default the setting's) after continued SFT on about
-    ``budget_tokens`` forward-backward tokens: the equal-compute baseline of an RL run whose
-    updates passed that many tokens (``update_tokens``). Cached by (base, SFT config, data).
-
-    Work, not time: steps = ``budget_tokens`` / the base build's tokens per SFT step
-    (``build.json``, a property of its data, the same on every machine), so the reference is a
-    pure function of its configuration. The recipe is the base build's own SFT config
-    restarted (warm-up, cosine decay) on fresh examples.
-    """
-    import hashlib
-
-    from rlvr.models import traces
-    from rlvr.models.sft import SFTConfig
-
-    model = model or setting.model
-    base_dir, build_cfg = _base_build(model)
-    if build_cfg is None and model != "micro":
-        from rlvr.config import ConfigError
-
-        raise ConfigError(
-            f"continued-SFT reference of {model!r}: only tiny presets have "
-            "an SFT recipe to continue (their build's); set sft_reference=False"
-        )
-    if build_cfg is None:  # micro (smoke): no build record; two steps on the K&K traces
-        sft_cfg = SFTConfig(steps=2, batch_size=2, warmup_steps=0, seed=seed, max_length=2048)
-        task, data = setting.env, dict(traces.TINY_SETTINGS.get(setting.env, {}))
-    else:
-        record = json.loads((base_dir / "build.json").read_text())
-        tokens_per_step = record["sft"]["tokens"] / max(record["sft"]["steps"], 1)
-        steps = max(1, int(round(budget_tokens / tokens_per_step)))
-        sft_cfg = dataclasses.replace(
-            build_cfg.sft,
-            steps=steps,
-            seed=10_000 + seed,
-            warmup_steps=min(build_cfg.sft.warmup_steps, steps // 10),
-            max_seconds=0.0,
-        )
-        task, data = build_cfg.task, dict(build_cfg.data)
-    blob = json.dumps(
-        {
-            "base": base_dir.name if base_dir else model,
-            "sft": dataclasses.asdict(sft_cfg),
-            "task": task,
-            "data": data,
-        },
-        sort_keys=True,
-        default=str,
-    )
-    path = Path(cache) / "sft" / hashlib.sha256(blob.encode()).hexdigest()[:12]
-    if (path / "sft.json").exists():
-        return path
-    # renamed into place when complete, so the lock sits beside the folder
-    with hold(path.with_name(f"{path.name}.lock"), wait=True, what=f"SFT {path}", say=say):
-        if not (path / "sft.json").exists():
-            _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, progress)
-    return path
-
-
-def _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, progress) -> None:
-    from rlvr.models import traces
-    from rlvr.models.sft import sft
-
-    say(f"[reproduce] continued SFT of {model} for {sft_cfg.steps} steps -> {path}")
-    from rlvr.models import load_model
-    from rlvr.repro import machine_info, weights_sha256
-
-    net, tokenizer = load_model(model, seed=seed)
-    stats = sft(
-        net,
-        tokenizer,
-        traces.example_stream(task, data, seed=sft_cfg.seed),
-        sft_cfg,
-        progress=progress,
-        desc="continued sft",
-    )
-    import os
-    import shutil
-
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # renamed into place when complete
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    net.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    write_format(tmp, task, traces.env_kwargs(task, data), base=model)
-    (tmp / "sft.json").write_text(
-        json.dumps(
-            {
-                "budget_tokens": budget_tokens,
-                **stats,
-                "weights_sha256": weights_sha256(tmp),
-                "machine": machine_info(),
-            },
-            indent=2,
-            default=str,
-        )
-    )
-    shutil.rmtree(path, ignore_errors=True)  # a reference left incomplete by a killed process
-    tmp.rename(path)
-
-
-def _base_build(model: str):
-    """``(directory, BuildConfig)`` of a tiny preset, or ``(None, None)`` for anything else."""
-    from rlvr.models.build import ensure_built
-    from rlvr.models.presets import preset_config
-
-    cfg = preset_config(model)
-    if cfg is None:
-        return None, None
-    return ensure_built(cfg, progress=False), cfg
-
-
 def base_weights(model: str) -> dict[str, str]:
     """``{"build": <build dir name>, "weights_sha256": ...}`` of a preset base (the hash empty
     when it is not built here: nothing is built to record it), with the seed of the draw kept
@@ -444,7 +261,7 @@ def base_weights(model: str) -> dict[str, str]:
 
     if parse_spec(model) is None:
         return {}
-    base_dir = models_dir() / _preset_build_key(model)
+    base_dir = models_dir() / preset_build_key(model)
     if not (base_dir / "build.json").exists():
         return {"build": base_dir.name, "weights_sha256": ""}
     record = json.loads((base_dir / "build.json").read_text())
@@ -460,16 +277,11 @@ def base_weights(model: str) -> dict[str, str]:
 __all__ = [
     "Evaluation",
     "Run",
-    "base_seed_of",
     "base_weights",
     "compute_seconds",
     "ensure_eval",
     "ensure_run",
-    "ensure_sft_reference",
     "eval_config",
-    "eval_key",
-    "model_identity",
-    "run_key",
     "run_path",
     "train_config",
     "update_tokens",

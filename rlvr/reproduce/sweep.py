@@ -19,6 +19,9 @@ from rlvr.reproduce.common import Context, Output, fmt_ci, markdown_table, plt
 from rlvr.reproduce.plan import Need
 
 NAME = "sweep"
+#: REPORT.md's heading of its section, and the section's place (ascending).
+CAPTION = "Sweep — GRPO-SG sensitivity to tau, mu, alpha (beyond the paper)"
+REPORT_ORDER = 80
 
 
 def sweep_seeds(ctx: Context) -> list[int]:

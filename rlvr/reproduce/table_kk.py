@@ -15,6 +15,9 @@ from rlvr.reproduce.common import METHOD_LABELS, Context, Output, fmt_ci, markdo
 from rlvr.reproduce.plan import Need
 
 NAME = "table_kk"
+#: REPORT.md's heading of its section, and the section's place (ascending).
+CAPTION = "Table — K&K accuracy for six methods"
+REPORT_ORDER = 50
 #: The six methods of the K&K table (docs/design.md, "Optimizer math"), in the paper's order.
 KK_METHODS = ("grpo", "entropy_top", "ar", "lopti", "reverse", "grpo_sg")
 

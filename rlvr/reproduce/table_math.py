@@ -12,6 +12,9 @@ from rlvr.reproduce.common import Context, Output
 from rlvr.reproduce.tables import build
 
 NAME = "table_math"
+#: REPORT.md's heading of its section, and the section's place (ascending).
+CAPTION = "Table — math"
+REPORT_ORDER = 60
 
 
 def needs(ctx: Context):

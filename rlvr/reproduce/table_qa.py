@@ -13,6 +13,9 @@ from rlvr.reproduce.common import Context, Output
 from rlvr.reproduce.tables import build
 
 NAME = "table_qa"
+#: REPORT.md's heading of its section, and the section's place (ascending).
+CAPTION = "Table — search QA"
+REPORT_ORDER = 70
 
 
 def needs(ctx: Context):

@@ -30,19 +30,27 @@ from verl.workers.rollout.replica import TokenOutput
 
 import rlvr
 from rlvr.cli import main as rlvr_main
+from rlvr.envs import env_spec
 from rlvr.integrations.verl import agent_loop as verl_agent_loop
-from rlvr.integrations.verl.agent_loop import (
-    AGENT_NAME,
-    STOP,
-    VERL_OVERRIDES,
-    searchqa_settings,
-    stop_cut,
-)
-from rlvr.integrations.verl.data import verl_rows, write_parquet
+from rlvr.integrations.verl.agent_loop import section_settings, stop_cut
+from rlvr.integrations.verl.data import agent_loop_overrides, verl_rows, write_parquet
 from rlvr.models.micro import byte_level_tokenizer, micro_config
 from rlvr.models.tokenizer import TAG_TOKENS
 
 MAX_TURNS, TOPK, PROMPT_LENGTH, RESPONSE_LENGTH = 3, 2, 1024, 2048
+SEARCHQA = env_spec("searchqa")
+#: The loop's name, stop strings and verl settings: search QA's registry entry.
+AGENT_NAME, STOP, VERL_OVERRIDES = (
+    SEARCHQA.verl.agent_loop,
+    SEARCHQA.stop,
+    agent_loop_overrides("searchqa"),
+)
+
+
+def searchqa_settings(config):
+    return section_settings(SEARCHQA, config)
+
+
 #: The env's "qwen" prompt layout (rlvr.envs.prompts.render_prompt) as a chat template.
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
@@ -234,9 +242,10 @@ def unpadded(output, i):
 # -- tests ------------------------------------------------------------------------------------
 def test_registered_through_the_plugin():
     assert _agent_loop_registry[AGENT_NAME] == {
-        "_target_": "rlvr.integrations.verl.agent_loop.SearchQAAgentLoop"
+        "_target_": "rlvr.integrations.verl.agent_loop.SearchqaAgentLoop"
     }
-    assert verl_agent_loop.SearchQAAgentLoop.__module__ == "rlvr.integrations.verl.agent_loop"
+    assert verl_agent_loop.AGENT_LOOPS["searchqa"] is verl_agent_loop.SearchqaAgentLoop
+    assert verl_agent_loop.SearchqaAgentLoop.env == "searchqa"
 
 
 def test_overrides_compose_with_verls_config(model_dir, retrieval_url):
@@ -279,11 +288,11 @@ def test_stop_cut_keeps_the_shortest_prefix_with_a_stop_string(model_dir):
         ("", ""),
     ]:
         ids = tok(text, add_special_tokens=False)["input_ids"]
-        assert tok.decode(ids[: stop_cut(tok, ids)]) == kept
+        assert tok.decode(ids[: stop_cut(tok, ids, STOP)]) == kept
     # stop strings split over several tokens (a tokenizer without the tag tokens)
     byte_tok = byte_level_tokenizer()
     ids = byte_tok("<search> q </search> x", add_special_tokens=False)["input_ids"]
-    assert byte_tok.decode(ids[: stop_cut(byte_tok, ids)]) == "<search> q </search>"
+    assert byte_tok.decode(ids[: stop_cut(byte_tok, ids, STOP)]) == "<search> q </search>"
     assert set(STOP) == {"</search>", "</answer>"}
 
 

@@ -328,7 +328,7 @@ def test_actor_loss_entropy_top_divides_by_the_mini_batch_count():
     """80/20 over a mini-batch of two forwards of 8 tokens each (verl's engine sets the global
     ``batch_num_tokens`` = 16 on both): each forward keeps its own top ``ceil(0.3 * 8) = 3``
     tokens, and the two losses add up to the kept tokens' surrogate sum over
-    ``ceil(0.3 * 16) = 5``, the native update's normaliser (``rlvr.agents.update``), not the 6
+    ``ceil(0.3 * 16) = 5``, the native update's normaliser (``rlvr.training.update``), not the 6
     kept."""
     config = actor_config("vanilla")
     loss_fn = verl_actor.RlvrActorLoss(config, "entropy_top", fraction=0.3)

@@ -43,8 +43,8 @@ from verl.utils.import_utils import load_extern_object
 from rlvr.agents.algorithms import WeightConfig, algorithm_names
 from rlvr.integrations.verl.config import PLUGIN_LOSS_CONFIG
 from rlvr.integrations.verl.plugin import RlvrPolicyLossConfig
-from rlvr.integrations.verl.scripts import write
 from rlvr.reproduce.grid import get_grid
+from rlvr.reproduce.verl.launch import write
 
 VERL_CONFIG_DIR = str(Path(verl.__file__).parent / "trainer" / "config")
 #: Mappings verl passes on as they are: ``vllm serve`` arguments (``vllm_async_server.py``
@@ -59,7 +59,7 @@ RECORDER = """#!/usr/bin/env bash
 set -euo pipefail
 module="$2"; shift 2
 case "$module" in
-  rlvr.integrations.verl.scripts) echo 64 ;;
+  rlvr.reproduce.verl.run_tools) echo 64 ;;
   rlvr.cli)
     if [[ "$1" == prepare-verl ]]; then
       while [[ $# -gt 0 ]]; do [[ "$1" == --out ]] && touch "$2"; shift; done

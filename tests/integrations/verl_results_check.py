@@ -1,4 +1,4 @@
-"""Reading verl's results back (``rlvr.integrations.verl.results``) from files verl 0.9.1 itself
+"""Reading verl's results back (``rlvr.reproduce.verl.results``) from files verl 0.9.1 itself
 wrote.
 
 Run inside verl's venv by ``scripts/test_integrations.sh verl``. The metrics come from verl's own
@@ -29,10 +29,10 @@ from verl.utils.metric import reduce_metrics
 from verl.utils.py_functional import rename_dict
 from verl.utils.tracking import FileLogger
 
-from rlvr.integrations.verl.results import METRIC_NAMES, VerlRuns, folder_name, read_metrics
 from rlvr.models import build_micro, load_model
-from rlvr.reproduce import grid, runs
+from rlvr.reproduce import grid, keys, runs
 from rlvr.reproduce.plan import PlannedRun
+from rlvr.reproduce.verl.results import METRIC_NAMES, VerlRuns, folder_name, read_metrics
 
 P, R, B = 4, 6, 4  # prompt and response widths, batch size
 
@@ -174,7 +174,7 @@ def test_checkpoint_saved_by_verl_is_the_run_final_model(tmp_path, process_group
                 "seed": 0,
                 "model": cfg.model,
                 "params": {},
-                "native_config_hash": runs.run_key(cfg),
+                "native_config_hash": keys.run_key(cfg),
                 "run_key": folder.name,
                 "engine": "verl",
                 "verl_version": "0.9.1",
@@ -199,10 +199,10 @@ def test_checkpoint_saved_by_verl_is_the_run_final_model(tmp_path, process_group
         source.problem(folder.name, cfg)
     )
     save_with_verl(model, tokenizer, folder, 2, ["model", "hf_model"])
-    run = VerlRuns(tmp_path).run(PlannedRun("kk", "grpo", {}, 0, 0, cfg, runs.run_key(cfg)))
+    run = VerlRuns(tmp_path).run(PlannedRun("kk", "grpo", {}, 0, 0, cfg, keys.run_key(cfg)))
     assert run.final == folder / "checkpoints/global_step_2/actor/huggingface"
     assert [m["grad_norm"] for m in run.metrics] == [0.5, 1.0]
     loaded, _ = load_model(str(run.final))
     state = loaded.state_dict()
     assert all(torch.equal(state[k], weights[k]) for k in weights)
-    assert runs.model_identity(str(run.final)) == f"verl-weights:{run.weights_sha256}"
+    assert keys.model_identity(str(run.final)) == f"verl-weights:{run.weights_sha256}"

@@ -41,8 +41,6 @@ from rlvr.agents.algorithms.entropy_top import n_kept
 from rlvr.agents.metrics import ToolFailureError
 from rlvr.agents.policy import TokenStats, head_token_stats
 from rlvr.agents.rollout.base import RolloutBatch
-from rlvr.agents.train_config import LossConfig, TrainConfig
-from rlvr.agents.update import MicroBatch, Normalisers, Precision, Updater
 from rlvr.integrations.verl import main as verl_main
 from rlvr.integrations.verl import trainer as verl_trainer
 from rlvr.integrations.verl.actor import LOPTI_STAGE_KEY, SAMPLED_LOGIT_KEY, RlvrActorLoss
@@ -52,6 +50,8 @@ from rlvr.integrations.verl.trainer import (
     apply_rlvr,
     read_rlvr,
 )
+from rlvr.training.train_config import LossConfig, TrainConfig
+from rlvr.training.update import MicroBatch, Normalisers, Precision, Updater
 
 VOCAB, HIDDEN, PROMPT, RESPONSE = 13, 8, 3, 6
 TEMPERATURE = 0.7
@@ -539,12 +539,12 @@ def test_run_sh_cluster_check_refuses_loopback_on_two_nodes(monkeypatch, capsys)
 
     node = {"NodeID": "a" * 56, "Alive": True, "Resources": {"CPU": 8.0, "GPU": 8.0}}
     monkeypatch.setattr(cluster, "cluster_nodes", lambda: [node, {**node, "NodeID": "b" * 56}])
-    assert cluster.main(["--url", "http://127.0.0.1:8000"]) == 2
+    assert cluster.main(["--env", "searchqa", "--url", "http://127.0.0.1:8000"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is a loopback address" in err[0] and "all 2 nodes" in err[0]
-    assert cluster.main(["--url", "http://10.0.0.1:8000"]) == 0
+    assert cluster.main(["--env", "searchqa", "--url", "http://10.0.0.1:8000"]) == 0
     monkeypatch.setattr(cluster, "cluster_nodes", lambda: [node])
-    assert cluster.main(["--url", "http://127.0.0.1:8000"]) == 0
+    assert cluster.main(["--env", "searchqa", "--url", "http://127.0.0.1:8000"]) == 0
 
 
 def test_verl_main_reports_a_failure_from_the_task_runner_in_one_line(monkeypatch, tmp_path):

@@ -28,9 +28,9 @@ from rlvr.agents.rollout.base import SamplingParams
 from rlvr.agents.rollout.hf import HFBackend
 from rlvr.agents.rollout.multiturn import run_episodes
 from rlvr.agents.rollout.vllm import VLLMBackend, on_cpu
-from rlvr.agents.train_config import RolloutConfig
 from rlvr.envs import make_env
 from rlvr.models import build_micro
+from rlvr.training.train_config import RolloutConfig
 
 #: Agreement of the engine's processed log-probs with the HF policy's (fp32, different kernels:
 #: oneDNN GEMMs and vLLM's paged attention against ATen's).

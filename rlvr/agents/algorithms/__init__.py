@@ -8,7 +8,7 @@ imported with it, so a new method is one file here that calls ``register_algorit
 (``rlvr train ... plugins=my.module``, its parameters in ``weights.extra``).
 
 ``WeightConfig`` is generated from the registered fields: the typed ``weights.*`` section of
-``rlvr train`` (``rlvr.agents.train_config``), of verl's ``rlvr.params`` and of the verl plugin's
+``rlvr train`` (``rlvr.training.train_config``), of verl's ``rlvr.params`` and of the verl plugin's
 policy-loss config.
 """
 

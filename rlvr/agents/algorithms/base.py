@@ -4,7 +4,7 @@ An ``Algorithm`` holds everything every engine needs to know about a method (its
 its weight function, the ``WeightConfig`` fields it reads (each a ``Param`` with its type,
 default and interval: the one range check), its stages or token selection, what verl needs and
 how it is drawn. ``rlvr.agents.weights.token_weights`` applies a weight (no gradient, masked
-zeros); ``rlvr.agents.update`` runs the stages; ``Algorithm.verl_path`` says how verl runs it.
+zeros); ``rlvr.training.update`` runs the stages; ``Algorithm.verl_path`` says how verl runs it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rlvr import registries
 from rlvr.config import check_interval
 
 if TYPE_CHECKING:  # the registry itself needs no torch: a configuration is checked without it
@@ -134,8 +135,4 @@ ALGORITHMS: dict[str, Algorithm] = {}
 
 def register_algorithm(algorithm: Algorithm) -> Algorithm:
     """Add ``algorithm`` to the registry (a second, different one under the same name raises)."""
-    known = ALGORITHMS.get(algorithm.name)
-    if known is not None and known != algorithm:
-        raise ValueError(f"algo: {algorithm.name!r} is already registered")
-    ALGORITHMS[algorithm.name] = algorithm
-    return algorithm
+    return registries.add(ALGORITHMS, algorithm.name, algorithm, "algo")

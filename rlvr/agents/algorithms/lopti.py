@@ -8,7 +8,7 @@ stage zeroes the advantage outside its tokens and multiplies KL (and entropy) by
 while the loss keeps the full response mask as its normaliser. The reverse order (high first)
 collapses training (the paper's ablation). Both stages always run, empty or not, as there, and
 each splits the batch into the same mini-batches, in order (``dp_actor.py``
-``batch.split(ppo_mini_batch_size)``; ``rlvr.agents.update``).
+``batch.split(ppo_mini_batch_size)``; ``rlvr.training.update``).
 
 eta 0.4: ``SEPERATE_PROB=0.4`` of ``scripts/train_kklogic_Lopti_4x80GB.sh`` (AR-Lopti@b92ba16,
 unchanged at cbeb333; the script also turns AR off, ``REWEIGHT_K=0.0``, ``REWEIGHT_TAU=1.0``).

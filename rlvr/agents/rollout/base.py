@@ -45,6 +45,15 @@ class SamplingParams:
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
 
+    def budgets(self, n: int, max_new_tokens: list[int] | None = None) -> list[int]:
+        """The generation budget of each of ``n`` rows: ``max_new_tokens``, or each row's own bound
+        (a ``generate`` call's ``max_new_tokens``), cut to [0, ``max_new_tokens``]."""
+        if max_new_tokens is None:
+            return [self.max_new_tokens] * n
+        if len(max_new_tokens) != n:
+            raise ValueError("max_new_tokens needs one entry per context")
+        return [max(0, min(b, self.max_new_tokens)) for b in max_new_tokens]
+
 
 @dataclass
 class Generation:

@@ -180,11 +180,7 @@ class HFBackend(RolloutBackend):
         max_new_tokens: list[int] | None = None,
     ) -> Generation:
         n = len(contexts)
-        budgets = [params.max_new_tokens] * n
-        if max_new_tokens is not None:
-            if len(max_new_tokens) != n:
-                raise ValueError("max_new_tokens needs one entry per context")
-            budgets = [max(0, min(b, params.max_new_tokens)) for b in max_new_tokens]
+        budgets = params.budgets(n, max_new_tokens)
         tokens: list[list[int]] = [[] for _ in range(n)]
         logps: list[list[float]] = [[] for _ in range(n)]
         reasons = ["length"] * n
@@ -291,11 +287,7 @@ class GenerateBackend(RolloutBackend):
         max_new_tokens: list[int] | None = None,
     ) -> Generation:
         n = len(contexts)
-        budgets = (
-            [params.max_new_tokens] * n
-            if max_new_tokens is None
-            else [max(0, min(b, params.max_new_tokens)) for b in max_new_tokens]
-        )
+        budgets = params.budgets(n, max_new_tokens)
         if not n or max(budgets) == 0:
             return Generation(
                 [[] for _ in range(n)], [[] for _ in range(n)], ["length"] * n, [""] * n

@@ -96,7 +96,7 @@ UNSUPPORTED_CONFIG_KEYS = {
 #: override too) and writes ``sparse_attention_config.json`` into the key's value, which fails on
 #: ``None`` (vLLM 0.32 ``config/model.py`` ~1509-1530). A folder the engine reads must not hold
 #: them: ``VLLMBackend.from_model`` saves one without; a verl run reads a view of the hub snapshot
-#: without them (``rlvr.integrations.verl.scripts.model_view``).
+#: without them (``rlvr.reproduce.verl.run_tools.model_view``).
 UNSUPPORTED_FILES = {"dual_chunk_attention_config": ("sparse_attention_config.json",)}
 
 
@@ -330,11 +330,7 @@ class VLLMBackend(RolloutBackend):
         from vllm.inputs import TokensPrompt
 
         n = len(contexts)
-        budgets = (
-            [params.max_new_tokens] * n
-            if max_new_tokens is None
-            else [max(0, min(b, params.max_new_tokens)) for b in max_new_tokens]
-        )
+        budgets = params.budgets(n, max_new_tokens)
         live = [i for i in range(n) if budgets[i] > 0]
         token_ids: list[list[int]] = [[] for _ in range(n)]
         logprobs: list[list[float]] = [[] for _ in range(n)]

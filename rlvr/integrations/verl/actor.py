@@ -47,8 +47,7 @@ from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
 
 from rlvr.agents.algorithms import WeightConfig, get_algorithm
-from rlvr.agents.losses import clipped_surrogate
-from rlvr.agents.weights import token_weights
+from rlvr.agents.method_loss import LossInputs, method_loss
 from rlvr.integrations.verl.plugin import clip_settings
 
 #: ``model_output`` key of the sampled token's logit (filled through verl's logits hook).
@@ -163,25 +162,6 @@ class RlvrActorLoss:
             f"{[s.name for s in stages]}, got {name!r}"
         )
 
-    def _weights(self, log_prob, old_log_prob, mask, entropy, logits) -> Optional[torch.Tensor]:
-        if self.algorithm.weight is None:
-            return None
-        if self.algorithm.needs_logits(self.params) and logits is None:
-            raise ValueError(
-                f"{SAMPLED_LOGIT_KEY}: shaping_input='logit' needs the sampled-token logits; set "
-                "the batch's non-tensor distillation_use_topk=True so verl calls this loss's "
-                "logits hook"
-            )
-        return token_weights(
-            self.scheme,
-            logprobs=log_prob,
-            mask=mask,
-            logits=logits,
-            old_logprobs=old_log_prob,
-            entropy=entropy,
-            **self.params,
-        )
-
     def loss(self, model_output: dict, data: TensorDict):
         config = self.config
         log_prob = no_padding_2_padding(model_output["log_probs"], data)
@@ -210,46 +190,64 @@ class RlvrActorLoss:
         padded = data.select(*fields).to_padded_tensor()
         mask = padded["response_mask"].to(bool)
         old_log_prob = padded["old_log_probs"]
-        advantages = padded["advantages"]
-        rollout_is_weights = padded.get("rollout_is_weights", None)
-
-        weights = self._weights(log_prob, old_log_prob, mask, entropy, logits)
-        stage = self._stage(old_log_prob, mask, data) if self.algorithm.stages else None
-        if stage is not None:  # AR-Lopti: no advantage outside the stage
-            advantages = advantages * stage.to(advantages.dtype)
-        pg_mask, pg_batch_info = mask, dict(config.global_batch_info)
-        if self.algorithm.select_tokens is not None:
-            if entropy is None:
+        if self.algorithm.weight is not None and self.algorithm.needs_logits(self.params):
+            if logits is None:
                 raise ValueError(
-                    "entropy: 80/20 needs verl's per-token entropy; set "
-                    "actor.calculate_entropy=True"
+                    f"{SAMPLED_LOGIT_KEY}: shaping_input='logit' needs the sampled-token logits; "
+                    "set the batch's non-tensor distillation_use_topk=True so verl calls this "
+                    "loss's logits hook"
                 )
-            pg_mask = mask & self.algorithm.select_tokens(entropy, mask, self.params)
-            if pg_batch_info.get("batch_num_tokens") is not None:  # the kept tokens' count
-                total = int(pg_batch_info["batch_num_tokens"])
-                pg_batch_info["batch_num_tokens"] = self.algorithm.selected(self.params, total)
+        if self.algorithm.select_tokens is not None and entropy is None:
+            raise ValueError(
+                "entropy: 80/20 needs verl's per-token entropy; set actor.calculate_entropy=True"
+            )
+        stage = self._stage(old_log_prob, mask, data) if self.algorithm.stages else None
+        pg_batch_info = dict(config.global_batch_info)
+        if (
+            self.algorithm.select_tokens is not None
+            and pg_batch_info["batch_num_tokens"] is not None
+        ):
+            total = int(pg_batch_info["batch_num_tokens"])  # the kept tokens' count
+            pg_batch_info["batch_num_tokens"] = self.algorithm.selected(self.params, total)
+
+        def aggregate(loss_mat, tokens, surrogate: bool):
+            info = pg_batch_info if surrogate else config.global_batch_info
+            return agg_loss(
+                loss_mat=loss_mat, loss_mask=tokens, loss_agg_mode=config.loss_agg_mode, **info
+            )
+
         clip_low, clip_high, clip_c = clip_settings(config)
-        terms = clipped_surrogate(
+        inputs = LossInputs(
             log_prob,
             old_log_prob,
-            advantages,
-            weights=weights,
+            padded["advantages"],
+            mask,
+            entropy=entropy,
+            logits=logits,
+            ref_logprobs=padded["ref_log_prob"] if config.use_kl_loss else None,
+            stage=stage,
+            rollout_weights=padded.get("rollout_is_weights", None),
+        )
+        out = method_loss(
+            self.algorithm,
+            self.params,
+            inputs,
+            aggregate=aggregate,
+            kl_penalty=lambda lp, ref: kl_penalty(
+                logprob=lp, ref_logprob=ref, kl_penalty=config.kl_loss_type
+            ),
             clip_low=clip_low,
             clip_high=clip_high,
             dual_clip=clip_c,
             weight_position=self.weight_position,
+            kl_coef=config.kl_loss_coef if config.use_kl_loss else 0.0,
+            entropy_coef=config.entropy_coeff,
         )
-        pg = terms["pg"]
-        if rollout_is_weights is not None:
-            pg = pg * rollout_is_weights
-        pg_loss = agg_loss(
-            loss_mat=pg, loss_mask=pg_mask, loss_agg_mode=config.loss_agg_mode, **pg_batch_info
-        )
-
         with torch.no_grad():
             n = mask.sum().clamp(min=1)
-            w = torch.ones_like(log_prob) if weights is None else weights
-            kept = pg_mask if stage is None else stage
+            w = torch.ones_like(log_prob) if out.weights is None else out.weights
+            kept = out.pg_mask if stage is None else stage
+            terms = out.terms
             pg_metrics = {
                 "actor/pg_clipfrac": float((terms["clipped"] & mask).sum() / n),
                 "actor/ppo_kl": float(((old_log_prob - log_prob) * mask).sum() / n),
@@ -258,34 +256,12 @@ class RlvrActorLoss:
                 "actor/rlvr_kept_frac": float(((w != 0) & kept).sum() / n),
             }
         metrics = dict(Metric.from_dict(pg_metrics, aggregation=AggregationType.MEAN))
-        metrics["actor/pg_loss"] = Metric(value=pg_loss, aggregation=metric_aggregation)
-        policy_loss = pg_loss
-        if entropy is not None:
-            if stage is not None:
-                entropy = entropy * stage
-            entropy_loss = agg_loss(
-                loss_mat=entropy,
-                loss_mask=mask,
-                loss_agg_mode=config.loss_agg_mode,
-                **config.global_batch_info,
-            )
-            policy_loss = policy_loss - config.entropy_coeff * entropy_loss
+        metrics["actor/pg_loss"] = Metric(value=out.pg_loss, aggregation=metric_aggregation)
+        if out.entropy_loss is not None:
             metrics["actor/entropy_loss"] = Metric(
-                value=entropy_loss, aggregation=metric_aggregation
+                value=out.entropy_loss, aggregation=metric_aggregation
             )
         if config.use_kl_loss:
-            kld = kl_penalty(
-                logprob=log_prob, ref_logprob=padded["ref_log_prob"], kl_penalty=config.kl_loss_type
-            )
-            if stage is not None:
-                kld = kld * stage
-            kl_loss = agg_loss(
-                loss_mat=kld,
-                loss_mask=mask,
-                loss_agg_mode=config.loss_agg_mode,
-                **config.global_batch_info,
-            )
-            policy_loss = policy_loss + kl_loss * config.kl_loss_coef
-            metrics["kl_loss"] = Metric(value=kl_loss, aggregation=metric_aggregation)
+            metrics["kl_loss"] = Metric(value=out.kl_loss, aggregation=metric_aggregation)
             metrics["kl_coef"] = config.kl_loss_coef
-        return policy_loss, metrics
+        return out.loss, metrics

@@ -1,4 +1,5 @@
-"""Search QA in verl 0.9.1: the ``rlvr_searchqa`` agent loop.
+"""Multi-turn environments in verl 0.9.1: one agent loop per environment that declares one
+(``EnvSpec.verl.agent_loop``; search QA's ``rlvr_searchqa``), described here for search QA.
 
 verl 0.9.1 always rolls out through agent loops (``verl/experimental/agent_loop``): an
 ``AgentLoopWorker`` instantiates the loop registered under a row's ``agent_name`` (or
@@ -37,9 +38,12 @@ The env's count of searches and the failed ones (``info["tool_calls"]``,
 ``non_tensor_batch``), where ``RlvrPPOTrainer`` logs them as ``search/calls`` and
 ``search/failed`` and stops the run past ``rlvr.max_tool_failure_rate``.
 
-Settings come from the run's config section ``rlvr.searchqa``: ``retrieval_url`` (required),
-``max_turns`` and ``topk`` (the env's defaults when unset), optional ``max_obs_chars``.
-``VERL_OVERRIDES`` lists the verl settings a search-QA run needs (docs/integrations_verl.md,
+Everything environment-specific comes from the registry (``EnvSpec.verl``): the loop's name, its
+stop strings, the one-task environment a row is played on (``task``) and the settings of the
+run's config section ``rlvr.<env>`` (``section_keys``; search QA's ``rlvr.searchqa``:
+``retrieval_url``, required as the URL of its ``service``, ``max_turns`` and ``topk``, the env's
+defaults when unset, optional ``max_obs_chars``). ``rlvr.integrations.verl.data.
+agent_loop_overrides`` lists the verl settings such a run needs (docs/integrations_verl.md,
 "Search QA agent loop").
 """
 
@@ -52,63 +56,45 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.utils.profiler import simple_timer
 from verl.utils.rollout_trace import rollout_trace_op
 
-from rlvr.envs import env_spec
+from rlvr.envs import ENVS, EnvSpec, env_spec, load
 from rlvr.envs.base import TOOL_CALLS, TOOL_FAILURES
-from rlvr.envs.searchqa.normalize import as_gold_list
 from rlvr.integrations.episodes import Episode
-from rlvr.integrations.verl.data import agent_loop_overrides
 
-SEARCHQA = env_spec("searchqa")
-#: The name rows select with their ``agent_name`` column (``rlvr prepare-verl searchqa``).
-AGENT_NAME = SEARCHQA.verl.agent_loop
-#: A turn ends at the first of these (Search-R1's ``_postprocess_responses``; the native
-#: trainer's ``rollout.stop`` for search QA).
-STOP = SEARCHQA.stop
-#: Keys of the config section ``rlvr.searchqa`` -> the env keyword argument they set.
-SETTING_KEYS = {
-    "retrieval_url": "retriever",
-    "max_turns": "max_turns",
-    "topk": "topk",
-    "max_obs_chars": "max_obs_chars",
-}
 #: Sampling keys that make each engine keep the stop string in its output, so the token ids
 #: returned hold the closing tag the env parses (vLLM ``SamplingParams``, SGLang sampling params).
 KEEP_STOP = {"vllm": {"include_stop_str_in_output": True}, "sglang": {"no_stop_trim": True}}
 
-#: The verl overrides a search-QA run needs (defined beside the export, which needs no verl).
-VERL_OVERRIDES = agent_loop_overrides("searchqa")
 
+def section_settings(spec: EnvSpec, config: Any) -> dict[str, Any]:
+    """The env keyword arguments from the config section ``rlvr.<env>`` (``EnvSpec.verl``: its
+    ``section_keys``, and its service's URL, which is required).
 
-def searchqa_settings(config: Any) -> dict[str, Any]:
-    """The env keyword arguments from the config section ``rlvr.searchqa``.
-
-    Raises ``ValueError`` naming the key when the section or ``retrieval_url`` is missing or a
-    key is unknown; the values themselves are checked by the env (``SearchQAEnv``).
+    Raises ``ValueError`` naming the key when the section or the service URL is missing or a
+    key is unknown; the values themselves are checked by the env.
     """
+    where, keys, service = f"config.rlvr.{spec.name}", spec.verl.section_keys, spec.verl.service
     rlvr_section = config.get("rlvr") if hasattr(config, "get") else None
-    section = rlvr_section.get("searchqa") if hasattr(rlvr_section, "get") else None
+    section = rlvr_section.get(spec.name) if hasattr(rlvr_section, "get") else None
     if not hasattr(section, "items"):
+        example = f", e.g. +rlvr.{spec.name}.{service.url_key}=http://127.0.0.1:8000"
         raise ValueError(
-            "config.rlvr.searchqa: the rlvr_searchqa agent loop needs this section "
-            "(retrieval_url, max_turns, topk), "
-            "e.g. +rlvr.searchqa.retrieval_url=http://127.0.0.1:8000"
+            f"{where}: the {spec.verl.agent_loop} agent loop needs this section "
+            f"({', '.join(keys)}){example if service else ''}"
         )
-    unknown = sorted(set(section) - set(SETTING_KEYS))
+    unknown = sorted(set(section) - set(keys))
     if unknown:
-        raise ValueError(
-            f"config.rlvr.searchqa: unknown keys {unknown}; known: {list(SETTING_KEYS)}"
-        )
-    if not section.get("retrieval_url"):
-        raise ValueError(
-            "config.rlvr.searchqa.retrieval_url: required (the URL of `rlvr retrieval-serve`)"
-        )
-    url = str(section["retrieval_url"])
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"config.rlvr.searchqa.retrieval_url: expected http(s)://..., got {url!r}")
-    return {SETTING_KEYS[k]: v for k, v in section.items() if v is not None}
+        raise ValueError(f"{where}: unknown keys {unknown}; known: {list(keys)}")
+    if service is not None:
+        url = str(section.get(service.url_key) or "")
+        if not url:
+            serve = service.serve.split()[0]
+            raise ValueError(f"{where}.{service.url_key}: required (the URL of `rlvr {serve}`)")
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"{where}.{service.url_key}: expected http(s)://..., got {url!r}")
+    return {keys[k]: v for k, v in section.items() if v is not None}
 
 
-def stop_cut(tokenizer: Any, token_ids: list[int], stop=STOP) -> int:
+def stop_cut(tokenizer: Any, token_ids: list[int], stop: tuple[str, ...]) -> int:
     """How many of ``token_ids`` to keep: up to the token that completes the first stop string.
 
     An engine that applies the stop strings already ends there (this returns ``len``); one that
@@ -135,28 +121,29 @@ def stop_cut(tokenizer: Any, token_ids: list[int], stop=STOP) -> int:
     return lo
 
 
-@register(AGENT_NAME)
-class SearchQAAgentLoop(AgentLoopBase):
-    """``rlvr/SearchQA-v0`` episodes for verl's agent-loop workers (module docstring)."""
+class EnvAgentLoop(AgentLoopBase):
+    """Episodes of a multi-turn environment for verl's agent-loop workers (module docstring);
+    ``register_agent_loops`` makes one subclass per environment, its ``env`` set."""
+
+    #: The registered environment the loop plays (``EnvSpec.name``).
+    env: str = ""
 
     def __init__(self, *args: Any, **kwargs: Any):
-        kwargs.pop("tools", None)  # verl's tool list: the env owns the search tool here
+        kwargs.pop("tools", None)  # verl's tool list: the env owns its tools here
         super().__init__(*args, **kwargs)
+        self.spec = env_spec(self.env)
         self.response_length = int(self.rollout_config.response_length)
-        self.env_kwargs = searchqa_settings(self.config)
+        self.env_kwargs = section_settings(self.spec, self.config)
 
     def _sampling_params(self, sampling_params: dict[str, Any]) -> dict[str, Any]:
         params = dict(sampling_params)
-        params["stop"] = list(STOP)
+        params["stop"] = list(self.spec.stop)
         params.update(KEEP_STOP.get(str(self.rollout_config.name), {}))
         return params
 
-    def _episode(self, question: str, golds: list[str]) -> Episode:
-        episode = Episode(
-            "searchqa",
-            dataset=[{"question": question, "answers": golds}],
-            **self.env_kwargs,
-        )
+    def _episode(self, extra_info: dict[str, Any], ground_truth: Any) -> Episode:
+        task = load(self.spec.verl.task)(extra_info, ground_truth)
+        episode = Episode(self.spec.name, **task, **self.env_kwargs)
         episode.reset(index=0)
         return episode
 
@@ -164,10 +151,8 @@ class SearchQAAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any):
         priority = int(priority)
         messages = list(kwargs["raw_prompt"])
-        extra_info = kwargs.get("extra_info") or {}
         reward_model = kwargs.get("reward_model") or {}
-        golds = as_gold_list(reward_model.get("ground_truth"))
-        episode = self._episode(str(extra_info.get("question", "")), golds)
+        episode = self._episode(kwargs.get("extra_info") or {}, reward_model.get("ground_truth"))
         try:
             return await self._run(episode, messages, sampling_params, priority)
         finally:
@@ -193,7 +178,7 @@ class SearchQAAgentLoop(AgentLoopBase):
                 )
             _merge_server_fields(output, metrics, extra_fields)
             ids = list(output.token_ids)[:budget]
-            ids = ids[: stop_cut(self.tokenizer, ids)]
+            ids = ids[: stop_cut(self.tokenizer, ids, self.spec.stop)]
             out.add_policy(ids, output.log_probs)
             generations += 1
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -256,3 +241,24 @@ def _merge_server_fields(output: Any, metrics: dict, extra_fields: dict) -> None
         extra_fields.update(output.extra_fields)
     elif output.extra_fields.get("max_global_steps") is not None:
         extra_fields["max_global_steps"] = output.extra_fields["max_global_steps"]
+
+
+def register_agent_loops() -> dict[str, type]:
+    """One ``EnvAgentLoop`` subclass per registered environment with an agent loop
+    (``EnvSpec.verl.agent_loop``), registered with verl under that name and kept as an attribute
+    of this module, where verl's Hydra instantiation finds it; ``env name -> class``."""
+    loops = {}
+    for spec in ENVS.values():
+        if not spec.verl.agent_loop or spec.verl.task is None:
+            continue
+        name = "".join(part.title() for part in spec.name.split("_")) + "AgentLoop"
+        cls = globals().get(name)
+        if cls is None:
+            cls = type(name, (EnvAgentLoop,), {"env": spec.name, "__module__": __name__})
+            globals()[name] = register(spec.verl.agent_loop)(cls)
+        loops[spec.name] = cls
+    return loops
+
+
+#: The agent loops of the registered environments (search QA's ``SearchqaAgentLoop``).
+AGENT_LOOPS = register_agent_loops()

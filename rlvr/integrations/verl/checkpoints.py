@@ -4,7 +4,7 @@
 weights verl saves (``FSDPCheckpointManager.save_checkpoint`` writes config and tokenizer there at
 every save and the weights only when ``checkpoint.save_contents`` includes ``hf_model``). A
 checkpoint stands for the SHA-256 of its weights in evaluation keys
-(``rlvr.reproduce.runs.model_identity``), so evaluations are shared wherever the folder lives and
+(``rlvr.reproduce.keys.model_identity``), so evaluations are shared wherever the folder lives and
 never reused after a run is retrained.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from rlvr.repro import weights_sha256
 
-#: What a generated run folder says it stands for (``rlvr.integrations.verl.scripts``).
+#: What a generated run folder says it stands for (``rlvr.reproduce.verl.launch``).
 RUN_FILE = "rlvr_run.json"
 #: Where the SHA-256 of a run's final weights is kept, with the files it was computed from.
 WEIGHTS_FILE = "rlvr_weights.json"

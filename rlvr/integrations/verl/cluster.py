@@ -1,9 +1,10 @@
-"""``python -m rlvr.integrations.verl.cluster --url URL``: refuse a loopback retrieval URL on a
-multi-node Ray cluster before ``run.sh`` starts the retrieval service (one line, exit 2).
+"""``python -m rlvr.integrations.verl.cluster --env ENV --url URL``: refuse a loopback URL of the
+service ``ENV``'s agent loop calls (``EnvSpec.verl.service``: search QA's retrieval service) on a
+multi-node Ray cluster before ``run.sh`` starts the service (one line, exit 2).
 
 It joins the running Ray cluster if there is one (``ray.init(address="auto")``: the cluster of
 ``RAY_ADDRESS``, as ``ray job submit`` sets it, or the one started on this node) and applies
-``data.check_retrieval_reachable`` to its nodes; with no cluster running, verl will start a
+``data.check_service_reachable`` to its nodes; with no cluster running, verl will start a
 one-node Ray of its own and loopback is reachable. ``RlvrPPOTrainer.init_workers`` makes the
 same check where verl places the workers.
 """
@@ -15,7 +16,7 @@ import sys
 
 import ray
 
-from rlvr.integrations.verl.data import check_retrieval_reachable
+from rlvr.integrations.verl.data import check_service_reachable
 
 
 def cluster_nodes() -> list[dict]:
@@ -32,10 +33,11 @@ def cluster_nodes() -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rlvr.integrations.verl.cluster")
-    p.add_argument("--url", required=True, help="the retrieval URL the agent loop will use")
+    p.add_argument("--env", required=True, help="the environment whose agent loop calls it")
+    p.add_argument("--url", required=True, help="the service's URL the agent loop will use")
     args = p.parse_args(argv)
     try:
-        check_retrieval_reachable(args.url, cluster_nodes())
+        check_service_reachable(args.env, args.url, cluster_nodes())
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

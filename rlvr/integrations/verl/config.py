@@ -16,7 +16,8 @@ raises ``VerlTranslationError`` naming the key. What maps to what:
   step. run.sh exports the tasks the native run visits (``steps x prompts_per_step``, or the
   whole split when it is smaller; verl then cycles over it in shuffled epochs);
 - loss: clip ratios low/high/c, ``token-mean`` etc. (same names), KL as verl's KL loss with
-  ``low_var_kl``, which is the k3 estimator (Schulman 2020) that the native loss uses;
+  ``low_var_kl``, which is the k3 estimator (Schulman 2020) that the native loss uses; the
+  advantage estimator's own verl settings (``AdvantageEstimator.verl``), refused without them;
 - optimizer: AdamW lr, betas, eps (``override_optimizer_config``), weight decay (verl's default
   is 0.01, the native one 0.0), gradient clip, warm-up, constant/cosine schedule;
 - rollout (vLLM): ``max_model_len`` = the prompt + response budget, always a number;
@@ -40,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rlvr.agents.advantages import get_estimator
 from rlvr.agents.algorithms import get_algorithm, resolved_fields
 from rlvr.agents.rollout.vllm import hf_overrides
 from rlvr.config import ConfigError, nest
@@ -138,11 +140,12 @@ def _loss(cfg) -> dict[str, Any]:
         _refuse("loss.dual_clip", None, "verl always applies the dual clip (clip_ratio_c)")
     if abs(lo.adv_eps - VERL_ADV_EPS) > 1e-12:
         _refuse("loss.adv_eps", lo.adv_eps, f"verl's GRPO advantage uses eps {VERL_ADV_EPS}")
+    estimator = get_estimator(lo.advantage)
+    if estimator.verl is None:
+        _refuse("loss.advantage", lo.advantage, "verl has no estimator that computes it")
     a = "actor_rollout_ref.actor."
     return {
-        "algorithm.adv_estimator": "grpo",
-        # Dr.GRPO's advantage is the group-centred reward without the std division.
-        "algorithm.norm_adv_by_std_in_grpo": lo.advantage == "grpo",
+        **estimator.verl,
         "algorithm.use_kl_in_reward": False,
         a + "clip_ratio_low": lo.clip_low,
         a + "clip_ratio_high": lo.clip_high,
@@ -301,8 +304,8 @@ def translate(
     """Flat ``dotted.key -> value`` overrides of verl's ``ppo_trainer`` for one native run.
 
     ``cfg``: the run's ``TrainConfig``; ``ecfg``: the setting's ``EvalConfig`` (validation
-    protocol); ``gpus``: the run's GPUs (``grid.verl_gpus``); paths as the run sees them;
-    ``memory``: the rollout memory plan (``grid.verl_rollout_memory(...).record()``:
+    protocol); ``gpus``: the run's GPUs (``gpu_plan.verl_gpus``); paths as the run sees them;
+    ``memory``: the rollout memory plan (``gpu_plan.verl_rollout_memory(...).record()``:
     ``gpu_memory_utilization``, ``optimizer_offload``; None: the profile's value);
     ``hf_config``: what is known of the model's ``config.json`` (keys vLLM cannot serve get
     ``hf_overrides``, ``rlvr.agents.rollout.vllm.hf_overrides``).

@@ -34,7 +34,7 @@ from typing import Any, Iterator
 from urllib.parse import urlsplit
 
 from rlvr.config import ConfigError, parse_overrides
-from rlvr.envs import env_names, env_spec, load, reset_tasks
+from rlvr.envs import ENVS, env_names, env_spec, load, reset_tasks
 from rlvr.models.prompt_formats import export_settings
 
 #: The verl 0.9.1 overrides a run on a multi-turn env needs (its agent loop, e.g. search QA's
@@ -73,23 +73,6 @@ def agent_loop_overrides(env: str) -> dict[str, object]:
     }
 
 
-def searchqa_section(env_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The ``rlvr.searchqa`` settings of the ``rlvr_searchqa`` agent loop: the retrieval
-    service (a URL: the loop runs in verl's workers, away from any in-process index), the turn
-    limit and the passages per search (the env's defaults, 4 and 3, when unset)."""
-    url = env_kwargs.get("retriever")
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise ValueError(
-            f"env_kwargs.retriever={url!r}: search QA on verl queries a retrieval service: "
-            "give its URL"
-        )
-    return {
-        "retrieval_url": url,
-        "max_turns": int(env_kwargs.get("max_turns", 4)),
-        "topk": int(env_kwargs.get("topk", 3)),
-    }
-
-
 #: Host names that only reach the machine they are resolved on.
 LOOPBACK = ("localhost", "localhost.localdomain", "ip6-localhost", "::1")
 
@@ -105,32 +88,40 @@ def cpu_nodes(nodes: list[dict]) -> list[dict]:
     return [n for n in nodes if n.get("Alive") and (n.get("Resources") or {}).get("CPU", 0) > 0]
 
 
-def check_retrieval_reachable(url: str, nodes: list[dict]) -> None:
+def service_key(spec) -> str:
+    """``rlvr.<env>.<url key>``: where a run's config holds the URL of ``spec``'s service."""
+    return f"rlvr.{spec.name}.{spec.verl.service.url_key}"
+
+
+def check_service_reachable(env: str, url: str, nodes: list[dict]) -> None:
     """``ValueError`` (one line) when the agent-loop workers spread over several nodes of
-    ``nodes`` (``ray.nodes()``) and ``url`` is a loopback address, which only the node running
-    the service reaches: every search of the other nodes' workers would fail."""
+    ``nodes`` (``ray.nodes()``) and ``url``, where ``env``'s agent loop calls its service
+    (``EnvSpec.verl.service``), is a loopback address, which only the node running the service
+    reaches: every call of the other nodes' workers would fail."""
+    spec = env_spec(env)
+    service = spec.verl.service
     host = urlsplit(url).hostname or ""
     n = len(cpu_nodes(nodes))
     if n > 1 and is_loopback(host):
         raise ValueError(
-            f"rlvr.searchqa.retrieval_url={url} is a loopback address, but verl places its "
-            f"agent-loop workers on all {n} nodes of this Ray cluster: run `rlvr retrieval-serve "
-            "--host <an address every node reaches>` and set RLVR_RETRIEVAL_URL to it"
+            f"{service_key(spec)}={url} is a loopback address, but verl places its agent-loop "
+            f"workers on all {n} nodes of this Ray cluster: run `rlvr {service.serve.split()[0]} "
+            f"--host <an address every node reaches>` and set {service.url_var} to it"
         )
 
 
-#: Agent loop -> (its section of the run's ``rlvr`` config, the section from the env's kwargs).
-AGENT_LOOP_SECTIONS = {"rlvr_searchqa": ("searchqa", searchqa_section)}
+def agent_loop_envs() -> list:
+    """The registered environments whose verl agent loop reads a section of the run's config."""
+    return [s for s in ENVS.values() if s.verl.agent_loop and s.verl.section is not None]
 
 
 def agent_loop_section(env: str, env_kwargs: dict[str, Any]) -> tuple[str, dict] | None:
-    """``(name, settings)`` of the ``rlvr.<name>`` section ``env``'s agent loop reads (None for
-    a single-turn env)."""
-    loop = env_spec(env).verl.agent_loop
-    if not loop:
+    """``(name, settings)`` of the ``rlvr.<name>`` section ``env``'s agent loop reads
+    (``EnvSpec.verl.section``; None for an env without one)."""
+    spec = env_spec(env)
+    if not spec.verl.agent_loop or spec.verl.section is None:
         return None
-    name, settings = AGENT_LOOP_SECTIONS[loop]
-    return name, settings(env_kwargs)
+    return spec.name, load(spec.verl.section)(env_kwargs)
 
 
 def parse_env_args(pairs: list[str] | None) -> dict[str, Any]:

@@ -59,8 +59,7 @@ from rlvr.agents.algorithms import (
     get_algorithm,
     policy_loss_fields,
 )
-from rlvr.agents.losses import clipped_surrogate
-from rlvr.agents.weights import token_weights
+from rlvr.agents.method_loss import LossInputs, method_loss
 
 #: The policy-loss names this plugin registers in verl (``loss_mode``): the algorithms whose
 #: weight reads log-probs only.
@@ -132,33 +131,35 @@ def rlvr_policy_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The token-weighted clipped surrogate of ``scheme`` in verl's policy-loss contract.
 
-    Weights: ``token_weights(scheme, logprobs=log_prob, old_logprobs=old_log_prob)`` (detached);
-    per-token loss ``w * s`` with ``s`` verl's dual-clip surrogate; aggregation verl's ``agg_loss``.
+    The method's loss as every engine composes it (``rlvr.agents.method_loss``): weights of
+    log-probs (detached), per-token loss ``w * s`` with ``s`` verl's dual-clip surrogate,
+    aggregation verl's ``agg_loss``; verl adds its KL loss itself.
     """
     if config is None:
         raise ValueError("config: verl passes the actor config; rlvr's verl losses need it")
     wc, weight_position = weight_config(scheme, config)
     clip_low, clip_high, clip_c = clip_settings(config)
     mask = response_mask.to(torch.bool)
-    weights = token_weights(
-        scheme, logprobs=log_prob, mask=mask, old_logprobs=old_log_prob, **wc.params(scheme)
-    )
-    terms = clipped_surrogate(
-        log_prob,
-        old_log_prob.detach(),
-        advantages.detach(),
-        weights=weights,
+    global_batch_info = dict(_get(config, "global_batch_info", {}) or {})
+
+    def aggregate(loss_mat, tokens, surrogate: bool):
+        return agg_loss(
+            loss_mat=loss_mat, loss_mask=tokens, loss_agg_mode=loss_agg_mode, **global_batch_info
+        )
+
+    out = method_loss(
+        get_algorithm(scheme),
+        wc.params(scheme),
+        LossInputs(
+            log_prob, old_log_prob, advantages.detach(), mask, rollout_weights=rollout_is_weights
+        ),
+        aggregate=aggregate,
         clip_low=clip_low,
         clip_high=clip_high,
         dual_clip=clip_c,
         weight_position=weight_position,
     )
-    pg = terms["pg"]
-    if rollout_is_weights is not None:
-        pg = pg * rollout_is_weights
-    global_batch_info = dict(_get(config, "global_batch_info", {}) or {})
-    loss = agg_loss(loss_mat=pg, loss_mask=mask, loss_agg_mode=loss_agg_mode, **global_batch_info)
-
+    terms, weights = out.terms, out.weights
     with torch.no_grad():
         n = mask.sum().clamp(min=1)
         valid_w = weights[mask]
@@ -170,7 +171,7 @@ def rlvr_policy_loss(
             "actor/rlvr_weight_min": float(valid_w.min()) if valid_w.numel() else 0.0,
             "actor/rlvr_weight_max": float(valid_w.max()) if valid_w.numel() else 0.0,
         }
-    return loss, metrics
+    return out.loss, metrics
 
 
 def _registered_loss(scheme: str):

@@ -46,7 +46,7 @@ checked against ``max_tool_failure_rate`` as soon as it comes back (``_CheckedRo
 ``ToolFailureError``, one line, before the batch is trained on), and each step's actor-update
 metrics gain ``search/calls`` and ``search/failed`` (``rlvr.agents.metrics.tool_metrics``, as the
 native trainer logs them). Before the workers start, a loopback ``rlvr.searchqa.retrieval_url``
-on a Ray cluster of several CPU nodes is refused (``data.check_retrieval_reachable``): verl
+on a Ray cluster of several CPU nodes is refused (``data.check_service_reachable``): verl
 places agent-loop workers on every such node.
 
 Logit shaping needs verl's remove-padding FSDP path without sequence parallelism, fused kernels
@@ -81,10 +81,11 @@ from rlvr.config import ConfigError
 from rlvr.envs.base import TOOL_CALLS, TOOL_FAILURES
 from rlvr.integrations.verl.actor import LOPTI_STAGE_KEY, RlvrActorLoss
 from rlvr.integrations.verl.config import plugin_loss_config
-from rlvr.integrations.verl.data import check_retrieval_reachable
+from rlvr.integrations.verl.data import agent_loop_envs, check_service_reachable, service_key
 
-#: Keys of the ``rlvr`` section (``searchqa`` belongs to the search-QA agent loop).
-RLVR_KEYS = ("algo", "params", "weight_position", "searchqa", "max_tool_failure_rate")
+#: Keys of the ``rlvr`` section, besides one section per environment whose agent loop reads one
+#: (``EnvSpec.verl.section``: search QA's ``searchqa``).
+RLVR_KEYS = ("algo", "params", "weight_position", "max_tool_failure_rate")
 #: ``rlvr.params`` keys: the fields of ``WeightConfig``.
 PARAM_KEYS = tuple(f.name for f in dataclasses.fields(WeightConfig))
 WEIGHT_POSITIONS = ("surrogate", "ratio")
@@ -217,12 +218,13 @@ def read_rlvr(config: DictConfig) -> Optional[RlvrSetup]:
     section = config.get("rlvr") if isinstance(config, DictConfig) else None
     if section is None:
         return None
+    known = [*RLVR_KEYS, *(s.name for s in agent_loop_envs())]
     if not isinstance(section, DictConfig):
-        raise RlvrConfigError(f"rlvr: must be a mapping with keys {list(RLVR_KEYS)}")
+        raise RlvrConfigError(f"rlvr: must be a mapping with keys {known}")
     raw = OmegaConf.to_container(section, resolve=True)
     for key in raw:
-        if key not in RLVR_KEYS:
-            raise RlvrConfigError(f"rlvr.{key}: unknown key; known: {list(RLVR_KEYS)}")
+        if key not in known:
+            raise RlvrConfigError(f"rlvr.{key}: unknown key; known: {known}")
     algo = raw.get("algo")
     if not isinstance(algo, str):
         raise RlvrConfigError(f"rlvr.algo: required, a registered algorithm name; got {algo!r}")
@@ -334,14 +336,18 @@ class _CheckedRollouts:
 
 
 def check_cluster(config: DictConfig, nodes: list[dict]) -> None:
-    """``RlvrConfigError`` for a loopback retrieval URL when ``nodes`` (``ray.nodes()``) give
-    verl several nodes to place agent-loop workers on (``data.check_retrieval_reachable``)."""
-    url = OmegaConf.select(config, "rlvr.searchqa.retrieval_url", default=None)
-    if url:
-        try:
-            check_retrieval_reachable(str(url), nodes)
-        except ValueError as e:
-            raise RlvrConfigError(str(e)) from None
+    """``RlvrConfigError`` for a loopback URL of a service an agent loop calls (search QA's
+    retrieval service) when ``nodes`` (``ray.nodes()``) give verl several nodes to place
+    agent-loop workers on (``data.check_service_reachable``)."""
+    for spec in agent_loop_envs():
+        if spec.verl.service is None:
+            continue
+        url = OmegaConf.select(config, service_key(spec), default=None)
+        if url:
+            try:
+                check_service_reachable(spec.name, str(url), nodes)
+            except ValueError as e:
+                raise RlvrConfigError(str(e)) from None
 
 
 class RlvrPPOTrainer(RayPPOTrainer):

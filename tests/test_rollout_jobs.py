@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from rlvr.agents.rollout import BACKENDS, SamplingParams, make_backend
+from rlvr.agents.rollout.jobs import Job, parts, plan, play, task_runs
 from rlvr.agents.rollout.multiturn import episode_seed, turn_seed
 from rlvr.envs import env_accepts, make_env
-from rlvr.eval.loop import Job, parts, plan, play, task_runs
 from rlvr.models import build_micro
 
 from _rlvr_toys import LetterEnv, ScriptedBackend, ToolEnv
@@ -144,12 +144,12 @@ def test_generate_backend_cuts_at_the_earliest_stop_string(micro):
 
 
 def test_evaluate_base_rows_from_the_shared_loop(micro):
+    from rlvr.envs.warmstart import tiny_settings
     from rlvr.models.evaluate import evaluate_base
-    from rlvr.models.traces import TINY_SETTINGS
 
     model, tok = micro
     rows = evaluate_base(
-        model, tok, "kk", {**TINY_SETTINGS["kk"], "n_people": [2, 3]}, n=2, max_new_tokens=8
+        model, tok, "kk", {**tiny_settings("kk"), "n_people": [2, 3]}, n=2, max_new_tokens=8
     )
     assert [(r["group"], r["items"], r["k"]) for r in rows] == [("kk2", 2, 1), ("kk3", 2, 1)]
     assert all(r["reward"] == -3.0 and r["accuracy"] == 0.0 for r in rows)  # a random model
@@ -157,7 +157,7 @@ def test_evaluate_base_rows_from_the_shared_loop(micro):
         model,
         tok,
         "searchqa",
-        TINY_SETTINGS["searchqa"],
+        tiny_settings("searchqa"),
         n=2,
         k=2,
         temperature=1.0,
@@ -168,7 +168,7 @@ def test_evaluate_base_rows_from_the_shared_loop(micro):
         model,
         tok,
         "searchqa",
-        TINY_SETTINGS["searchqa"],
+        tiny_settings("searchqa"),
         n=2,
         k=2,
         temperature=1.0,
@@ -177,4 +177,4 @@ def test_evaluate_base_rows_from_the_shared_loop(micro):
     )
     assert sampled[0]["items"] == 2 and "tool_calls" in sampled[0]
     with pytest.raises(ValueError, match="temperature"):
-        evaluate_base(model, tok, "kk", TINY_SETTINGS["kk"], n=1, k=2)
+        evaluate_base(model, tok, "kk", tiny_settings("kk"), n=1, k=2)

@@ -49,7 +49,7 @@ def _fail(exc: BaseException) -> int:
 def run_train(args: argparse.Namespace) -> int:
     import yaml
 
-    from rlvr.agents.train_config import load_train_config
+    from rlvr.training.train_config import load_train_config
 
     overrides = list(args.overrides)
     if args.resume:
@@ -89,7 +89,7 @@ def run_train(args: argparse.Namespace) -> int:
 def _train(cfg, allow_config_change: bool) -> int:
     from rlvr.agents.checkpoint import CheckpointError, write_failure
     from rlvr.agents.metrics import ToolFailureError
-    from rlvr.agents.trainer import Trainer
+    from rlvr.training.trainer import Trainer
 
     trainer = Trainer(cfg)
     trainer.allow_config_change = allow_config_change

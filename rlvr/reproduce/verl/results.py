@@ -4,7 +4,7 @@
 ``DIR/runs/<run_key>/`` (``<setting>__<algo>__seed<seed>``), that verl fills in:
 
 - ``rlvr_run.json``: what the run stands for (``setting``, ``algo``, ``seed``, ``model``,
-  ``params``, ``native_config_hash``: ``rlvr.reproduce.runs.run_key`` of the native
+  ``params``, ``native_config_hash``: ``rlvr.reproduce.keys.run_key`` of the native
   ``TrainConfig`` the verl config was generated from);
 - ``metrics.jsonl``: verl 0.9.1's file logger (``verl/utils/tracking.py`` ``FileLogger``,
   path from ``VERL_FILE_LOGGER_PATH``): one line per ``logger.log`` call,
@@ -44,13 +44,14 @@ from rlvr.integrations.verl.checkpoints import (
     checkpoint_sha256,
     has_weights,
 )
-from rlvr.reproduce.runs import Run, compute_seconds, run_key, run_summary
+from rlvr.reproduce.keys import run_key
+from rlvr.reproduce.runs import Run, compute_seconds, run_summary
 
 ENGINE = "verl"
 METRICS_FILE = "metrics.jsonl"
 
 #: verl 0.9.1 metric name -> the native metric name (``rlvr.agents.metrics``,
-#: ``rlvr.agents.update``, ``rlvr.agents.trainer``) that the figures read. Sources in verl:
+#: ``rlvr.training.update``, ``rlvr.training.trainer``) that the figures read. Sources in verl:
 #: ``trainer/ppo/metric_utils.py`` (``compute_data_metrics``, ``compute_timing_metrics``,
 #: ``compute_throughout_metrics``), ``trainer/ppo/ray_trainer.py`` (``actor/entropy``: the
 #: entropy of the rollout policy from the old-log-prob pass, as the native ``entropy``; the

@@ -13,19 +13,23 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Literal, Optional
 
+from rlvr.agents.advantages import get_estimator
 from rlvr.agents.algorithms import WeightConfig, algorithm_names, get_algorithm, load_plugins
 from rlvr.config import (
+    UNKEYED,
     ConfigError,
     check_interval,
     did_you_mean,
     layered,
     merge,
     parse_overrides,
+    unkeyed,
 )
 from rlvr.device import check_device
 from rlvr.envs import ENVS, env_spec, lift_env_keys, require_env
 from rlvr.envs.base import MAX_TOOL_FAILURE_RATE, check_failure_rate
 from rlvr.eval.config import EvalConfig
+from rlvr.models.prompt_formats import with_format
 from rlvr.repro import check_threads
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
@@ -48,7 +52,8 @@ class LossConfig:
     ] = "token-mean"
     loss_scale_factor: float | None = None
     weight_position: Literal["surrogate", "ratio"] = "surrogate"
-    advantage: Literal["grpo", "drgrpo"] = "grpo"
+    #: A registered advantage estimator (``rlvr.agents.advantages``: ``grpo``, ``drgrpo``...).
+    advantage: str = "grpo"
     adv_eps: float = 1e-6
 
     def policy_loss_kwargs(self) -> dict:
@@ -132,7 +137,8 @@ class TrainConfig:
     #: Modules to import before the configuration is checked (algorithms registered outside
     #: ``rlvr``, e.g. ``plugins=[my_lab.algos]``).
     plugins: list[str] = dataclasses.field(default_factory=list)
-    out: str = ""
+    #: Fields declared ``unkeyed`` change nothing a run computes: no run key covers them.
+    out: str = unkeyed("")
     #: ``micro``, a local directory, or a Hugging Face hub name.
     model: str = "micro"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -163,20 +169,22 @@ class TrainConfig:
     eval: EvalScheduleConfig = dataclasses.field(default_factory=EvalScheduleConfig)
     save_every: int = 0
     keep_checkpoints: int = 2
-    resume: bool = False
+    resume: bool = unkeyed(False)
     profile: str = "default"
-    progress: bool = True
+    progress: bool = unkeyed(True)
     #: Also write ``<out>/tensorboard`` (as ``report_to=[tensorboard]``).
-    tensorboard: bool = False
-    #: Trackers that get every ``metrics.jsonl`` record (``rlvr.agents.trackers``).
-    report_to: list[Literal["tensorboard", "wandb"]] = dataclasses.field(default_factory=list)
+    tensorboard: bool = unkeyed(False)
+    #: Trackers that get every ``metrics.jsonl`` record (``rlvr.training.trackers``).
+    report_to: list[Literal["tensorboard", "wandb"]] = dataclasses.field(
+        default_factory=list, metadata=UNKEYED
+    )
     #: Refuse settings whose estimated memory exceeds what is available (``memory.py``).
     memory_check: bool = True
     #: CPU threads for torch (0: leave torch's default).
     num_threads: int = 0
     #: Stop the run when more than this share of a step's (or an evaluation's) tool calls fail:
     #: a retrieval service down or out of reach (``agents.metrics.check_tool_failures``).
-    max_tool_failure_rate: float = MAX_TOOL_FAILURE_RATE
+    max_tool_failure_rate: float = unkeyed(MAX_TOOL_FAILURE_RATE)
 
     def validate(self) -> None:
         """One ``ConfigError`` naming the first bad key and its accepted range."""
@@ -248,6 +256,10 @@ class TrainConfig:
             algorithm = get_algorithm(self.algo)
         except ValueError as e:
             raise ConfigError(str(e)) from e
+        try:
+            get_estimator(lo.advantage)
+        except ValueError as e:
+            raise ConfigError(f"loss.advantage: {e}") from None
         try:
             algorithm.parameters(self.weights)  # and the checks across them (GRPO-SG's L <= U)
         except ValueError as e:
@@ -335,8 +347,6 @@ def with_model_format(values: dict[str, Any], env: str) -> dict[str, Any]:
     """``values`` with the prompt format the model carries under the profile's and the command
     line's ``env_kwargs`` (``rlvr.models.prompt_formats.with_format``: a tiny base trains on the
     prompts it was warm-started on whichever way it is named; a contradiction is one line)."""
-    from rlvr.models.prompt_formats import with_format
-
     model = str(values.get("model", TrainConfig.model))
     kwargs, fmt = with_format(model, env, values.get("env_kwargs") or {})
     return values if fmt is None else {**values, "env_kwargs": kwargs}

@@ -7,7 +7,7 @@ One step:
    reset to the same task);
 2. play all episodes (``rollout.multiturn.run_episodes``), rewards from the envs;
 3. ``A = group_advantages(r)`` per sequence;
-4. the update of the algorithm ``cfg.algo`` (``rlvr.agents.update``, ``rlvr.agents.algorithms``):
+4. the update of the algorithm ``cfg.algo`` (``rlvr.training.update``, ``rlvr.agents.algorithms``):
    its stages, ``ppo_epochs`` passes of mini-batch optimizer steps of the token-weighted clipped
    loss, AdamW with gradient clipping and a warm-up/schedule;
 5. metrics to ``metrics.jsonl`` (``rlvr.agents.metrics``), periodic evaluation, atomic checkpoints.
@@ -19,9 +19,7 @@ scheduler, RNG states, data position), so a resumed run repeats an uninterrupted
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import random
 import sys
 import time
@@ -30,21 +28,10 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from rlvr.agents.advantages import compute_advantages
 from rlvr.agents.algorithms import get_algorithm
-from rlvr.agents.checkpoint import (
-    CheckpointError,
-    check_resume_config,
-    check_writable,
-    find_resume_checkpoint,
-    load_payload,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-    write_failure,
-)
+from rlvr.agents.checkpoint import check_writable, write_failure
 from rlvr.agents.memory import check_fits, estimate_for_config
 from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: public API here too)
     MetricsLog,
@@ -59,41 +46,26 @@ from rlvr.agents.policy import Policy
 from rlvr.agents.rollout.base import RolloutBatch, SamplingParams, collate
 from rlvr.agents.rollout.chat import model_prompt
 from rlvr.agents.rollout.multiturn import Episode, run_episodes
-from rlvr.agents.trackers import check_trackers, make_trackers, tracker_names
-from rlvr.agents.train_config import TrainConfig, check_vllm_installed, periodic_eval_config
-from rlvr.agents.update import Precision, Updater, optimizer_steps_per_batch
 from rlvr.config import ConfigError, dump_yaml, to_dict
 from rlvr.device import resolve_device
 from rlvr.envs import env_spec, make_env
-from rlvr.eval.loop import plan, play, task_runs
 from rlvr.locks import LOCK_FILE, hold
+from rlvr.models import load_model
 from rlvr.prompt_format import write_format
 from rlvr.repro import set_threads
+from rlvr.training.live_eval import evaluate_live
+from rlvr.training.preflight import preflight
+from rlvr.training.progress import StepBar
+from rlvr.training.run_state import restore_state, save_state
+from rlvr.training.trackers import make_trackers, tracker_names
+from rlvr.training.train_config import TrainConfig, periodic_eval_config
+from rlvr.training.update import Precision, Updater, lr_factor, optimizer_steps_per_batch
 
 #: Tasks in a row whose ``env.reset`` may fail before the run stops (``Trainer._reset_group``).
 MAX_RESET_SKIPS = 8
 
 # ---------------------------------------------------------------------------------------------
 # pure helpers
-
-
-def lr_factor(step: int, *, warmup: int, total: int, schedule: str, min_ratio: float) -> float:
-    """Multiplier of the base learning rate at optimizer-schedule step ``step`` (0-based).
-
-    Linear warm-up over ``warmup`` steps, then ``constant``, ``linear`` decay or ``cosine``
-    (Loshchilov & Hutter 2017) down to ``min_ratio`` at ``total``.
-    """
-    if warmup > 0 and step < warmup:
-        return (step + 1) / warmup
-    if schedule == "constant":
-        return 1.0
-    span = max(1, total - warmup)
-    progress = min(1.0, max(0.0, (step - warmup) / span))
-    if schedule == "linear":
-        return min_ratio + (1.0 - min_ratio) * (1.0 - progress)
-    if schedule == "cosine":
-        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-    raise ValueError(f"optim.schedule: unknown schedule {schedule!r}")
 
 
 def episodes_to_batch(episodes: list[Episode], pad_id: int) -> RolloutBatch:
@@ -120,9 +92,8 @@ class Trainer:
 
     #: Resume although the configuration differs from the checkpoint's (``--allow-config-change``).
     allow_config_change = False
-    #: Told what a step is doing ("step 3: rollout", "update", "evaluation"): the bar.
+    #: Told what a step is doing (``step 3: rollout``, ``update``, ``evaluation``): the bar.
     on_phase: Callable[[str], None] | None = None
-    phase = ""
 
     def __init__(
         self,
@@ -140,13 +111,8 @@ class Trainer:
         set_threads(cfg.num_threads)
         self._seed_everything(cfg.seed)
         self.make_env = make_env or self._make_registered_env
-        check_trackers(tracker_names(cfg))  # a missing package is one line before any work
+        preflight(cfg, self.make_env, loads_model=model is None)  # one line, before any load
         if model is None:
-            from rlvr.models import load_model
-
-            if cfg.rollout.backend == "vllm":
-                check_vllm_installed()  # before a hub name starts a download
-            self._check_envs()  # a bad env_kwargs value or dataset costs no model load
             model, tokenizer = load_model(cfg.model, seed=cfg.seed, dtype=torch.float32)
         self.with_reference = cfg.loss.kl_coef > 0 or cfg.track_kl
         if cfg.memory_check:
@@ -222,20 +188,6 @@ class Trainer:
         random.seed(seed)
         np.random.seed(seed % (2**32))
         torch.manual_seed(seed)
-
-    def _check_envs(self) -> None:
-        """Make (and close) one env of each split the run will use, leaving every RNG as it
-        was: what the env rejects (a value, a dataset that is missing) is one line now, not
-        after a model load that can take minutes."""
-        state = rng_state()
-        splits = ["train"] + (
-            [self.cfg.eval.split] if self.cfg.eval.every or self.cfg.eval.at_end else []
-        )
-        try:
-            for split in splits:
-                self.make_env(split).close()
-        finally:
-            set_rng_state(state)
 
     def _make_registered_env(self, split: str):
         kwargs = dict(self.cfg.env_kwargs)
@@ -340,53 +292,24 @@ class Trainer:
 
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, step: int) -> dict[str, float]:
-        """Greedy and sampled accuracy on the first ``eval.n_prompts`` held-out tasks: the
-        ``rlvr.eval.runner.EvalConfig`` of ``periodic_eval_config``, played by the shared
-        evaluation loop (``rlvr.eval.loop``) on the live policy, as one chunk over a reused env
-        pool, the tasks reset and seeded as training tasks are."""
+        """The periodic evaluation after step ``step`` (``rlvr.training.live_eval``) on the live
+        policy and a reused pool of held-out envs."""
         ecfg = periodic_eval_config(self.cfg)
         n = ecfg.n_items * max(1, ecfg.k)
         if self._eval_envs is None or len(self._eval_envs) != n:
             self._eval_envs = [self.make_env(ecfg.split) for _ in range(n)]
-
-        def envs_for(part):
-            envs, prompts = self._eval_envs[: len(part)], []
-            for start, end in task_runs(part):  # a task's jobs reset as one group
-                prompts += self._reset_group(envs[start:end], part[start].task)
-            return envs, prompts
-
-        t0 = time.perf_counter()
-        sample = dataclasses.replace(
-            self.sampling, temperature=ecfg.temperature, top_p=ecfg.top_p, stop=tuple(ecfg.stop)
+        return evaluate_live(
+            self.cfg,
+            ecfg,
+            step,
+            backend=self.backend,
+            tokenizer=self.tokenizer,
+            precision=self.precision,
+            sampling=self.sampling,
+            envs=self._eval_envs,
+            reset_group=self._reset_group,
+            error_reward=self.error_reward,
         )
-        greedy = dataclasses.replace(sample, temperature=0.0)
-        with self.precision.autocast():
-            played = play(
-                self.backend,
-                self.tokenizer,
-                plan(ecfg.n_items, greedy=ecfg.greedy, k=ecfg.k),
-                envs_for=envs_for,
-                params={"greedy": greedy, "sample": sample},
-                seed_of=lambda chunk: self.cfg.seed * 15_485_863 + step,
-                max_response_tokens=ecfg.max_new_tokens,
-                batch_size=ecfg.batch_size,
-                error_reward=self.error_reward,
-                max_prompt_tokens=self.cfg.rollout.max_prompt_tokens,
-            )
-        check_tool_failures(
-            [e.info for _, e in played],
-            self.cfg.max_tool_failure_rate,
-            f"evaluation after step {step}",
-        )
-        out: dict[str, float] = {}
-        for mode, name in (("greedy", "greedy"), ("sample", "sampled")):
-            eps = [e for job, e in played if job.mode == mode]
-            out[f"eval/{name}_accuracy"] = float(
-                np.mean([bool(e.info.get("correct")) and e.error is None for e in eps])
-            )
-            out[f"eval/{name}_reward"] = float(np.mean([e.reward for e in eps]))
-        out["time/eval_s"] = time.perf_counter() - t0
-        return out
 
     # -- checkpoints ---------------------------------------------------------------------------
     @property
@@ -394,59 +317,13 @@ class Trainer:
         return self.out / "checkpoints"
 
     def save(self) -> Path:
-        payload = {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "rng": rng_state(),
-        }
-        if self.policy.reference is not None:
-            payload["reference"] = self.policy.reference.state_dict()
-        meta = {
-            "step": self.step,
-            "data_position": self.data_position,
-            "config": dataclasses.asdict(self.cfg),
-        }
-        return save_checkpoint(
-            self.checkpoint_root, self.step, payload, meta, keep=self.cfg.keep_checkpoints
-        )
+        """Checkpoint the run (``rlvr.training.run_state.save_state``)."""
+        return save_state(self)
 
     def restore(self) -> bool:
-        """Load the newest valid checkpoint; False when there is none. Refuses (``CheckpointError``)
-        a changed configuration, checkpoints that are all corrupt, and unsafe file content."""
-        found = find_resume_checkpoint(self.checkpoint_root)
-        if found is None:
-            return False
-        path, manifest = found
-        meta = manifest["meta"]
-        if not isinstance(meta.get("config"), dict) or not all(
-            type(meta.get(k)) is int and meta[k] >= 0 for k in ("step", "data_position")
-        ):
-            raise CheckpointError(
-                f"checkpoint {path}: its manifest has no configuration, step or data position"
-            )
-        check_resume_config(
-            meta["config"],
-            dataclasses.asdict(self.cfg),
-            allow=self.allow_config_change,
-            defaults=dataclasses.asdict(type(self.cfg)()),
-        )
-        state = load_payload(path, manifest, map_location=self.device)
-        try:
-            self.model.load_state_dict(state["model"])
-            if "reference" in state and self.policy.reference is not None:
-                self.policy.reference.load_state_dict(state["reference"])
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.scheduler.load_state_dict(state["scheduler"])
-            set_rng_state(state["rng"])
-        except (KeyError, TypeError, ValueError, RuntimeError) as e:  # another model's state
-            first = (str(e).strip().splitlines() or [""])[0][:200]
-            raise CheckpointError(
-                f"checkpoint {path} does not fit this run ({type(e).__name__}: {first})"
-            ) from None
-        self.step, self.data_position = meta["step"], meta["data_position"]
-        self.backend.sync_weights(self.model)
-        return True
+        """Resume from the newest valid checkpoint (``rlvr.training.run_state.restore_state``);
+        False when there is none."""
+        return restore_state(self)
 
     @property
     def metrics_path(self) -> Path:
@@ -505,9 +382,8 @@ class Trainer:
         return record
 
     def _phase(self, name: str, step: int) -> None:
-        self.phase = f"step {step}: {name}"
         if self.on_phase is not None:
-            self.on_phase(self.phase)
+            self.on_phase(f"step {step}: {name}")
 
     def train(self) -> list[dict[str, Any]]:
         """Run to ``cfg.steps``, holding the run folder's lock throughout: a second trainer on
@@ -540,29 +416,14 @@ class Trainer:
         if engine:  # the vLLM engine's settings, hf_overrides included (rollout/vllm.py)
             (self.out / "vllm_engine.json").write_text(json.dumps(engine, indent=2) + "\n")
         records = []
-        bar = tqdm(
-            total=cfg.steps,
-            initial=self.step,
-            disable=not cfg.progress,
-            desc=f"{cfg.algo} {cfg.env}",
-            dynamic_ncols=True,
-        )
-
-        def show(text: str) -> None:  # a step of minutes moves the bar while it runs
-            bar.set_postfix_str(text, refresh=False)
-            bar.update(0)  # redraws at tqdm's own pace (decoding steps come many a second)
-
-        self.on_phase = lambda text: bar.set_postfix_str(text)  # a new phase shows at once
-        self.backend.on_step = lambda done, live: show(f"{self.phase}, {live} generating")
+        bar = StepBar(cfg, initial=self.step)
+        self.on_phase, self.backend.on_step = bar.enter, bar.generating
         try:
             while self.step < cfg.steps:
                 record = self.train_step()
                 self.metrics_log.append(record)
                 records.append(record)
-                bar.update(1)
-                bar.set_postfix(
-                    reward=f"{record['reward/mean']:.3f}", acc=f"{record['accuracy']:.3f}"
-                )
+                bar.done(record)
                 if cfg.save_every and self.step % cfg.save_every == 0:
                     self.save()
         finally:

@@ -42,11 +42,30 @@ import numpy as np
 import torch
 
 from rlvr.agents.algorithms import Algorithm, Stage
-from rlvr.agents.losses import agg_loss, k3_kl, masked_mean, policy_loss
+from rlvr.agents.losses import agg_loss, k3_kl, masked_mean, surrogate_metrics
+from rlvr.agents.method_loss import LossInputs, method_loss
 from rlvr.agents.metrics import combine_metrics, token_prob_metrics
 from rlvr.agents.policy import Policy, TokenStats
 from rlvr.agents.rollout.base import RolloutBatch
-from rlvr.agents.weights import token_weights
+
+
+def lr_factor(step: int, *, warmup: int, total: int, schedule: str, min_ratio: float) -> float:
+    """Multiplier of the base learning rate at optimizer-schedule step ``step`` (0-based).
+
+    Linear warm-up over ``warmup`` steps, then ``constant``, ``linear`` decay or ``cosine``
+    (Loshchilov & Hutter 2017) down to ``min_ratio`` at ``total``.
+    """
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    span = max(1, total - warmup)
+    progress = min(1.0, max(0.0, (step - warmup) / span))
+    if schedule == "linear":
+        return min_ratio + (1.0 - min_ratio) * (1.0 - progress)
+    if schedule == "cosine":
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"optim.schedule: unknown schedule {schedule!r}")
 
 
 def optimizer_steps_per_batch(cfg, algorithm: Algorithm) -> int:
@@ -307,7 +326,9 @@ class Updater:
     def micro_batch_loss(
         self, mb: MicroBatch, norm: Normalisers
     ) -> tuple[torch.Tensor, dict[str, float], TokenStats]:
-        """The loss of one micro-batch (``rlvr.agents.losses``), its metrics and its statistics.
+        """The loss of one micro-batch, its metrics and its statistics: the method's loss
+        (``rlvr.agents.method_loss``, the composition verl's actor loss shares) aggregated with the
+        mini-batch's normalisers (``rlvr.agents.losses.agg_loss``) and KL by the k3 estimator.
 
         The surrogate covers the algorithm's selected tokens (80/20) or every response token;
         with stages (Lopti) the advantage is zeroed outside the stage and KL counts on the stage's
@@ -317,68 +338,54 @@ class Updater:
         stats = self._stats(mb.data)
         mask = mb.loss_mask
         old_lp = stats.logprobs.detach() if mb.old_logprobs is None else mb.old_logprobs
-        pg_mask, n_pg = mask, norm.tokens
-        if self.algorithm.select_tokens is not None:
-            pg_mask = self.algorithm.select_tokens(stats.entropy, mask, self.params)
-            n_pg = norm.selected
-        adv = mb.advantages
-        if mb.stage_tokens is not None:
-            adv = adv.unsqueeze(-1) * mb.stage_tokens.to(adv.dtype)
-        weights = None
-        if self.algorithm.weight is not None:
-            weights = token_weights(
-                self.algorithm.name,
-                logprobs=stats.logprobs,
-                mask=pg_mask,
-                logits=stats.logits,
-                old_logprobs=old_lp,
-                entropy=stats.entropy,
-                **self.params,
-            )
         scale = lc.loss_scale_factor
         if lc.agg == "seq-mean-token-sum-norm" and scale is None:
             scale = float(cfg.rollout.max_response_tokens)  # Dr.GRPO: one constant divisor
-        kw = {
-            **lc.policy_loss_kwargs(),
-            "loss_scale_factor": scale,
-            "global_batch_size": norm.sequences,
-            "batch_num_tokens": n_pg,
+
+        def aggregate(loss_mat: torch.Tensor, tokens: torch.Tensor, surrogate: bool):
+            return agg_loss(
+                loss_mat,
+                tokens,
+                lc.agg,
+                loss_scale_factor=scale,
+                batch_num_tokens=norm.selected if surrogate else norm.tokens,
+                global_batch_size=norm.sequences,
+            )
+
+        inputs = LossInputs(
+            stats.logprobs,
+            old_lp,
+            mb.advantages,
+            mask,
+            entropy=stats.entropy,
+            logits=stats.logits,
+            ref_logprobs=mb.ref_logprobs,
+            stage=mb.stage_tokens,
+        )
+        out = method_loss(
+            self.algorithm,
+            self.params,
+            inputs,
+            aggregate=aggregate,
+            kl_penalty=k3_kl,
+            clip_low=lc.clip_low,
+            clip_high=lc.clip_high,
+            dual_clip=lc.dual_clip,
+            weight_position=lc.weight_position,
+            kl_coef=lc.kl_coef,
+        )
+        kl = out.kl_tokens
+        metrics = {
+            "loss": float(out.loss.detach()),
+            "pg_loss": float(out.pg_loss.detach()),
+            "kl_loss": 0.0 if out.kl_loss is None else float(out.kl_loss.detach()),
+            "kl": 0.0 if kl is None else float(masked_mean(kl.detach(), out.kl_mask)),
+            **surrogate_metrics(out.terms, stats.logprobs, old_lp, out.weights, out.pg_mask),
+            "entropy": float(masked_mean(stats.entropy, mask)),
         }
-        if pg_mask is mask and mb.stage_tokens is None:  # KL and surrogate share the mask
-            loss, metrics = policy_loss(
-                stats.logprobs,
-                old_lp,
-                adv,
-                mask,
-                weights=weights,
-                ref_logprobs=mb.ref_logprobs,
-                **kw,
-            )
-        else:
-            loss, metrics = policy_loss(
-                stats.logprobs, old_lp, adv, pg_mask, weights=weights, **{**kw, "kl_coef": 0.0}
-            )
-            if mb.ref_logprobs is not None:
-                kl_tok = k3_kl(stats.logprobs, mb.ref_logprobs)
-                kl_mask = mask if mb.stage_tokens is None else mb.stage_tokens
-                kl_tok = torch.where(kl_mask, kl_tok, torch.zeros_like(kl_tok))
-                kl_loss = agg_loss(
-                    kl_tok,
-                    mask,
-                    lc.agg,
-                    loss_scale_factor=scale,
-                    batch_num_tokens=norm.tokens,
-                    global_batch_size=norm.sequences,
-                )
-                if lc.kl_coef > 0:
-                    loss = loss + lc.kl_coef * kl_loss
-                metrics["kl"] = float(masked_mean(kl_tok.detach(), kl_mask))
-                metrics["kl_loss"] = float(kl_loss.detach())
-                metrics["loss"] = float(loss.detach())
-        metrics["entropy"] = float(masked_mean(stats.entropy, mask))
-        used = pg_mask if mb.stage_tokens is None else mb.stage_tokens
+        used = out.pg_mask if mb.stage_tokens is None else out.kl_mask
         metrics["pg_token_frac"] = float(used.sum()) / max(float(mask.sum()), 1.0)
-        return loss, metrics, stats
+        return out.loss, metrics, stats
 
     def _optimizer_step(self, losses_finite: bool) -> tuple[float, bool]:
         clip = self.cfg.optim.grad_clip

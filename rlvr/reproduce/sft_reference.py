@@ -1,0 +1,136 @@
+"""The continued-SFT reference of fig2: a base model after continued supervised training on about
+the forward-backward tokens an RL run's updates passed (equal compute), cached under
+``<cache>/sft/<hash>/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from rlvr.locks import hold
+from rlvr.prompt_format import write_format
+from rlvr.reproduce.grid import Setting
+
+
+def ensure_sft_reference(
+    setting: Setting,
+    seed: int,
+    budget_tokens: int,
+    cache: Path,
+    *,
+    say=print,
+    progress: bool = True,
+    smoke: bool = False,
+    model: str | None = None,
+) -> Path:
+    """The base ``model`` (default the setting's) after continued SFT on about
+    ``budget_tokens`` forward-backward tokens: the equal-compute baseline of an RL run whose
+    updates passed that many tokens (``update_tokens``). Cached by (base, SFT config, data).
+
+    Work, not time: steps = ``budget_tokens`` / the base build's tokens per SFT step
+    (``build.json``, a property of its data, the same on every machine), so the reference is a
+    pure function of its configuration. The recipe is the base build's own SFT config
+    restarted (warm-up, cosine decay) on fresh examples.
+    """
+    import hashlib
+
+    from rlvr.envs import warmstart
+    from rlvr.models.sft import SFTConfig
+
+    model = model or setting.model
+    base_dir, build_cfg = _base_build(model)
+    if build_cfg is None and model != "micro":
+        from rlvr.config import ConfigError
+
+        raise ConfigError(
+            f"continued-SFT reference of {model!r}: only tiny presets have "
+            "an SFT recipe to continue (their build's); set sft_reference=False"
+        )
+    if build_cfg is None:  # micro (smoke): no build record; two steps on the K&K traces
+        sft_cfg = SFTConfig(steps=2, batch_size=2, warmup_steps=0, seed=seed, max_length=2048)
+        task, data = setting.env, warmstart.tiny_settings(setting.env)
+    else:
+        record = json.loads((base_dir / "build.json").read_text())
+        tokens_per_step = record["sft"]["tokens"] / max(record["sft"]["steps"], 1)
+        steps = max(1, int(round(budget_tokens / tokens_per_step)))
+        sft_cfg = dataclasses.replace(
+            build_cfg.sft,
+            steps=steps,
+            seed=10_000 + seed,
+            warmup_steps=min(build_cfg.sft.warmup_steps, steps // 10),
+            max_seconds=0.0,
+        )
+        task, data = build_cfg.task, dict(build_cfg.data)
+    blob = json.dumps(
+        {
+            "base": base_dir.name if base_dir else model,
+            "sft": dataclasses.asdict(sft_cfg),
+            "task": task,
+            "data": data,
+        },
+        sort_keys=True,
+        default=str,
+    )
+    path = Path(cache) / "sft" / hashlib.sha256(blob.encode()).hexdigest()[:12]
+    if (path / "sft.json").exists():
+        return path
+    # renamed into place when complete, so the lock sits beside the folder
+    with hold(path.with_name(f"{path.name}.lock"), wait=True, what=f"SFT {path}", say=say):
+        if not (path / "sft.json").exists():
+            _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, progress)
+    return path
+
+
+def _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, progress) -> None:
+    from rlvr.envs import warmstart
+    from rlvr.models.sft import sft
+
+    say(f"[reproduce] continued SFT of {model} for {sft_cfg.steps} steps -> {path}")
+    from rlvr.models import load_model
+    from rlvr.repro import machine_info, weights_sha256
+
+    net, tokenizer = load_model(model, seed=seed)
+    stats = sft(
+        net,
+        tokenizer,
+        warmstart.example_stream(task, data, seed=sft_cfg.seed),
+        sft_cfg,
+        progress=progress,
+        desc="continued sft",
+    )
+    import os
+    import shutil
+
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # renamed into place when complete
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    net.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    write_format(tmp, task, warmstart.env_kwargs(task, data), base=model)
+    (tmp / "sft.json").write_text(
+        json.dumps(
+            {
+                "budget_tokens": budget_tokens,
+                **stats,
+                "weights_sha256": weights_sha256(tmp),
+                "machine": machine_info(),
+            },
+            indent=2,
+            default=str,
+        )
+    )
+    shutil.rmtree(path, ignore_errors=True)  # a reference left incomplete by a killed process
+    tmp.rename(path)
+
+
+def _base_build(model: str):
+    """``(directory, BuildConfig)`` of a tiny preset, or ``(None, None)`` for anything else."""
+    from rlvr.models.build import ensure_built
+    from rlvr.models.presets import preset_config
+
+    cfg = preset_config(model)
+    if cfg is None:
+        return None, None
+    return ensure_built(cfg, progress=False), cfg
