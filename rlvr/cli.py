@@ -15,6 +15,7 @@ import importlib
 import os
 import sys
 
+from rlvr.errors import UserError, first_line
 from rlvr.repro import MODES, apply_kernel_mode
 
 #: name -> (module, one-line help). A new sub-command is one line here.
@@ -147,12 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     mod = importlib.import_module(COMMANDS[args.command][0])
-    from rlvr.config import ConfigError
-
     try:
         return int(_runner(mod, args.command)(args) or 0)
-    except ConfigError as e:  # a bad value any sub-command reports late: one line, exit 2
-        print(f"rlvr {args.command}: {str(e).strip().splitlines()[0]}", file=sys.stderr)
+    except UserError as e:  # bad input any sub-command reports late: one line, exit 2
+        print(f"rlvr {args.command}: {first_line(e)}", file=sys.stderr)
         return 2
 
 

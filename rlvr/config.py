@@ -22,10 +22,13 @@ from typing import Any, TypeVar
 
 import yaml
 
+from rlvr.errors import UserError
+from rlvr.files import write_text_atomic
+
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration key or value that does not fit the dataclass."""
 
 
@@ -306,4 +309,4 @@ def config_key(cfg, length: int = 12, **extra: Any) -> str:
 
 
 def dump_yaml(cfg, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    write_text_atomic(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))

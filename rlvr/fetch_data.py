@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from rlvr.files import atomic_write
+
 #: (hub repo, config, split)
 Target = tuple[str, "str | None", str]
 
@@ -88,11 +90,9 @@ def fetch(target: Target, *, force: bool = False, say=print) -> bool:
             return False
         raise
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".part")
-    with tmp.open("w", encoding="utf-8") as f:
+    with atomic_write(path) as f:
         for row in ds:
             f.write(json.dumps(dict(row), default=str, ensure_ascii=False) + "\n")
-    tmp.replace(path)
     say(f"[fetch-data] {repo} {config or ''} {split}: {len(ds)} rows -> {path}")
     return True
 

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
+from rlvr.files import RecordError, read_json_object
 from rlvr.models.micro import build_micro  # rlvr.models installs the mode's kernels
 from rlvr.repro import machine_info
 
@@ -184,7 +185,12 @@ def compare_line(ours: dict[str, Any], theirs: dict[str, Any], label: str) -> st
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())
+    """A saved fingerprint, read as a record (``rlvr.files``: a FIFO, a device, bad JSON... is
+    one ``RecordError`` line) that must hold an ``ops`` object."""
+    found = read_json_object(path)
+    if not isinstance(found.get("ops"), dict) or not isinstance(found.get("machine", {}), dict):
+        raise RecordError(f"{path} is not a fingerprint (no 'ops' object); refused")
+    return found
 
 
 def _worker_info() -> dict[str, Any]:
@@ -223,11 +229,7 @@ def run(args) -> int:
             info["worker"] = pool.submit(_worker_info).result()
     print(json.dumps(info, indent=2))
     for path in args.against:
-        try:
-            theirs = load(path)
-        except (OSError, ValueError) as e:
-            raise SystemExit(f"rlvr machine: --against {path}: {e}") from None
-        print(compare_line(info, theirs, path))
+        print(compare_line(info, load(path), path))  # a bad file: one RecordError line
     return 0
 
 

@@ -24,13 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlvr.errors import first_line
+from rlvr.files import RecordError, read_json, write_text_atomic
+
 #: The record a trained model's folder holds.
 FORMAT_FILE = "prompt_format.json"
 #: Records are a few hundred bytes; anything larger is not one.
 MAX_RECORD_BYTES = 1 << 20
 
 
-class FormatError(ValueError):
+class FormatError(RecordError, ValueError):
     """A ``prompt_format.json`` that cannot be read as one (one line)."""
 
 
@@ -59,21 +62,16 @@ def write_format(folder: str | Path, env: str, env_kwargs: dict[str, Any], base:
     path = Path(folder) / FORMAT_FILE
     kwargs = {k: v for k, v in env_kwargs.items() if k != "split"}
     record = {"env": env, "env_kwargs": kwargs, "base": str(base)}
-    tmp = path.with_name(f".{FORMAT_FILE}.tmp")
-    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
-    tmp.replace(path)
-    return path
+    return write_text_atomic(path, json.dumps(record, indent=2, default=str) + "\n")
 
 
 def read_record(path: Path) -> dict[str, Any]:
     """A JSON object from ``path`` (a regular file of at most ``MAX_RECORD_BYTES``), or
     ``FormatError`` in one line."""
     try:
-        if not path.is_file() or path.stat().st_size > MAX_RECORD_BYTES:
-            raise FormatError(f"{path}: not a regular file of at most {MAX_RECORD_BYTES} bytes")
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise FormatError(f"{path}: unreadable ({type(e).__name__})") from None
+        record = read_json(path, MAX_RECORD_BYTES)  # a FIFO, a device, bad UTF-8 or JSON: refused
+    except RecordError as e:
+        raise FormatError(first_line(e)) from None
     if not isinstance(record, dict):
         raise FormatError(f"{path}: not a JSON object")
     return record

@@ -145,3 +145,47 @@ def test_resume_from_a_crafted_manifest_is_one_line_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "corrupt" in err, err
     assert (out / "metrics.jsonl").read_text() == metrics
+
+
+def _rehash(ckpt: Path, name: str) -> None:
+    """Record ``name``'s current size and SHA-256 in the manifest, as an attacker would."""
+    import hashlib
+
+    data = (ckpt / name).read_bytes()
+    _edit_manifest(
+        ckpt,
+        lambda m: m["files"][name].update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest()),
+    )
+
+
+def test_a_compressed_archive_member_is_refused_before_torch_load_inflates_it(tmp_path):
+    """torch.load inflates a deflated member: 16 MiB of zeros stored in ~16 KiB loaded as a
+    16 MiB tensor (the issue's 1 MiB file inflated to 1 GiB). torch.save stores members
+    uncompressed, so a compressed one is refused from the central directory."""
+    import zipfile
+
+    ckpt = save_checkpoint(tmp_path / "ckpts", 1, {"model": {"w": torch.zeros(4 * 2**20)}}, {})
+    model = ckpt / "model.pt"
+    with zipfile.ZipFile(model) as src, zipfile.ZipFile(tmp_path / "bomb.pt", "w") as out:
+        for info in src.infolist():  # the tensor's storage deflated, the rest as it was
+            kind = zipfile.ZIP_DEFLATED if "/data/" in info.filename else zipfile.ZIP_STORED
+            out.writestr(info.filename, src.read(info), compress_type=kind)
+    os.replace(tmp_path / "bomb.pt", model)
+    assert model.stat().st_size < 2**20
+    _rehash(ckpt, "model.pt")
+    found, why = manifest_problem(ckpt)
+    assert found is None and "stored compressed" in why and "inflate to 16777216" in why, why
+    manifest = json.loads((ckpt / MANIFEST).read_text())
+    with pytest.raises(CheckpointError, match="stored compressed"):
+        load_payload(ckpt, manifest)
+
+
+def test_a_huge_sparse_file_named_with_its_size_is_refused_before_it_is_hashed(tmp_path):
+    """A 64 GiB sparse file with its size in the manifest: no zip directory at its end, so it
+    is refused in milliseconds instead of hashed whole (175 s for 8 GiB in the issue)."""
+    ckpt = _checkpoint(tmp_path / "ckpts")
+    with open(ckpt / "model.pt", "r+b") as f:
+        f.truncate(64 * 2**30)
+    _edit_manifest(ckpt, lambda m: m["files"]["model.pt"].update(bytes=64 * 2**30))
+    found, why = _within(5, lambda: manifest_problem(ckpt))
+    assert found is None and "not a torch.save archive" in why, why

@@ -178,7 +178,9 @@ def test_a_column_the_reward_needs_and_the_rows_lack_is_named(lab, capsys):
     argv = ["eval", "env=custom", "dataset=t.jsonl", "reward=lab_rewards:exact_match"]
     one_line_exit_2(capsys, argv, "missing a required argument: 'answer'", "['solution']")
     (lab / "t.jsonl").write_text('{"prompt": "1+1="}\nnot json\n')
-    one_line_exit_2(capsys, argv, "t.jsonl: line 2 is not JSON")
+    one_line_exit_2(capsys, argv, "t.jsonl line 2: not a JSON row")
+    (lab / "t.jsonl").write_text('{"prompt": "1+1="}\n{"question": "2+2="}\n')
+    one_line_exit_2(capsys, argv, "t.jsonl line 2: field 'prompt' must be")
 
 
 def test_trl_and_verl_adapters_take_the_task_through_the_registry(lab, tmp_path):

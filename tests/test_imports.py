@@ -28,6 +28,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rlvr.repro",
             "rlvr.prompt_format",
             "rlvr.registries",
+            "rlvr.errors",
+            "rlvr.files",
         ),
     ),
     ("environments", ("rlvr.envs", "rlvr")),
@@ -182,7 +184,17 @@ def test_the_checks_see_imports_inside_functions_and_references():
 
 
 REPRODUCE = "rlvr.reproduce."
-CORE = {"grid", "gpu_plan", "keys", "runs", "sft_reference", "plan", "pool", "common"}
+CORE = {
+    "grid",
+    "gpu_plan",
+    "keys",
+    "runs",
+    "sft_reference",
+    "records",
+    "plan",
+    "pool",
+    "common",
+}
 REPORT = {"report", "compare", "check"}
 #: The verl engine: launch folders and results read back, on the core and the figures' plan.
 VERL = {"verl", "verl.launch", "verl.run_script", "verl.run_tools", "verl.results"}

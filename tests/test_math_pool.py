@@ -129,3 +129,23 @@ def test_chunks_keep_order_and_a_timeout_mid_chunk_requeues_the_rest():
         assert pool.stats["timeouts"] == 1
     assert [v.reason for v in got[:6]] == ["", "timeout", "", "wrong", "", ""]
     assert [v.correct for v in got[6:]] == [i % 9 == 7 for i in range(40)]
+
+
+def test_a_worker_start_up_has_its_own_deadline(tmp_path, monkeypatch):
+    """An item's deadline starts when its worker takes it, so a caller also waits for each
+    worker start-up it meets; a start-up that hangs is given up after ``START_TIMEOUT_S``
+    (three in a row: ``WorkerStartError``), never waited for without end."""
+    import rlvr.envs.math.pool as pool_mod
+
+    hang = tmp_path / "python"
+    hang.write_text("#!/bin/sh\nexec sleep 600\n")  # a worker that never says "ready"
+    hang.chmod(0o755)
+    monkeypatch.setattr(pool_mod.sys, "executable", str(hang))
+    monkeypatch.setattr(pool_mod, "START_TIMEOUT_S", 1.0)
+    pool = VerifierPool(1)
+    start = time.monotonic()
+    with pytest.raises(pool_mod.WorkerStartError, match="did not become ready in time"):
+        pool.verify_many([("1", "1")], timeout_s=1.0)
+    waited = time.monotonic() - start
+    pool.close()
+    assert 3.0 <= waited < 3.0 + 5.0, waited  # three start-ups of 1 s, then the error

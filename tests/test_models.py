@@ -306,6 +306,25 @@ def test_build_saves_a_from_pretrained_model_and_reuses_the_cache(tmp_path):
     assert (path / "build.json").stat().st_mtime_ns == mtime  # not rebuilt
 
 
+def test_a_torn_build_record_is_rebuilt_and_a_killed_builds_folder_removed(tmp_path):
+    """A build killed mid-way left ``.<key>.tmp-<pid>`` for good, and a torn ``build.json``
+    (a full disk) passed for a finished build."""
+    import subprocess
+
+    cfg = micro_build_config()
+    path = ensure_built(cfg, home=tmp_path, progress=False)
+    weights = json.loads((path / "build.json").read_text())["weights_sha256"]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = tmp_path / f".{path.name}.tmp-{dead.pid}"
+    left.mkdir()
+    (left / "model.safetensors").write_bytes(b"\0" * 1024)
+    (path / "build.json").write_text('{"name": "test-kk", "weights_sha2')
+    assert ensure_built(cfg, home=tmp_path, progress=False) == path
+    assert json.loads((path / "build.json").read_text())["weights_sha256"] == weights
+    assert not left.exists()
+
+
 def test_build_is_deterministic(tmp_path):
     cfg = micro_build_config()
     a = ensure_built(cfg, home=tmp_path / "a", progress=False)

@@ -178,3 +178,41 @@ def test_missing_converters_name_the_extra(tiny_gguf, tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_gguf)
     with pytest.raises(P.ModelSourceError, match=r"needs gguf: pip install 'rlvr\[smol\]'"):
         P.pretrained_dir("tiny-gguf", home=tmp_path / "models", progress=False)
+
+
+@pytest.mark.parametrize("damage", ["one flipped byte", "a torn build.json", "no weights"])
+def test_a_damaged_cache_is_converted_again_never_loaded(tiny_gguf, tmp_path, capsys, damage):
+    """The cache was trusted on its build.json alone: a flipped byte in its weights loaded
+    silently. Every load checks the weights against the recorded ``weights_sha256``."""
+    home = tmp_path / "models"
+    folder = P.pretrained_dir("tiny-gguf", home=home, progress=False)
+    recorded = json.loads((folder / "build.json").read_text())["weights_sha256"]
+    weights = folder / "model.safetensors"
+    if damage == "one flipped byte":
+        data = bytearray(weights.read_bytes())
+        data[-100] ^= 0x01  # inside the last tensor, past the header
+        weights.write_bytes(bytes(data))
+        assert weights_sha256(folder) != recorded
+    elif damage == "a torn build.json":
+        (folder / "build.json").write_text('{"name": "tiny-gguf", "weigh')
+    else:
+        weights.unlink()
+    assert P.pretrained_dir("tiny-gguf", home=home, progress=True) == folder
+    assert "is damaged" in capsys.readouterr().out
+    assert weights_sha256(folder) == recorded  # converted again, bit for bit
+
+
+def test_a_killed_conversion_leaves_nothing_once_its_pid_is_dead(tiny_gguf, tmp_path):
+    import subprocess
+
+    home = tmp_path / "models"
+    first = P.pretrained_dir("tiny-gguf", home=home, progress=False)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = home / f".{first.name}.tmp-{dead.pid}"  # what a SIGKILL mid-conversion leaves
+    left.mkdir()
+    (left / "model.safetensors").write_bytes(b"\0" * 1024)
+    (first / "build.json").unlink()  # the next load converts, and sweeps first
+    P.pretrained_dir("tiny-gguf", home=home, progress=False)
+    assert not left.exists()
+    assert sorted(p.name for p in home.iterdir()) == [first.name, f"{first.name}.lock"]

@@ -305,6 +305,8 @@ def test_serve_on_a_damaged_index_is_one_line(tmp_path, capsys, index, how, need
         (["--max-connections", "0"], "--max-connections"),
         (["--max-response-bytes", "99999999999"], "--max-inflight-response-bytes"),
         (["--batch-window-s", "-1"], "--batch-window-s must be a finite number >= 0"),
+        (["--batch-window-s", "1e10"], "--batch-window-s must be a finite number >= 0 and <= 1"),
+        (["--search-timeout-s", "1e12"], "--search-timeout-s must be a finite number > 0 and <="),
         (["--batch-queries", "0"], "--batch-queries must be a whole number > 0"),
     ],
 )

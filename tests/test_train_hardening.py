@@ -74,11 +74,15 @@ def test_crafted_pickle_in_a_checkpoint_is_refused_and_never_runs(tmp_path):
     ckpt = list_checkpoints(out / "checkpoints")[0]
     marker = tmp_path / "pwned"
     torch.save({"python": _Payload(marker)}, ckpt / "rng.pt")
-    with open(ckpt / "rng.pt", "wb") as f:  # also a plain pickle, not only torch's zip format
-        pickle.dump(_Payload(marker), f)
     _rewrite_manifest(ckpt)
     assert verify_checkpoint(ckpt) is not None  # the checksum is no defence
     with pytest.raises(CheckpointError, match="rng.pt holds more than tensors"):
+        load_payload(ckpt, json.loads((ckpt / "MANIFEST.json").read_text()))
+    with open(ckpt / "rng.pt", "wb") as f:  # a plain pickle: not even torch's zip format
+        pickle.dump(_Payload(marker), f)
+    _rewrite_manifest(ckpt)
+    assert verify_checkpoint(ckpt) is None  # refused from its (missing) zip directory
+    with pytest.raises(CheckpointError, match="rng.pt is not a torch.save archive"):
         load_payload(ckpt, json.loads((ckpt / "MANIFEST.json").read_text()))
     code = rlvr_main(["train", *ARGS, f"out={out}", "steps=2", "--resume"])
     assert code == 2 and not marker.exists()

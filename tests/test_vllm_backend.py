@@ -18,7 +18,10 @@ a weight sync that does not reach the engine.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -293,6 +296,8 @@ def test_trainer_step_sleeps_the_engine_around_the_update(fake_vllm, tmp_path):
     )
     trainer = Trainer(cfg)
     llm = FakeLLM.last
+    copy = Path(trainer.backend.owned_dirs[0])
+    assert copy.is_dir() and copy.name.startswith(f"rlvr-vllm-{os.getpid()}-")
     assert llm.kwargs["max_model_len"] == 96 + 16
     assert llm.kwargs["logprobs_mode"] == "processed_logprobs"
     trainer.train()
@@ -307,6 +312,7 @@ def test_trainer_step_sleeps_the_engine_around_the_update(fake_vllm, tmp_path):
     ]
     for name, p in trainer.model.state_dict().items():
         assert torch.equal(llm.hf.state_dict()[name].to(p.dtype), p)
+    assert not copy.exists()  # the trainer closed its backend: the model copy is gone
 
 
 #: The fields of Qwen2.5-7B-Instruct-1M's config.json (its model card on the Hugging Face hub),
@@ -358,3 +364,55 @@ def test_dual_chunk_attention_is_removed_through_hf_overrides(fake_vllm):
         and "33470" in removed["dual_chunk_attention_config"]
     )
     assert b.engine_record["max_model_len"] == 24 + 8
+
+
+def test_the_backend_removes_its_folders_on_close_and_those_of_dead_processes(
+    fake_vllm, tmp_path, monkeypatch
+):
+    """Each backend made a model-sized copy (and with tensor parallelism a sync folder) in the
+    temporary folder and never removed them; a killed run's copies stayed forever."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    for prefix in ("rlvr-vllm-", "rlvr-vllm-sync-"):
+        (tmp_path / f"{prefix}{dead.pid}-left").mkdir()
+    (tmp_path / f"rlvr-vllm-{os.getppid()}-alive").mkdir()  # a live process's: kept
+    model, tok = load_model("micro", seed=1)
+    b = _backend(model, tok, tensor_parallel_size=2)
+    b.sync_weights(model)
+    mine = sorted(p.name for p in tmp_path.iterdir() if f"-{os.getpid()}-" in p.name)
+    assert [n.split(f"-{os.getpid()}-")[0] for n in mine] == ["rlvr-vllm", "rlvr-vllm-sync"]
+    b.close()
+    b.close()  # idempotent
+    assert [p.name for p in tmp_path.iterdir()] == [f"rlvr-vllm-{os.getppid()}-alive"]
+    with pytest.raises(ValueError, match="tensor_parallel_size"):
+        _backend(model, tok, tensor_parallel_size=0)  # a failed start leaves no copy either
+    assert [p.name for p in tmp_path.iterdir()] == [f"rlvr-vllm-{os.getppid()}-alive"]
+
+
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("rollout.backend=vllm", "rollout.backend=vllm: the vllm rollout backend needs vLLM"),
+        ("rollout.tensor_parallel_size=0", "rollout.tensor_parallel_size: must be in [1, inf)"),
+        ("rollout.vllm_max_model_len=-5", "rollout.vllm_max_model_len: must be in [0, inf)"),
+    ],
+)
+def test_vllm_settings_are_refused_with_the_configuration(tmp_path, capsys, override, needle):
+    """Without vLLM installed (this machine), ``rollout.backend=vllm`` is one line before any
+    model loads (it was an ImportError traceback after the model loaded); impossible engine
+    sizes are refused by the configuration check, not later by the engine."""
+    import rlvr.models
+
+    from _rlvr_toys import one_line_exit_2
+
+    assert "vllm" not in sys.modules
+    loads = []
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(rlvr.models, "load_model", lambda *a, **k: loads.append(a))
+    try:
+        argv = ["train", "env=kk", "profile=micro", "steps=1", f"out={tmp_path}", override]
+        one_line_exit_2(capsys, argv, needle)
+    finally:
+        monkeypatch.undo()
+    assert loads == []

@@ -10,7 +10,11 @@ partial checkpoint falls back to the previous one.
 Files hold tensors and plain data only (weights, optimizer and scheduler state, RNG states as
 tensors and numbers: ``rng_state``) and load with ``torch.load(weights_only=True)``, which
 refuses any other pickled object. The manifest sits in the same directory as the files, so it
-detects corruption, not tampering: loading never executes what a file holds.
+detects corruption, not tampering: loading never executes what a file holds. Cheap checks come
+first: every name, type and size of the manifest (``entries_problem``, ``lstat`` only), then the
+zip central directory of each file (``archive_problem``: ``torch.save`` stores its members
+uncompressed, so a compressed member, which ``torch.load`` would inflate, and members larger in
+all than their file are refused), and only then the SHA-256 of each file.
 
 A resume also refuses a changed configuration (``check_resume_config``) and never deletes
 metrics lines (``preserve_metrics``).
@@ -26,16 +30,22 @@ import re
 import shutil
 import stat
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from rlvr.errors import UserError
+from rlvr.files import fsync_dir, fsync_file
+
 MANIFEST = "MANIFEST.json"
 PREFIX = "step_"
 #: A manifest holds file hashes and the run's configuration: kilobytes.
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+#: Most members of one file's archive (``torch.save`` writes one per tensor storage, plus five).
+MAX_ARCHIVE_MEMBERS = 1_000_000
 
 
 def checkpoint_dir(root: Path, step: int) -> Path:
@@ -48,20 +58,6 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb+") as f:
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def save_checkpoint(
@@ -81,12 +77,12 @@ def save_checkpoint(
         for name, obj in payload.items():
             path = tmp / f"{name}.pt"
             torch.save(obj, path)
-            _fsync_file(path)
+            fsync_file(path)
             files[path.name] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
         manifest = {"step": step, "files": files, "meta": meta}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-        _fsync_file(tmp / MANIFEST)
-        _fsync_dir(tmp)
+        fsync_file(tmp / MANIFEST)
+        fsync_dir(tmp)
     except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
         error = write_failure(root, e)  # the free space it reports is what the write met
         shutil.rmtree(tmp, ignore_errors=True)  # and what it took is given back for a resume
@@ -98,7 +94,7 @@ def save_checkpoint(
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     prune_checkpoints(root, keep)
     return final
 
@@ -124,7 +120,7 @@ def manifest_problem(path: Path) -> tuple[dict[str, Any] | None, str]:
         return None, f"{MANIFEST} cannot be read ({e.strerror or e})"
     except (ValueError, RecursionError) as e:
         return None, f"{MANIFEST} is not valid JSON ({str(e)[:120]})"
-    why = entries_problem(path, manifest)
+    why = entries_problem(path, manifest) or archives_problem(path, manifest)
     if why:
         return None, why
     for name, info in manifest["files"].items():
@@ -154,6 +150,46 @@ def entries_problem(path: Path, manifest: Any) -> str:
         if st.st_size != size:
             return f"{name} holds {st.st_size} bytes, the manifest says {size}"
     return ""
+
+
+def archive_problem(path: Path) -> str:
+    """Why ``path`` is not a ``torch.save`` archive that loads into at most its own size ("" when
+    it is), from its zip central directory alone (no member is read): a file that is no archive
+    (an 8 GiB sparse file of zeros: refused in milliseconds, not hashed for minutes), a member
+    stored compressed (a 1 MiB file whose tensor inflates to 1 GiB in ``torch.load``), or members
+    whose sizes add up to more than the file."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        return f"{path.name} cannot be opened ({e.strerror or e})"
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return f"{path.name} is not a regular file; refused unread"
+        try:
+            members = zipfile.ZipFile(f).infolist()
+        except Exception as e:  # noqa: BLE001 - zipfile raises several types on crafted bytes
+            return f"{path.name} is not a torch.save archive ({type(e).__name__}); refused unread"
+    if len(members) > MAX_ARCHIVE_MEMBERS:
+        return f"{path.name} holds {len(members)} archive members; refused unread"
+    total = 0
+    for m in members:
+        if m.compress_type != zipfile.ZIP_STORED or m.file_size != m.compress_size:
+            return (
+                f"{path.name}: member {m.filename[:60]!r} is stored compressed ({m.compress_size} "
+                f"bytes that inflate to {m.file_size}), which torch.save never writes; refused "
+                "unread"
+            )
+        total += m.file_size
+    if total > st.st_size:
+        return f"{path.name}: its members hold {total} bytes, more than its {st.st_size}; refused"
+    return ""
+
+
+def archives_problem(path: Path, manifest: dict[str, Any]) -> str:
+    """``archive_problem`` of each file a checked manifest (``entries_problem``) names."""
+    return next((w for name in manifest["files"] if (w := archive_problem(path / name))), "")
 
 
 def verify_checkpoint(path: Path) -> dict[str, Any] | None:
@@ -188,7 +224,7 @@ def latest_valid_checkpoint(root: str | Path) -> tuple[Path, dict[str, Any]] | N
     return None
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that cannot be resumed from (unsafe content, changed configuration, none
     valid); the message is one line."""
 
@@ -211,7 +247,7 @@ def load_payload(path: Path, manifest: dict[str, Any], map_location="cpu") -> di
     but tensors and plain containers (a crafted pickle) raises ``CheckpointError``, and so does a
     manifest naming anything but plain files of ``path`` (``entries_problem``: checked again here,
     without re-hashing, so that nothing is opened unchecked)."""
-    why = entries_problem(path, manifest)
+    why = entries_problem(path, manifest) or archives_problem(path, manifest)
     if why:
         raise CheckpointError(f"checkpoint {path}: {why}")
     out = {}

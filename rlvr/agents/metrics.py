@@ -25,6 +25,7 @@ from rlvr.envs.base import (  # noqa: F401  (MAX_TOOL_FAILURE_RATE, check_failur
     TOOL_FAILURES,
     check_failure_rate,
 )
+from rlvr.files import write_text_atomic
 
 if TYPE_CHECKING:
     from rlvr.agents.rollout.multiturn import Episode
@@ -201,9 +202,7 @@ def preserve_metrics(path: str | Path, keep_through_step: int | None) -> Path | 
             f"metrics.replaced-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl"
         )
         side.write_text("".join(line + "\n" for line in moved))
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(line + "\n" for line in keep))
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(line + "\n" for line in keep))
     return side
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from rlvr.files import atomic_write, write_json_atomic
+
 
 def jsonable(x: Any) -> Any:
     if isinstance(x, dict):
@@ -31,11 +33,9 @@ def write_jsonl(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """One JSON object per response (written to a temporary file, then renamed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
+    with atomic_write(path) as f:
         for r in records:
             f.write(json.dumps(jsonable(r)) + "\n")
-    tmp.replace(path)
     return path
 
 
@@ -49,17 +49,16 @@ def save_result(result, out_dir: str | Path) -> Path:
     ``rlvr.eval.runner.EvalResult`` in ``out_dir``."""
     out = Path(out_dir)
     write_jsonl(result.records, out / "responses.jsonl")
-    (out / "summary.json").write_text(
-        json.dumps(
-            jsonable(
-                {
-                    "config": result.config,
-                    "prompt_format": result.prompt,
-                    "seconds": round(result.seconds, 2),
-                    "summary": result.summary,
-                }
-            ),
-            indent=2,
-        )
+    write_json_atomic(  # last: its presence says the evaluation is complete
+        out / "summary.json",
+        jsonable(
+            {
+                "config": result.config,
+                "prompt_format": result.prompt,
+                "seconds": round(result.seconds, 2),
+                "summary": result.summary,
+            }
+        ),
+        indent=2,
     )
     return out

@@ -17,13 +17,12 @@ everywhere the kernel mode gives them. ``AcceptConfig.draws = 1`` (the default) 
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlvr.envs import env_spec
+from rlvr.files import RecordError, read_json, write_json_atomic
 from rlvr.models.evaluate import evaluate_base
 
 #: Seed distance between draws of one base: far above any base seed (``tiny-kk@B`` is seed +B).
@@ -70,12 +69,15 @@ def check(model, tokenizer, task: str, data: dict[str, Any], accept: AcceptConfi
 
 def rejected(log: Path) -> list[dict]:
     """The draws a build has already tried and rejected (``log``: written by ``save_rejected``),
-    so a killed build resumes at the next draw instead of rebuilding the rejected ones."""
-    return json.loads(log.read_text()) if log.exists() else []
+    so a killed build resumes at the next draw instead of rebuilding the rejected ones; a log
+    that is not a list of draws is ignored (the draws are then tried again)."""
+    try:
+        tried = read_json(log)
+    except RecordError:
+        return []
+    return tried if isinstance(tried, list) and all(isinstance(t, dict) for t in tried) else []
 
 
 def save_rejected(log: Path, tried: list[dict]) -> None:
     """Write the rejected draws to ``log`` (whole, then renamed into place)."""
-    tmp = log.with_name(f".{log.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(tried, indent=2))
-    os.replace(tmp, log)
+    write_json_atomic(log, tried, indent=2)

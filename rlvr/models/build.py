@@ -5,9 +5,12 @@ supervised warm start on generator traces (``rlvr.envs.warmstart``) -> ``save_pr
 It lives in ``rlvr_home()/models/<name>-<hash>``, where the hash covers the whole
 ``BuildConfig`` *and* a fingerprint of the first generated examples, so a change to any setting
 or to a generator's output gives a new directory instead of a stale model. Directories are
-written under a temporary name and renamed into place (atomic on one file system); a finished
-directory has ``build.json`` with the configuration, timings, statistics, the SHA-256 of its
-weights (``rlvr.repro.weights_sha256``) and the machine it was built on.
+written under a temporary name (``.<key>.tmp-<pid>``) and renamed into place (atomic on one file
+system); a finished directory has ``build.json`` with the configuration, timings, statistics, the
+SHA-256 of its weights (``rlvr.repro.weights_sha256``) and the machine it was built on. A
+``build.json`` that is not a complete record (``built``) is a build to redo, and the temporary
+folder of a build that was killed is removed by the next build of the same key once its pid is
+dead (``rlvr.files.remove_dead_temporaries``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch
 from rlvr.config import ConfigError, config_key, merge, parse_overrides, to_dict
 from rlvr.data_paths import rlvr_home
 from rlvr.envs import warmstart
+from rlvr.files import complete_record, remove_dead_temporaries, write_json_atomic
 from rlvr.locks import hold
 from rlvr.models import accept
 from rlvr.models.accept import DRAW_STRIDE, AcceptConfig
@@ -191,8 +195,14 @@ def build(cfg: BuildConfig, out_dir: str | Path, progress: bool = True) -> dict[
         t1 = time.perf_counter()
         record["accept"] = accept.check(model, tokenizer, cfg.task, cfg.data, cfg.accept)
         record["accept"]["seconds"] = round(time.perf_counter() - t1, 2)
-    (out_dir / "build.json").write_text(json.dumps(record, indent=2, default=str))
+    write_json_atomic(out_dir / "build.json", record, indent=2, default=str)
     return record
+
+
+def built(folder: Path) -> dict[str, Any] | None:
+    """The ``build.json`` of a finished model folder (a JSON object with its weights'
+    ``weights_sha256``); None when the folder is missing or its record is torn."""
+    return complete_record(Path(folder) / "build.json", weights_sha256=str)
 
 
 def ensure_built(
@@ -205,13 +215,14 @@ def ensure_built(
     root = models_dir(home)
     root.mkdir(parents=True, exist_ok=True)
     final = root / build_key(cfg)
-    if (final / "build.json").exists() and not rebuild:
+    if built(final) is not None and not rebuild:
         return final
     # One builder per key (the folder is renamed into place, so the lock sits beside it): a
     # second process waits, then finds the model built instead of building it again.
     with hold(root / f"{final.name}.lock", wait=True, what=f"model {final}"):
-        if (final / "build.json").exists() and not rebuild:
+        if built(final) is not None and not rebuild:
             return final
+        remove_dead_temporaries(root, f".{final.name}.tmp-")
         log = root / f"{final.name}.draws.json"
         if rebuild:
             log.unlink(missing_ok=True)
@@ -231,7 +242,7 @@ def ensure_built(
                 if verdict is None or verdict["passed"]:
                     if tried:
                         record["rejected"] = tried
-                        (tmp / "build.json").write_text(json.dumps(record, indent=2, default=str))
+                        write_json_atomic(tmp / "build.json", record, indent=2, default=str)
                     shutil.rmtree(final, ignore_errors=True)  # a rebuild, or a kill left it partial
                     os.replace(tmp, final)
                     log.unlink(missing_ok=True)

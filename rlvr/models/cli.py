@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from rlvr.files import read_json_object
 from rlvr.repro import check_threads, set_threads
 
 
@@ -59,7 +60,7 @@ def run(args) -> int:
         path = ensure_built(cfg, home=args.home, progress=not args.quiet, rebuild=args.rebuild)
     except RuntimeError as e:  # no draw passed its acceptance check; a tokenizer that reloads wrong
         raise SystemExit(f"rlvr build-model: {e}") from None
-    record = json.loads((path / "build.json").read_text())
+    record = read_json_object(path / "build.json")
     print(path)
     print(
         json.dumps(

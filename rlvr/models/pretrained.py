@@ -19,12 +19,17 @@ and is not serializable"), so its state dict is copied into a model built from i
 weights. ``build.json`` records that they came from a Q4_1 file (the file type and tensor types
 read from the GGUF header), the file's SHA-256, the SHA-256 of the weights and the machine.
 Published SmolLM2 scores are of the bf16 original, not of this 4-bit copy.
+
+Every load checks the cached weights against the record's ``weights_sha256`` (``cached``: about
+0.4 s for SmolLM2's 538 MB, next to ~5 s for the load itself; docs/reliability.md): a damaged
+cache (one flipped byte, a torn ``build.json``) is converted again, never loaded. A conversion
+killed half-way leaves ``.<folder>.tmp-<pid>``; the next conversion of the same file removes it
+once that pid is dead.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import time
@@ -36,6 +41,7 @@ from typing import Any
 
 from rlvr.config import ConfigError
 from rlvr.data_paths import rlvr_home
+from rlvr.files import complete_record, remove_dead_temporaries, write_json_atomic
 from rlvr.locks import hold
 from rlvr.repro import install_kernels, machine_info, weights_sha256
 
@@ -179,6 +185,28 @@ def dequantize(path: Path, out_dir: Path) -> dict[str, Any]:
     }
 
 
+def cached(folder: Path, progress: bool = True) -> bool:
+    """Whether ``folder`` is a finished conversion whose weights are the ones its ``build.json``
+    records (``weights_sha256``); a folder that exists but fails says why in one line, and is
+    then converted again."""
+    if not folder.exists():
+        return False
+    record = complete_record(folder / "build.json", weights_sha256=str)
+    if record is None:
+        why = "its build.json is missing or torn"
+    else:
+        try:
+            actual = weights_sha256(folder)
+        except Exception as e:  # noqa: BLE001 - safetensors reports damage in its own types
+            actual = f"unreadable ({_first_line(e)})"
+        if actual == record["weights_sha256"]:
+            return True
+        why = f"its weights do not match the recorded SHA-256 ({actual[:40]})"
+    if progress:
+        print(f"cached model {folder} is damaged ({why}): converting it again", flush=True)
+    return False
+
+
 def pretrained_dir(name: str, home: str | Path | None = None, progress: bool = True) -> Path:
     """The cached float32 folder of pretrained model ``name``, converted first when missing.
 
@@ -193,15 +221,16 @@ def pretrained_dir(name: str, home: str | Path | None = None, progress: bool = T
     key = hashlib.sha256(f"{CONVERT_FORMAT}|{sha}".encode()).hexdigest()[:12]
     root = Path(home) if home is not None else rlvr_home() / "models"
     final = root / f"{name}-{key}"
-    if (final / "build.json").exists():
+    if cached(final, progress):
         return final
     _require_converters(name)
     root.mkdir(parents=True, exist_ok=True)
     # One converter per key, as for the tiny bases (rlvr.models.build.ensure_built): a second
     # process waits, then finds the folder converted.
     with hold(root / f"{final.name}.lock", wait=True, what=f"model {final}"):
-        if (final / "build.json").exists():
+        if cached(final, progress=False):  # converted by the process waited for
             return final
+        remove_dead_temporaries(root, f".{final.name}.tmp-")
         tmp = root / f".{final.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         if progress:
@@ -227,7 +256,7 @@ def pretrained_dir(name: str, home: str | Path | None = None, progress: bool = T
                 "weights_sha256": weights_sha256(tmp),
                 "machine": machine_info(),
             }
-            (tmp / "build.json").write_text(json.dumps(record, indent=2, default=str))
+            write_json_atomic(tmp / "build.json", record, indent=2, default=str)
             shutil.rmtree(final, ignore_errors=True)  # a conversion a kill left partial
             os.replace(tmp, final)
         finally:

@@ -24,6 +24,8 @@ import yaml
 
 from rlvr.config import ConfigError, deep_merge
 from rlvr.envs import ENVS, env_spec, warmstart
+from rlvr.errors import first_line
+from rlvr.files import RecordError, read_text
 from rlvr.models.names import parse_spec
 from rlvr.models.pretrained import PRETRAINED
 from rlvr.prompt_format import (
@@ -109,10 +111,10 @@ def _trained(record: dict[str, Any], source: str, depth: int) -> PromptFormat:
 def _run_config(path: Path) -> dict[str, Any]:
     """``env``, ``env_kwargs`` and the base (``base``) of a run's ``config.yaml``."""
     try:
-        if path.stat().st_size > MAX_RECORD_BYTES:
-            raise FormatError(f"{path}: larger than {MAX_RECORD_BYTES} bytes")
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        config = yaml.safe_load(read_text(path, MAX_RECORD_BYTES))
+    except RecordError as e:
+        raise FormatError(first_line(e)) from None
+    except yaml.YAMLError as e:
         raise FormatError(f"{path}: unreadable ({type(e).__name__})") from None
     if not isinstance(config, dict):
         raise FormatError(f"{path}: not a mapping")

@@ -29,8 +29,6 @@ math and search QA (the first is the README's main job's run).
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,24 +42,24 @@ from rlvr.repro import machine_info, machine_line
 from rlvr.reproduce.common import markdown_table
 from rlvr.reproduce.grid import get_grid
 from rlvr.reproduce.keys import run_key
+from rlvr.reproduce.records import load_meta, parse_label
 from rlvr.reproduce.runs import (
-    DONE,
     base_weights,
     ensure_eval,
     ensure_run,
     eval_config,
+    read_run_record,
+    run_path,
     train_config,
 )
 from rlvr.training.train_config import TrainConfig
 
-_LABEL = re.compile(
-    r"^(?P<setting>[\w-]+)/(?P<what>[\w-]+)/(?:base(?P<base>\d+)/)?seed(?P<seed>\d+)$"
-)
-
 
 def load_records(folder: Path) -> tuple[dict[str, Any], dict[str, dict], dict[str, dict]]:
-    """``(meta of the first script, label -> run record, model -> base record)`` of ``folder``."""
-    metas = [json.loads(p.read_text()) for p in sorted(folder.glob("*.meta.json"))]
+    """``(meta of the first script, label -> run record, model -> base record)`` of ``folder``;
+    every meta file is read and checked first (``rlvr.reproduce.records``: a malformed or hostile
+    one is one ``RecordError`` line)."""
+    metas = [load_meta(p) for p in sorted(folder.glob("*.meta.json"))]
     if not metas:
         raise SystemExit(f"--check {folder}: no <name>.meta.json here (not a reproduction folder)")
     records: dict[str, dict] = {}
@@ -83,18 +81,6 @@ def load_records(folder: Path) -> tuple[dict[str, Any], dict[str, dict], dict[st
             "... --out` first"
         )
     return metas[0], records, bases
-
-
-def parse_label(label: str) -> dict[str, Any] | None:
-    m = _LABEL.match(label)
-    if not m:
-        return None
-    return {
-        "setting": m["setting"],
-        "what": m["what"],
-        "base": int(m["base"] or 0),
-        "seed": int(m["seed"]),
-    }
 
 
 def sample_labels(records: dict[str, dict], n: int, settings: Sequence[str] = ()) -> list[str]:
@@ -199,22 +185,23 @@ def run_check(
     for label in sample_labels(records, sample, list(grid.settings)):
         p = parse_label(label)
         rec = records[label]
-        setting = grid.settings[p["setting"]]
-        cfg = train_config(setting, p["what"], p["seed"], base_seed=p["base"])
-        if same_keys and run_key(cfg) != rec["key"]:
-            rows.append(
-                [
-                    label,
-                    "config hash",
-                    rec["key"],
-                    run_key(cfg),
-                    "not comparable: this checkout's config differs",
-                ]
-            )
-            summaries.append(f"[check] {label}: not comparable: this checkout's config differs")
+        if p["setting"] not in grid.settings:
+            why = f"not comparable: grid {grid.name} has no setting {p['setting']!r}"
+            rows.append([label, "setting", p["setting"], "-", why])
+            summaries.append(f"[check] {label}: {why}")
             outside += 1
             continue
-        cached = (Path(cache) / "runs" / run_key(cfg) / DONE).exists()
+        setting = grid.settings[p["setting"]]
+        cfg = train_config(setting, p["what"], p["seed"], base_seed=p["base"])
+        if same_keys and run_key(cfg) != rec.get("key"):
+            why = "this checkout's config differs" if "key" in rec else "no config hash recorded"
+            rows.append(
+                [label, "config hash", rec.get("key", "-"), run_key(cfg), f"not comparable: {why}"]
+            )
+            summaries.append(f"[check] {label}: not comparable: {why}")
+            outside += 1
+            continue
+        cached = read_run_record(run_path(cache, run_key(cfg))) is not None
         run = ensure_run(cfg, cache, progress=progress)
         base = base_weights(cfg.model)
         committed_base = bases.get(cfg.model, {}).get("weights_sha256", "")

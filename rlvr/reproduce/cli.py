@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING
 
 from rlvr.config import ConfigError, did_you_mean
 from rlvr.data_paths import rlvr_home
+from rlvr.files import write_text_atomic
+from rlvr.locks import LOCK_FILE, hold
 from rlvr.models.names import parse_spec
 from rlvr.reproduce.grid import get_grid, grid_names, validate
 
@@ -183,7 +185,7 @@ def print_plan(ctx: Context, name: str) -> int:
     )
     print(text)
     ctx.out.mkdir(parents=True, exist_ok=True)
-    (ctx.out / "plan.md").write_text(text + "\n")
+    write_text_atomic(ctx.out / "plan.md", text + "\n")
     return 0
 
 
@@ -205,7 +207,8 @@ def write_verl(args: argparse.Namespace) -> int:
     if n_seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {n_seeds}")
     try:
-        rows = write(grid, [args.name], list(range(n_seeds)), Path(args.out), command_line())
+        with hold(Path(args.out) / LOCK_FILE, wait=False, what=f"--out {args.out}"):
+            rows = write(grid, [args.name], list(range(n_seeds)), Path(args.out), command_line())
     except ConfigError as e:
         raise SystemExit(f"--engine verl: {e}") from None
     print(
@@ -262,7 +265,8 @@ def run_reproduce(args: argparse.Namespace) -> int:
     if args.report:
         from rlvr.reproduce.report import rewrite_report
 
-        print(rewrite_report(Path(args.report)))
+        with hold(Path(args.report) / LOCK_FILE, wait=False, what=f"--report {args.report}"):
+            print(rewrite_report(Path(args.report)))
         return 0
     if args.check:
         from rlvr.reproduce.check import run_check
@@ -278,7 +282,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
             "rlvr reproduce: name a figure or table (fig2, all...), or pass --check DIR, "
             "--power DIR, --report DIR or --compare OLD NEW"
         )
-    from rlvr.reproduce.figures import FIGURES, names, plan_for
+    from rlvr.reproduce.figures import names
 
     if args.name not in names():
         raise ConfigError(
@@ -287,13 +291,6 @@ def run_reproduce(args: argparse.Namespace) -> int:
         )
     if getattr(args, "engine", "native") == "verl":
         return write_verl(args)
-    from rlvr.models.loader import quiet_progress
-    from rlvr.reproduce.common import Context, command_line
-    from rlvr.reproduce.gpu_plan import check_engines
-    from rlvr.reproduce.pool import prefetch
-    from rlvr.reproduce.report import write_report
-    from rlvr.reproduce.verl.results import VerlRuns, VerlRunsMissing
-
     grid = get_grid(args.grid, smoke=args.smoke)
     n_seeds = args.seeds if args.seeds is not None else grid.seeds
     n_bases = args.base_seeds if args.base_seeds is not None else grid.base_seeds
@@ -308,6 +305,21 @@ def run_reproduce(args: argparse.Namespace) -> int:
     if args.from_verl and not args.out:
         out = Path(args.from_verl) / "results"
     cache = Path(args.cache) if args.cache else (out / ".cache" if args.smoke else rlvr_home())
+    # One writer per output folder: a second reproduction into it is refused in one line.
+    with hold(out / LOCK_FILE, wait=False, what=f"--out {out}"):
+        return _reproduce(args, grid, out, cache, n_seeds, n_bases)
+
+
+def _reproduce(args, grid, out: Path, cache: Path, n_seeds: int, n_bases: int) -> int:
+    """The figures and tables ``args.name`` names, into ``out`` (whose lock the caller holds)."""
+    from rlvr.models.loader import quiet_progress
+    from rlvr.reproduce.common import Context, command_line
+    from rlvr.reproduce.figures import FIGURES, plan_for
+    from rlvr.reproduce.gpu_plan import check_engines
+    from rlvr.reproduce.pool import prefetch
+    from rlvr.reproduce.report import write_report
+    from rlvr.reproduce.verl.results import VerlRuns, VerlRunsMissing
+
     ctx = Context(
         grid,
         out,

@@ -10,7 +10,6 @@ be traced back to what produced it and checked against a rerun (``rlvr reproduce
 from __future__ import annotations
 
 import csv
-import json
 import shlex
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import matplotlib
 
 from rlvr.agents.algorithms import algorithm_names, get_algorithm
 from rlvr.config import KEY_SCHEMA
+from rlvr.files import atomic_write, write_json_atomic, write_text_atomic
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -159,7 +159,7 @@ class Output:
         cols: list[str] = []
         for r in rows:
             cols += [k for k in r if k not in cols]
-        with open(p, "w", newline="") as f:  # provenance lives in <name>.meta.json
+        with atomic_write(p, newline="") as f:  # provenance lives in <name>.meta.json
             w = csv.DictWriter(f, fieldnames=cols)
             w.writeheader()
             for r in rows:
@@ -168,7 +168,7 @@ class Output:
 
     def write_md(self, text: str, suffix: str = ".md") -> Path:
         p = self.path(suffix)
-        p.write_text(f"<!-- {self.header()} -->\n{text.rstrip()}\n")
+        write_text_atomic(p, f"<!-- {self.header()} -->\n{text.rstrip()}\n")
         return p
 
     def save_fig(self, fig, suffix: str = ".png") -> Path:
@@ -182,7 +182,8 @@ class Output:
             fontsize=6,
             color="#999999",
         )
-        fig.savefig(p, dpi=130, bbox_inches="tight")
+        with atomic_write(p, "wb") as f:
+            fig.savefig(f, format=p.suffix.lstrip("."), dpi=130, bbox_inches="tight")
         plt.close(fig)
         return p
 
@@ -226,7 +227,7 @@ class Output:
             "machine": machine_info(),
             **(extra or {}),
         }
-        self.path(".meta.json").write_text(json.dumps(meta, indent=2, default=str))
+        write_json_atomic(self.path(".meta.json"), meta, indent=2, default=str)
         return meta
 
 

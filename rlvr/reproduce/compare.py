@@ -10,33 +10,44 @@ one present on one side only is listed as such.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from rlvr.files import RecordError, read_text
 from rlvr.reproduce.common import markdown_table
+from rlvr.reproduce.records import MAX_REPORT_BYTES
 from rlvr.reproduce.report import CLAIMS_HEADING
 
 
 def read_claims(path: Path) -> list[dict[str, str]]:
-    """The claims table of a ``REPORT.md`` (or of ``<folder>/REPORT.md``), in its order."""
+    """The claims table of a ``REPORT.md`` (or of ``<folder>/REPORT.md``), in its order. The
+    report is read as a record (``rlvr.files.read_text``: a regular file of at most
+    ``MAX_REPORT_BYTES``, UTF-8), and a row of the table with fewer cells than its header is
+    ``RecordError`` naming its line."""
     path = Path(path)
     report = path / "REPORT.md" if path.is_dir() else path
-    if not report.is_file():
-        raise SystemExit(f"rlvr reproduce --compare: no report at {report}")
-    lines = report.read_text(encoding="utf-8").splitlines()
+    if not os.path.lexists(report):
+        raise RecordError(f"--compare: no report at {report}")
+    lines = read_text(report, MAX_REPORT_BYTES).splitlines()
     try:
         start = lines.index(CLAIMS_HEADING)
     except ValueError:
-        raise SystemExit(f"rlvr reproduce --compare: {report} has no claims section") from None
+        raise RecordError(f"--compare: {report} has no claims section") from None
     claims = []
     evidence = 3  # claim | setting | **verdict** | evidence (reports before the precision columns)
-    for line in lines[start + 1 :]:
+    for number, line in enumerate(lines[start + 1 :], start + 2):
         if line.startswith("## "):
             break
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if cells[0] == "claim" and "evidence" in cells:
             evidence = cells.index("evidence")
-        if not line.startswith("|") or len(cells) <= evidence or cells[0] in ("claim", "---"):
+        if not line.startswith("|") or cells[0] in ("claim", "---"):
             continue
+        if len(cells) <= max(evidence, 2):
+            raise RecordError(
+                f"--compare: {report} line {number}: a claims row of {len(cells)} cells, "
+                f"fewer than the table's {max(evidence, 2) + 1}; refused"
+            )
         claims.append(
             {
                 "claim": cells[0],

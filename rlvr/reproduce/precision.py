@@ -24,8 +24,8 @@ underpowered), so an old folder's "inconclusive" shows as one of the last two.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from rlvr.eval.power import (
 from rlvr.eval.stats import UNDERPOWERED, Interval, verdict_close, verdict_greater
 from rlvr.reproduce.common import METHOD_LABELS, markdown_table
 from rlvr.reproduce.grid import Grid, get_grid
+from rlvr.reproduce.records import load_meta, parse_label
 
 #: The target half-width of issue 28 (95% intervals at most +-0.03).
 TARGET = 0.03
@@ -79,10 +80,10 @@ def _legacy_draws(meta: dict, claim: dict) -> tuple[list[float], list[int], int]
     metric = ("avg@k" if mode == "sample" else "greedy") if what == "accuracy" else f"{mode}_{what}"
     runs: dict[tuple[str, str], dict[tuple[int, int], dict]] = {}
     for label, rec in meta.get("run_records", {}).items():
-        p = re.match(r"^([\w-]+)/([\w-]+)/(?:base(\d+)/)?seed(\d+)$", label)
+        p = parse_label(label)
         if p and "numbers" in rec:
-            unit = (int(p[3] or 0), int(p[4]))
-            runs.setdefault((p[1], p[2]), {})[unit] = rec["numbers"]
+            unit = (p["base"], p["seed"])
+            runs.setdefault((p["setting"], p["what"]), {})[unit] = rec["numbers"]
     settings = {s for s, w in runs if w == a} & {s for s, w in runs if w == b}
     if len(settings) != 1:
         return None
@@ -159,8 +160,8 @@ def load_claims(folder: Path, order: list[str]) -> list[tuple[str, dict]]:
     out = []
     for name in order:
         p = Path(folder) / f"{name}.meta.json"
-        if p.exists():
-            meta = json.loads(p.read_text())
+        if os.path.lexists(p):  # a dangling link or a FIFO is refused, not skipped
+            meta = load_meta(p)
             out += [(name, restate(meta, claim)) for claim in meta.get("claims", [])]
     return out
 

@@ -12,18 +12,19 @@ included as its own section.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections import Counter
 from pathlib import Path
 
 from rlvr.config import ConfigError
+from rlvr.files import atomic_write, read_text, write_text_atomic
 from rlvr.prompt_format import describe
 from rlvr.reproduce import paper_numbers
 from rlvr.reproduce.common import Context, markdown_table
 from rlvr.reproduce.figures import FIGURES, report_order
 from rlvr.reproduce.precision import CLAIMS_HEADER, claims_rows, restate
+from rlvr.reproduce.records import load_meta
 
 #: The heading of the claims table; ``rlvr.reproduce.compare`` reads the table back under it.
 CLAIMS_HEADING = "## The paper's claims at this scale"
@@ -67,7 +68,7 @@ def read_metas(out: Path) -> dict[str, dict]:
     """The ``<name>.meta.json`` files of a results folder, in report order (the registered
     figures, each declaring its caption and place)."""
     return {
-        name: json.loads((out / f"{name}.meta.json").read_text())
+        name: load_meta(out / f"{name}.meta.json")
         for name in report_order()
         if (out / f"{name}.meta.json").exists()
     }
@@ -170,7 +171,8 @@ def rewrite_report(out: Path) -> Path:
     metas = read_metas(out)
     if not metas:
         raise ConfigError(f"--report: {out} holds no <name>.meta.json")
-    runs = list(csv.DictReader(open(out / "runs.csv"))) if (out / "runs.csv").exists() else []
+    index = out / "runs.csv"
+    runs = list(csv.DictReader(read_text(index, 1 << 24).splitlines())) if index.exists() else []
     commit = next(iter(metas.values())).get("versions", {}).get("git_commit", "")[:7]
     generated = (
         f"{time.strftime('%Y-%m-%d')} from the files of a reproduction made with rlvr at "
@@ -295,7 +297,7 @@ def _write(out: Path, metas: dict[str, dict], runs: list[dict], generated: str, 
             "",
         ]
     path = out / "REPORT.md"
-    path.write_text("\n".join(lines).rstrip() + "\n")
+    write_text_atomic(path, "\n".join(lines).rstrip() + "\n")
     return path
 
 
@@ -306,7 +308,7 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
     import csv
     import shutil
 
-    from rlvr.reproduce.runs import base_weights
+    from rlvr.reproduce.runs import base_weights, read_run_record
 
     keys: dict[str, list[str]] = {}
     for name, m in metas.items():
@@ -318,11 +320,7 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
             run_dir, info = ctx.run_source.folder(key), ctx.run_source.info(key)
         else:
             run_dir = Path(ctx.cache) / "runs" / key
-            info = (
-                json.loads((run_dir / "run.json").read_text())
-                if (run_dir / "run.json").exists()
-                else {}
-            )
+            info = read_run_record(run_dir) or {}
         if (run_dir / "config.yaml").exists():
             (out_runs := ctx.out / "runs").mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run_dir / "config.yaml", out_runs / f"{key}.yaml")
@@ -357,7 +355,7 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
         if stale.stem not in keys:
             stale.unlink()
     if rows:
-        with open(ctx.out / "runs.csv", "w", newline="") as f:
+        with atomic_write(ctx.out / "runs.csv", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)

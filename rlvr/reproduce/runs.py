@@ -8,7 +8,11 @@ finished run at once, resumes an interrupted one from its last checkpoint (the t
 checkpoint, and figures are redrawn from the saved responses without touching a model.
 
 ``run.json`` records what produced a run: its steps, its work in tokens, the SHA-256 of its
-final weights (``rlvr.repro.weights_sha256``) and the machine (``rlvr.repro.machine_info``).
+final weights (``rlvr.repro.weights_sha256``) and the machine (``rlvr.repro.machine_info``). It
+is written last and whole (``rlvr.files.write_json_atomic``), and only a complete one (a JSON
+object naming the run's key and its steps: ``read_run_record``) says the run is done: a torn or
+empty one, which a full disk used to leave, is rebuilt by resuming the run, never trusted. An
+evaluation is done when its ``summary.json`` is complete in the same sense.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from rlvr.config import nest
 from rlvr.eval.metrics import summarize_by_group
 from rlvr.eval.records import read_jsonl, save_result
 from rlvr.eval.runner import EvalConfig, EvalResult, evaluate
+from rlvr.files import complete_record, read_json_object, write_json_atomic
 from rlvr.locks import LOCK_FILE, hold
 from rlvr.reproduce.grid import Setting, setting_overrides
 from rlvr.reproduce.keys import base_seed_of, eval_key, preset_build_key, run_key
@@ -55,8 +60,7 @@ class Run:
 
     @property
     def info(self) -> dict[str, Any]:
-        done = self.path / DONE
-        return json.loads(done.read_text()) if done.exists() else {}
+        return read_run_record(self.path) or {}
 
     @property
     def weights_sha256(self) -> str:
@@ -159,20 +163,34 @@ def _train_run(cfg, key: str, path: Path, *, say, progress: bool) -> None:
     metrics = _read_metrics(path / "metrics.jsonl")
     from rlvr.repro import machine_info, weights_sha256
 
-    (path / DONE).write_text(
-        json.dumps(
-            {
-                "key": key,
-                **run_summary(cfg, metrics),
-                "update_tokens": update_tokens(metrics, cfg),
-                "compute_seconds": round(compute_seconds(metrics), 2),
-                "last_invocation_seconds": round(time.perf_counter() - start, 2),
-                "weights_sha256": weights_sha256(path / "final"),
-                "machine": machine_info(),
-            },
-            indent=2,
-        )
+    write_json_atomic(
+        path / DONE,
+        {
+            "key": key,
+            **run_summary(cfg, metrics),
+            "update_tokens": update_tokens(metrics, cfg),
+            "compute_seconds": round(compute_seconds(metrics), 2),
+            "last_invocation_seconds": round(time.perf_counter() - start, 2),
+            "weights_sha256": weights_sha256(path / "final"),
+            "machine": machine_info(),
+        },
+        indent=2,
     )
+
+
+def read_run_record(path: Path) -> dict[str, Any] | None:
+    """The ``run.json`` of run folder ``path`` when it is complete: a JSON object whose ``key``
+    is the folder's name and whose ``steps`` is a count; None when it is missing, torn or
+    anything else (the run is then resumed, which writes it again)."""
+    record = complete_record(Path(path) / DONE, key=str, steps=int)
+    return record if record is not None and record["key"] == Path(path).name else None
+
+
+def _eval_done(path: Path) -> bool:
+    """Whether evaluation folder ``path`` is complete (``summary.json`` a JSON object with its
+    ``summary``; it is written after ``responses.jsonl``)."""
+    done = complete_record(path / "summary.json", summary=dict)
+    return done is not None and (path / "responses.jsonl").is_file()
 
 
 def run_path(cache: str | Path, key: str) -> Path:
@@ -184,10 +202,11 @@ def ensure_run(cfg, cache: Path, *, say=print, progress: bool = True) -> Run:
     """The finished run of ``cfg`` from the cache, trained (or resumed) first when needed."""
     key = run_key(cfg)
     path = run_path(cache, key)
-    done = path / DONE
-    if not done.exists():  # another process training the same run is waited for, not joined
+    if read_run_record(path) is None:  # another process training it is waited for, not joined
         with hold(path / LOCK_FILE, wait=True, what=f"run {path}", say=say):
-            if not done.exists():
+            if read_run_record(path) is None:
+                if (path / DONE).exists():
+                    say(f"[reproduce] {path / DONE} is torn or incomplete: resuming to rebuild it")
                 _train_run(cfg, key, path, say=say, progress=progress)
     metrics = _read_metrics(path / "metrics.jsonl")
     return Run(key, path, cfg, metrics, compute_seconds(metrics))
@@ -241,9 +260,9 @@ def ensure_eval(ecfg: EvalConfig, cache: Path, *, say=print, progress: bool = Tr
     """Responses and summary of ``ecfg`` from the cache, evaluated first when missing."""
     key = eval_key(ecfg)
     path = Path(cache) / "evals" / key
-    if not (path / "summary.json").exists():
+    if not _eval_done(path):
         with hold(path / LOCK_FILE, wait=True, what=f"evaluation {path}", say=say):
-            if not (path / "summary.json").exists():
+            if not _eval_done(path):
                 say(f"[reproduce] evaluating {ecfg.model} on {ecfg.env} -> {path}")
                 result: EvalResult = evaluate(ecfg, progress=progress)
                 save_result(result, path)
@@ -264,7 +283,7 @@ def base_weights(model: str) -> dict[str, str]:
     base_dir = models_dir() / preset_build_key(model)
     if not (base_dir / "build.json").exists():
         return {"build": base_dir.name, "weights_sha256": ""}
-    record = json.loads((base_dir / "build.json").read_text())
+    record = read_json_object(base_dir / "build.json")
     out = {
         "build": base_dir.name,
         "weights_sha256": record.get("weights_sha256") or _hash_if_present(base_dir),
@@ -282,6 +301,7 @@ __all__ = [
     "ensure_eval",
     "ensure_run",
     "eval_config",
+    "read_run_record",
     "run_path",
     "train_config",
     "update_tokens",

@@ -1,14 +1,28 @@
-"""The continued-SFT reference of fig2: a base model after continued supervised training on about
-the forward-backward tokens an RL run's updates passed (equal compute), cached under
-``<cache>/sft/<hash>/``.
+"""The continued-SFT reference of fig2: a base model after as much supervised fine-tuning as an
+RL run's updates cost in forward-backward tokens, cached under ``<cache>/sft/<hash>/``.
+
+The folder is written under ``.<hash>.tmp-<pid>`` and renamed into place with its ``sft.json``
+(written last), under the lock ``<hash>.lock`` beside it; a temporary folder a killed process left
+is removed by the next one that builds the same reference, and a folder whose ``sft.json`` is
+not a complete record is built again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import os
+import shutil
 from pathlib import Path
 
+from rlvr.config import ConfigError
+from rlvr.files import (
+    complete_record,
+    read_json_object,
+    remove_dead_temporaries,
+    write_json_atomic,
+)
 from rlvr.locks import hold
 from rlvr.prompt_format import write_format
 from rlvr.reproduce.grid import Setting
@@ -34,16 +48,12 @@ def ensure_sft_reference(
     pure function of its configuration. The recipe is the base build's own SFT config
     restarted (warm-up, cosine decay) on fresh examples.
     """
-    import hashlib
-
     from rlvr.envs import warmstart
     from rlvr.models.sft import SFTConfig
 
     model = model or setting.model
     base_dir, build_cfg = _base_build(model)
     if build_cfg is None and model != "micro":
-        from rlvr.config import ConfigError
-
         raise ConfigError(
             f"continued-SFT reference of {model!r}: only tiny presets have "
             "an SFT recipe to continue (their build's); set sft_reference=False"
@@ -52,7 +62,7 @@ def ensure_sft_reference(
         sft_cfg = SFTConfig(steps=2, batch_size=2, warmup_steps=0, seed=seed, max_length=2048)
         task, data = setting.env, warmstart.tiny_settings(setting.env)
     else:
-        record = json.loads((base_dir / "build.json").read_text())
+        record = read_json_object(base_dir / "build.json")
         tokens_per_step = record["sft"]["tokens"] / max(record["sft"]["steps"], 1)
         steps = max(1, int(round(budget_tokens / tokens_per_step)))
         sft_cfg = dataclasses.replace(
@@ -74,13 +84,18 @@ def ensure_sft_reference(
         default=str,
     )
     path = Path(cache) / "sft" / hashlib.sha256(blob.encode()).hexdigest()[:12]
-    if (path / "sft.json").exists():
+    if _sft_done(path):
         return path
     # renamed into place when complete, so the lock sits beside the folder
     with hold(path.with_name(f"{path.name}.lock"), wait=True, what=f"SFT {path}", say=say):
-        if not (path / "sft.json").exists():
+        if not _sft_done(path):
+            remove_dead_temporaries(path.parent, f".{path.name}.tmp-")
             _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, progress)
     return path
+
+
+def _sft_done(path: Path) -> bool:
+    return complete_record(path / "sft.json", weights_sha256=str) is not None
 
 
 def _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, progress) -> None:
@@ -100,26 +115,22 @@ def _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, p
         progress=progress,
         desc="continued sft",
     )
-    import os
-    import shutil
-
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # renamed into place when complete
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     net.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     write_format(tmp, task, warmstart.env_kwargs(task, data), base=model)
-    (tmp / "sft.json").write_text(
-        json.dumps(
-            {
-                "budget_tokens": budget_tokens,
-                **stats,
-                "weights_sha256": weights_sha256(tmp),
-                "machine": machine_info(),
-            },
-            indent=2,
-            default=str,
-        )
+    write_json_atomic(
+        tmp / "sft.json",
+        {
+            "budget_tokens": budget_tokens,
+            **stats,
+            "weights_sha256": weights_sha256(tmp),
+            "machine": machine_info(),
+        },
+        indent=2,
+        default=str,
     )
     shutil.rmtree(path, ignore_errors=True)  # a reference left incomplete by a killed process
     tmp.rename(path)
@@ -134,3 +145,6 @@ def _base_build(model: str):
     if cfg is None:
         return None, None
     return ensure_built(cfg, progress=False), cfg
+
+
+__all__ = ["ensure_sft_reference"]

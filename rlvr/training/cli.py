@@ -70,6 +70,7 @@ def run_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rlvr.agents.checkpoint import CheckpointError, check_writable
+    from rlvr.agents.rollout import check_backend_present
     from rlvr.device import check_device_present
     from rlvr.locks import LOCK_FILE, FolderInUse, hold
 
@@ -77,6 +78,7 @@ def run_train(args: argparse.Namespace) -> int:
         return _fail(ConfigError(f"--resume: out={cfg.out} is not a folder (nothing to resume)"))
     try:  # configuration problems found while setting up: one line, exit 2
         check_device_present(cfg.device)
+        check_backend_present(cfg.rollout.backend)
         check_writable(cfg.out, Path(cfg.out) / "checkpoints")
         # The run folder is this process's from before the model loads: a second trainer on the
         # same out= is refused at once, in one line.

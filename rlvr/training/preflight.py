@@ -1,6 +1,7 @@
-"""What a run checks before its model loads (or downloads, or de-quantizes for minutes): the
-trackers it reports to are installed, vLLM is there for ``rollout.backend=vllm``, and the
-environment takes its settings and finds its dataset, each refused in one line (issue 52)."""
+"""What a run checks before its model loads (or downloads, or de-quantizes for minutes), besides
+its rollout backend (``rlvr.agents.rollout.check_backend_present``): the trackers it reports to
+are installed, and the environment takes its settings and finds its dataset, each refused in
+one line (issue 52)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from typing import Any
 
 from rlvr.agents.checkpoint import rng_state, set_rng_state
 from rlvr.training.trackers import check_trackers, tracker_names
-from rlvr.training.train_config import check_vllm_installed
 
 
 def check_envs(cfg, make_env: Callable[[str], Any]) -> None:
@@ -24,13 +24,10 @@ def check_envs(cfg, make_env: Callable[[str], Any]) -> None:
 
 
 def preflight(cfg, make_env: Callable[[str], Any], *, loads_model: bool) -> None:
-    """The checks above; the vLLM and env checks only for a run that loads its model."""
+    """The checks above; the env's only for a run that loads its model (a test hands one in)."""
     check_trackers(tracker_names(cfg))
-    if not loads_model:
-        return
-    if cfg.rollout.backend == "vllm":
-        check_vllm_installed()  # before a hub name starts a download
-    check_envs(cfg, make_env)
+    if loads_model:
+        check_envs(cfg, make_env)
 
 
 __all__ = ["check_envs", "preflight"]

@@ -212,6 +212,8 @@ class TrainConfig:
             ("rollout.max_response_tokens", r.max_response_tokens, "[1, inf)"),
             ("rollout.max_turn_tokens", r.max_turn_tokens, "[0, inf)"),
             ("rollout.vllm_gpu_memory_utilization", r.vllm_gpu_memory_utilization, "(0, 1]"),
+            ("rollout.vllm_max_model_len", r.vllm_max_model_len, "[0, inf)"),
+            ("rollout.tensor_parallel_size", r.tensor_parallel_size, "[1, inf)"),
             ("optim.lr", o.lr, "(0, inf)"),
             ("optim.weight_decay", o.weight_decay, "[0, inf)"),
             ("optim.beta1", o.beta1, "[0, 1)"),
@@ -318,18 +320,6 @@ def check_model(model: str) -> None:
     from rlvr.models.names import check_model_name
 
     check_model_name(model)
-
-
-def check_vllm_installed() -> None:
-    """``rollout.backend=vllm`` without vLLM importable: one line naming the extra (asked where
-    the run starts, before its model loads or downloads)."""
-    import importlib.util
-    import sys
-
-    if "vllm" not in sys.modules and importlib.util.find_spec("vllm") is None:
-        from rlvr.agents.rollout.vllm import GPU_EXTRA_HINT
-
-        raise ConfigError(f"rollout.backend: {GPU_EXTRA_HINT}")
 
 
 def load_user_plugins(modules) -> None:

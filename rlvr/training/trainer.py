@@ -43,12 +43,14 @@ from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: publ
     tool_metrics,
 )
 from rlvr.agents.policy import Policy
+from rlvr.agents.rollout import check_backend_present
 from rlvr.agents.rollout.base import RolloutBatch, SamplingParams, collate
 from rlvr.agents.rollout.chat import model_prompt
 from rlvr.agents.rollout.multiturn import Episode, run_episodes
 from rlvr.config import ConfigError, dump_yaml, to_dict
 from rlvr.device import resolve_device
 from rlvr.envs import env_spec, make_env
+from rlvr.files import write_text_atomic
 from rlvr.locks import LOCK_FILE, hold
 from rlvr.models import load_model
 from rlvr.prompt_format import write_format
@@ -104,6 +106,7 @@ class Trainer:
         make_env: Callable[[str], Any] | None = None,
     ):
         cfg.validate()
+        check_backend_present(cfg.rollout.backend)  # before the model loads
         self.cfg = cfg
         self.out = Path(cfg.out)
         self.device = resolve_device(cfg.device)
@@ -390,7 +393,10 @@ class Trainer:
         the same ``out`` is refused (``FolderInUse``) before it writes anything."""
         check_writable(self.out, self.checkpoint_root)
         with hold(self.out / LOCK_FILE, wait=False, what=f"out={self.out}"):
-            return self._train()
+            try:
+                return self._train()
+            finally:
+                self.backend.close()  # vLLM's temporary model copies
 
     def _train(self) -> list[dict[str, Any]]:
         cfg = self.cfg
@@ -414,7 +420,7 @@ class Trainer:
         dump_yaml(cfg, self.out / "config.yaml")
         engine = getattr(self.backend, "engine_record", None)
         if engine:  # the vLLM engine's settings, hf_overrides included (rollout/vllm.py)
-            (self.out / "vllm_engine.json").write_text(json.dumps(engine, indent=2) + "\n")
+            write_text_atomic(self.out / "vllm_engine.json", json.dumps(engine, indent=2) + "\n")
         records = []
         bar = StepBar(cfg, initial=self.step)
         self.on_phase, self.backend.on_step = bar.enter, bar.generating

@@ -20,6 +20,15 @@ from rlvr.agents.rollout.base import (
 BACKENDS = ("hf", "vllm", "generate")
 
 
+def check_backend_present(name: str) -> None:
+    """``ConfigError`` (one line) when backend ``name`` cannot run here: vLLM not installed.
+    Checked with the configuration, before any model loads."""
+    if name == "vllm":
+        from rlvr.agents.rollout.vllm import check_installed
+
+        check_installed()
+
+
 def make_backend(name: str, model, tokenizer, **options) -> RolloutBackend:
     """The rollout backend ``name`` over ``model`` (``options`` go to vLLM's engine)."""
     if name == "hf":
@@ -44,6 +53,7 @@ __all__ = [
     "RolloutBackend",
     "RolloutBatch",
     "SamplingParams",
+    "check_backend_present",
     "collate",
     "make_backend",
 ]

@@ -100,6 +100,9 @@ class RolloutBackend(abc.ABC):
         """Release the sampler's accelerator memory until the next ``generate`` or
         ``sync_weights`` (no-op when it holds none of its own)."""
 
+    def close(self) -> None:
+        """Remove what the backend keeps on disk (vLLM's model copies; no-op otherwise)."""
+
 
 def truncate_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
     """``text`` cut right after the earliest stop string, and whether one was found."""

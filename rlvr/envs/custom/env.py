@@ -21,13 +21,13 @@ response (as math's is).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
 from rlvr.envs.base import Score, SingleTurnEnv, drop_oversized
 from rlvr.envs.custom.rewards import check_callable, parse_refs, parse_weights, score
 from rlvr.envs.prompts import TEMPLATES, render_prompt
+from rlvr.envs.rows import RowError, object_row, rows_of_file
 
 #: ``template`` values: the env's own layouts and ``auto`` (TRL's choice per prompt type).
 CUSTOM_TEMPLATES = ("auto", *TEMPLATES)
@@ -35,41 +35,22 @@ _ROLES = {"system": "System", "user": "User", "assistant": "Assistant"}
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a ``.jsonl`` / ``.json`` / ``.parquet`` file; ``ValueError`` naming the file
-    and line of the first row that is not a JSON object with a ``prompt``."""
+    """The rows of a ``.jsonl`` / ``.json`` / ``.parquet`` file (``rlvr.envs.rows``); a row that
+    is no JSON object with a ``prompt`` is ``RowError`` naming its file and line."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"dataset {str(path)!r}: no such file (.jsonl, .json or .parquet)")
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        rows, where = pq.read_table(path).to_pylist(), "row"
-    elif path.suffix == ".json":
-        rows, where = json.loads(path.read_text(encoding="utf-8")), "item"
-        if not isinstance(rows, list):
-            raise ValueError(f"dataset {path}: a .json dataset must hold a list of rows")
-    else:
-        rows, where = [], "line"
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except ValueError as e:
-                        raise ValueError(
-                            f"dataset {path}: line {lineno} is not JSON ({e})"
-                        ) from None
-    for i, row in enumerate(rows, 1):
-        if not isinstance(row, dict) or "prompt" not in row:
-            raise ValueError(f"dataset {path}: {where} {i} is not an object with a 'prompt'")
-        prompt = row["prompt"]
-        if not (isinstance(prompt, str) or _is_messages(prompt)):
-            raise ValueError(
-                f"dataset {path}: {where} {i}: 'prompt' must be a string or a list of "
-                "{'role', 'content'} messages"
+    rows = []
+    for where, row in rows_of_file(path):
+        row = object_row(row, where)
+        if not (isinstance(row.get("prompt"), str) or _is_messages(row.get("prompt"))):
+            raise RowError(
+                f"{where}: field 'prompt' must be a string or a list of {{'role', 'content'}} "
+                "messages"
             )
+        rows.append(row)
     if not rows:
-        raise ValueError(f"dataset {path}: no rows")
+        raise RowError(f"dataset {path}: no rows")
     return rows
 
 

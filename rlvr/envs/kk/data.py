@@ -17,7 +17,6 @@ The K&K data (Xie et al. 2024) on the hub is ``K-and-K/knights-and-knaves`` with
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -26,6 +25,7 @@ from rlvr.envs.kk.logic import MAX_PEOPLE, parse_statements_repr
 from rlvr.envs.kk.prompts import kk_prompt
 from rlvr.envs.kk.render import solution_text_format
 from rlvr.envs.kk.reward import parse_solution_text_format
+from rlvr.envs.rows import RowError, object_row, rows_of_file
 
 HF_NAME = "K-and-K/knights-and-knaves"
 HF_SIZES = tuple(range(2, 9))
@@ -39,12 +39,34 @@ def _prompt_text(prompt: Any) -> str | None:
     return None
 
 
-class RowError(ValueError):
-    """A dataset row that cannot be used; the message names the file, the row and the field."""
-
-
 def _field_error(where: str, field: str, problem: str) -> RowError:
     return RowError(f"{where}: field {field!r} {problem}")
+
+
+#: What a ``solution`` entry may be: a JSON boolean (true: a knight), or the role by name.
+_ROLES = {"knight": True, "knave": False}
+
+
+def _knight_flags(solution: Any, where: str) -> list[bool]:
+    """``solution`` as knight flags: each entry ``true``/``false`` or ``"knight"``/``"knave"``;
+    anything else (``"no"``, ``NaN``, ``0``) is refused, never read by its truthiness (``"no"`` and
+    ``NaN`` are truthy: both used to make a knight)."""
+    if not isinstance(solution, (list, tuple)):
+        raise _field_error(where, "solution", "is not a list of knight flags")
+    flags = []
+    for i, value in enumerate(solution, 1):
+        if isinstance(value, bool):
+            flags.append(value)
+        elif isinstance(value, str) and value.strip().lower() in _ROLES:
+            flags.append(_ROLES[value.strip().lower()])
+        else:
+            raise _field_error(
+                where,
+                "solution",
+                f"entry {i} is {str(value)[:40]!r}: a knight flag is true or false "
+                "(or 'knight'/'knave')",
+            )
+    return flags
 
 
 def record_from_row(row: dict[str, Any], source: str, where: str | None = None) -> dict[str, Any]:
@@ -53,8 +75,7 @@ def record_from_row(row: dict[str, Any], source: str, where: str | None = None) 
     A row that cannot be used raises ``RowError`` naming ``where`` (the file and line; default
     ``source``) and the field at fault."""
     where = where or source
-    if not isinstance(row, dict):
-        raise RowError(f"{where}: a row must be an object, got {type(row).__name__}")
+    row = object_row(row, where)
     names = row.get("names")
     if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
         raise _field_error(where, "names", "is missing or not a list of names")
@@ -62,9 +83,7 @@ def record_from_row(row: dict[str, Any], source: str, where: str | None = None) 
         raise _field_error(where, "names", f"must name 1..{MAX_PEOPLE} people, got {len(names)}")
     names = list(names)
     if row.get("solution") is not None:
-        if not isinstance(row["solution"], (list, tuple)):
-            raise _field_error(where, "solution", "is not a list of knight flags")
-        knights = [bool(k) for k in row["solution"]]
+        knights = _knight_flags(row["solution"], where)
     else:
         reward_model = row.get("reward_model")
         gt = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
@@ -104,28 +123,6 @@ def record_from_row(row: dict[str, Any], source: str, where: str | None = None) 
     }
 
 
-def _rows_from_file(path: Path) -> Iterator[tuple[str, Any]]:
-    """``(where, row)`` for each row: ``where`` is ``"<file> line <n>"`` (``row <n>`` in a
-    parquet file), for error messages."""
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
-            yield f"{path} row {i}", row
-    elif path.suffix in (".jsonl", ".json"):
-        with path.open(encoding="utf-8", errors="replace") as f:
-            for lineno, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        row = json.loads(line)
-                    except (ValueError, RecursionError) as e:  # incl. the int-string limit
-                        reason = str(e)[:160] or "nested too deeply"
-                        raise RowError(f"{path} line {lineno}: not a JSON row ({reason})") from None
-                    yield f"{path} line {lineno}", row
-    else:
-        raise ValueError(f"unsupported K&K data file {path} (expected .parquet or .jsonl)")
-
-
 def _load_hub(name: str, split: str, sizes: Sequence[int]) -> Iterator[dict[str, Any]]:
     """Config ``split`` (train/test), one hub split per size (``3ppl``...): a copy written by
     ``rlvr fetch-data`` when there is one, else the hub (``rlvr.data_paths.hub_rows``)."""
@@ -158,7 +155,9 @@ def load_dataset(
         if not files:
             raise FileNotFoundError(f"no .parquet or .jsonl files under {path}")
         records = (
-            record_from_row(row, str(f), where) for f in files for where, row in _rows_from_file(f)
+            record_from_row(row, str(f), where)
+            for f in files
+            for where, row in rows_of_file(f, json_lines=True)
         )
     elif (
         path.suffix in (".parquet", ".jsonl", ".json")

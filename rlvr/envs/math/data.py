@@ -14,12 +14,13 @@ when the set has one). Gold answers, by set:
 Named sets are read from the shared data folder (``rlvr.data_paths.shared_data_dir()``) when it
 has them, else from the Hugging Face hub when ``datasets`` is installed and a network is there.
 Any other argument is a local ``.jsonl``/``.json``/``.parquet`` path; its gold format is guessed
-from its fields unless ``answer_format`` says it.
+from its fields unless ``answer_format`` says it. A row that cannot be used (not an object, no
+problem text, no gold answer) is one ``RowError`` naming the file and the line
+(``rlvr.envs.rows``).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from rlvr.data_paths import shared_data_dir
 from rlvr.envs.math.extract import last_boxed
 from rlvr.envs.math.reward import gold_to_text
 from rlvr.envs.math.synthetic import generate_dataset
+from rlvr.envs.rows import LocatedRow, RowError, numbered, object_row, rows_of_file
 
 ANSWER_FORMATS = (
     "auto",
@@ -122,6 +124,7 @@ def _guess_format(row: dict) -> str:
 
 def gold_answer(row: dict, answer_format: str = "auto") -> str:
     """The gold answer string of one raw record (see the module docstring)."""
+    _check_format(answer_format)
     fmt = _guess_format(row) if answer_format == "auto" else answer_format
     if fmt in ("answer", "amc"):
         if "answer" not in row and "solution" in row:  # hub copies differ in field names
@@ -136,10 +139,14 @@ def gold_answer(row: dict, answer_format: str = "auto") -> str:
             return gold_to_text(row["answer"])
         found = last_boxed(str(row["solution"]))
         return found.content or ""
-    if fmt == "ground_truth":
-        gt = row["ground_truth"] if "ground_truth" in row else row["reward_model"]["ground_truth"]
-        return gold_to_text(gt)
-    raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
+    # "ground_truth", the one format left
+    gt = row["ground_truth"] if "ground_truth" in row else row["reward_model"]["ground_truth"]
+    return gold_to_text(gt)
+
+
+def _check_format(answer_format: str) -> None:
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
 
 
 def _problem_text(row: dict) -> str:
@@ -153,15 +160,30 @@ def _problem_text(row: dict) -> str:
 
 def normalize_records(rows: Iterable[dict], source: str, answer_format: str = "auto") -> list[dict]:
     """Raw rows -> ``{"problem", "ground_truth", "source", "id"[, "solution"]}``."""
+    return normalize_located(numbered(rows, source), source, answer_format)
+
+
+def normalize_located(
+    rows: Iterable[LocatedRow], source: str, answer_format: str = "auto"
+) -> list[dict]:
+    """``normalize_records`` of ``(where, row)`` pairs (``rlvr.envs.rows``): a row that cannot
+    be used is ``RowError`` naming ``where``."""
+    _check_format(answer_format)
     out = []
-    for i, row in enumerate(rows):
-        rid = next((row[k] for k in ("unique_id", "id", "idx") if row.get(k) not in (None, "")), i)
-        rec = {
-            "problem": _problem_text(row),
-            "ground_truth": gold_answer(row, answer_format),
-            "source": source,
-            "id": f"{source}/{rid}",
-        }
+    for i, (where, row) in enumerate(rows):
+        row = object_row(row, where)
+        try:
+            rid = next(
+                (row[k] for k in ("unique_id", "id", "idx") if row.get(k) not in (None, "")), i
+            )
+            rec = {
+                "problem": _problem_text(row),
+                "ground_truth": gold_answer(row, answer_format),
+                "source": source,
+                "id": f"{source}/{str(rid)[:200]}",
+            }
+        except (ValueError, KeyError, TypeError, RecursionError) as e:
+            raise RowError(f"{where}: {str(e)[:200] or type(e).__name__}") from None
         if isinstance(row.get("solution"), str):
             rec["solution"] = row["solution"]
         out.append(rec)
@@ -169,20 +191,9 @@ def normalize_records(rows: Iterable[dict], source: str, answer_format: str = "a
 
 
 # -- file and hub readers ------------------------------------------------------------------------
-def read_rows(path: str | Path) -> list[dict]:
-    """Rows of a ``.jsonl``, ``.json`` (a list) or ``.parquet`` file."""
-    path = Path(path)
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    if path.suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: a .json dataset must hold a list of records")
-        return data
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+def read_rows(path: str | Path) -> list[LocatedRow]:
+    """``(where, row)`` of each row of a ``.jsonl``, ``.json`` (a list) or ``.parquet`` file."""
+    return list(rows_of_file(path))
 
 
 def _from_hub(name: str, spec: DatasetSpec) -> list[dict]:
@@ -217,8 +228,7 @@ def load_dataset(
 
     Named sets (``DATASETS``) are test sets: ``split`` must be ``"test"`` for them.
     """
-    if answer_format not in ANSWER_FORMATS:
-        raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
+    _check_format(answer_format)
     key = str(name_or_path)
     key = _ALIASES.get(key.lower(), key.lower()) if not Path(key).suffix else key
     if key == "synthetic":
@@ -238,9 +248,10 @@ def load_dataset(
         spec = DATASETS[key]
         root = Path(data_dir) if data_dir is not None else shared_data_dir()
         local = root / spec.local_path if root is not None else None
-        rows = read_rows(local) if local is not None and local.is_file() else _from_hub(key, spec)
         fmt = spec.answer_format if answer_format == "auto" else answer_format
-        return normalize_records(rows, key, fmt)
+        if local is not None and local.is_file():
+            return normalize_located(read_rows(local), key, fmt)
+        return normalize_records(_from_hub(key, spec), key, fmt)
     path = Path(name_or_path)
     if not path.is_file():
         raise FileNotFoundError(
@@ -248,4 +259,4 @@ def load_dataset(
             f"({', '.join([*DATASETS, *TRAIN_SETS])}, synthetic) "
             "nor an existing .jsonl/.json/.parquet file"
         )
-    return normalize_records(read_rows(path), path.stem, answer_format)
+    return normalize_located(read_rows(path), path.stem, answer_format)

@@ -16,6 +16,12 @@ service: a job refused there gets the exception and is left out of the search), 
 rows. ``max_queries=1`` searches each job alone: the service before batching. A job whose client
 left (its future cancelled) is skipped. A failed search fails every job of that call.
 
+The thread never dies silently: an error anywhere in a batch (gathering, admitting, searching)
+answers that batch's jobs with it and the thread goes on to the next; should the thread end
+all the same, every job still queued, and every job submitted after, gets
+``SearchThreadStopped`` at once (``alive`` and ``error`` say why, for ``/health``). No job is
+ever left without an answer.
+
 Each query's hits are the same whether it is searched alone or with others: ``SearchIndex``
 guarantees it (``rlvr.envs.searchqa.index``), and ``tests/test_searchqa_batching.py`` checks it
 through the service.
@@ -24,6 +30,7 @@ through the service.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -39,6 +46,10 @@ class Job:
     future: Future = field(default_factory=Future)
 
 
+class SearchThreadStopped(RuntimeError):
+    """The search thread has ended; the message says why."""
+
+
 class SearchBatcher:
     """The search thread of the retrieval service (module docstring)."""
 
@@ -48,13 +59,28 @@ class SearchBatcher:
         self._carry: Job | None = None
         #: Calls of ``retriever.search`` and the queries they held (``calls``, ``queries``).
         self.calls = self.searched = 0
+        #: Why the thread ended (None while it runs, or after a plain ``close``).
+        self.error: BaseException | None = None
+        self._stopped = False
+        self._lock = threading.Lock()  # a job is queued only while the thread can answer it
         self._thread = threading.Thread(target=self._run, name="rlvr-search", daemon=True)
         self._thread.start()
 
+    @property
+    def alive(self) -> bool:
+        return not self._stopped and self._thread.is_alive()
+
     def submit(self, queries: list[str], topk: int, admit=None) -> Future:
         job = Job(list(queries), int(topk), admit)
-        self._queue.put(job)
+        with self._lock:
+            if self._stopped:
+                raise self.stopped_error()
+            self._queue.put(job)
         return job.future
+
+    def stopped_error(self) -> SearchThreadStopped:
+        why = "closed" if self.error is None else f"{type(self.error).__name__}: {self.error}"
+        return SearchThreadStopped(f"the search thread has stopped ({why[:200]})")
 
     def close(self) -> None:
         """Stop the thread after the job in progress; jobs still queued are cancelled."""
@@ -79,8 +105,9 @@ class SearchBatcher:
             self._queue.put(None)
         return job
 
-    def _gather(self, first: Job) -> list[Job]:
-        batch, n = [first], len(first.queries)
+    def _gather(self, batch: list[Job]) -> None:
+        """Add to ``batch`` (its first job) the jobs that arrive within the window."""
+        n = len(batch[0].queries)
         deadline = time.monotonic() + self.window_s
         while n < self.max_queries:
             job = self._next(deadline - time.monotonic())
@@ -91,16 +118,32 @@ class SearchBatcher:
                 break
             batch.append(job)
             n += len(job.queries)
-        return batch
 
     def _run(self) -> None:
-        while True:
-            first = self._next(None)
-            if first is None:
-                break
-            self._search(self._gather(first))
-        for job in self._drain():
-            job.future.cancel()
+        batch: list[Job] = []
+        try:
+            while True:
+                first = self._next(None)
+                if first is None:
+                    break
+                batch = [first]
+                try:
+                    self._gather(batch)
+                    self._search(batch)
+                except Exception as e:  # noqa: BLE001 - this batch's requests are told; go on
+                    _fail(batch, e)
+        except BaseException as e:  # noqa: BLE001 - recorded for /health and said once
+            self.error = e
+            print(f"rlvr retrieval-serve: {self.stopped_error()}", file=sys.stderr, flush=True)
+        finally:
+            with self._lock:
+                self._stopped = True
+                left = self._drain()
+            if self.error is None:
+                for job in left:
+                    job.future.cancel()
+            else:
+                _fail(batch + left, self.stopped_error())
 
     def _drain(self) -> list[Job]:
         jobs = [self._carry] if self._carry is not None else []
@@ -138,3 +181,12 @@ class SearchBatcher:
             for job in jobs:
                 job.future.set_result(hits[start : start + len(job.queries)])
                 start += len(job.queries)
+
+
+def _fail(jobs: list[Job], error: BaseException) -> None:
+    """Answer every job of ``jobs`` not answered yet (nor cancelled) with ``error``."""
+    for job in jobs:
+        if job.future.done():
+            continue
+        if job.future.running() or job.future.set_running_or_notify_cancel():
+            job.future.set_exception(error)

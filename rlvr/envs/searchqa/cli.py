@@ -95,7 +95,7 @@ def run_index(args) -> int:
 def add_retrieval_serve_arguments(p: argparse.ArgumentParser) -> None:
     from dataclasses import fields
 
-    from rlvr.envs.searchqa.protocol import LIMITS
+    from rlvr.envs.searchqa.limits import LIMITS
 
     p.add_argument("--index", required=True, help="folder written by `rlvr index`")
     p.add_argument("--corpus", help="passages JSONL, overriding the one recorded in the index")
@@ -138,7 +138,7 @@ def run_retrieval_serve(args) -> int:
     from dataclasses import fields
 
     from rlvr.envs.searchqa.index import load_index
-    from rlvr.envs.searchqa.protocol import LIMITS, ServerLimits
+    from rlvr.envs.searchqa.limits import LIMITS, ServerLimits
     from rlvr.envs.searchqa.server import make_server
 
     def fail(message: str) -> int:

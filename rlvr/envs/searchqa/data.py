@@ -10,15 +10,19 @@
   loads ``RUC-NLPIR/FlashRAG_datasets`` (the collection Search-R1 trains and evaluates on);
   ``triviaqa`` and ``popqa`` (and the names above when no local copy exists) map to their
   FlashRAG subsets.
+
+A row that cannot be used (not an object, no question or answer field) is one ``RowError``
+naming the file and the line (``rlvr.envs.rows``).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 from rlvr.data_paths import shared_data_dir
+from rlvr.envs.rows import LocatedRow, RowError, numbered, object_row, rows_of_file
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,8 @@ def _answers_of(record: dict) -> list[str]:
             value = record[key]
             break
     else:
-        gt = (record.get("reward_model") or {}).get("ground_truth")
+        reward_model = record.get("reward_model")
+        gt = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
         value = gt.get("target") if isinstance(gt, dict) else gt
     if value is None:
         raise ValueError(
@@ -77,6 +82,8 @@ def _answers_of(record: dict) -> list[str]:
         )
     if isinstance(value, str):
         return [value]
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"the answers are a {type(value).__name__}, not text or a list of texts")
     return [str(v) for v in value]
 
 
@@ -88,10 +95,20 @@ def _question_of(record: dict) -> str:
 
 
 def items_from_records(records, source: str) -> list[QAItem]:
+    return items_from_located(numbered(records, source), source)
+
+
+def items_from_located(rows: Iterable[LocatedRow], source: str) -> list[QAItem]:
+    """``items_from_records`` of ``(where, row)`` pairs: a row that cannot be used is
+    ``RowError`` naming ``where``."""
     out = []
-    for i, r in enumerate(records):
-        rid = str(r.get("id", r.get("idx", i)))
-        out.append(QAItem(_question_of(r), tuple(_answers_of(r)), rid, source))
+    for i, (where, row) in enumerate(rows):
+        r = object_row(row, where)
+        try:
+            rid = str(r.get("id", r.get("idx", i)))[:200]
+            out.append(QAItem(_question_of(r), tuple(_answers_of(r)), rid, source))
+        except (ValueError, TypeError, RecursionError) as e:
+            raise RowError(f"{where}: {str(e)[:200] or type(e).__name__}") from None
     return out
 
 
@@ -100,16 +117,7 @@ def load_qa_file(path: str | Path) -> list[QAItem]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"dataset file not found: {path}")
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        records = pq.read_table(path).to_pylist()
-    elif path.suffix == ".json":
-        records = json.loads(path.read_text(encoding="utf-8"))
-    else:
-        with open(path, encoding="utf-8") as fh:
-            records = [json.loads(line) for line in fh if line.strip()]
-    return items_from_records(records, path.stem)
+    return items_from_located(rows_of_file(path), path.stem)
 
 
 def load_flashrag(subset: str, split: str = "test") -> list[QAItem]:

@@ -36,6 +36,7 @@ import numpy as np
 
 from rlvr.envs.searchqa.corpus import JsonlCorpus, Passage, load_corpus, write_corpus
 from rlvr.envs.searchqa.encoders import Encoder, HashedTfidfEncoder, encoder_from_spec, get_encoder
+from rlvr.files import write_json_atomic
 from rlvr.locks import LOCK_FILE, hold
 
 INDEX_KINDS = ("flat", "hnsw", "ivfpq")
@@ -251,7 +252,7 @@ class SearchIndex:
             "encoder": self.encoder.spec(),
             "corpus": corpus_ref,
         }
-        (out / "meta.json").write_text(json.dumps(meta, indent=2))
+        write_json_atomic(out / "meta.json", meta, indent=2)  # last: the index is complete
         return out
 
 

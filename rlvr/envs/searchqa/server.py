@@ -37,9 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rlvr.envs.searchqa.batcher import SearchBatcher
 from rlvr.envs.searchqa.httpio import ReadState, RequestError, read_request, response_head
+from rlvr.envs.searchqa.limits import LIMITS, ServerLimits
 from rlvr.envs.searchqa.protocol import (
-    LIMITS,
-    ServerLimits,
     busy_error,
     decode_json,
     encode_queries,
@@ -50,7 +49,14 @@ from rlvr.envs.searchqa.protocol import (
 
 _LIBC = ctypes.CDLL(None)
 
-__all__ = ["RequestError", "RetrievalServer", "ServerLimits", "make_server", "serve_in_thread"]
+__all__ = [
+    "LIMITS",
+    "RequestError",
+    "RetrievalServer",
+    "ServerLimits",
+    "make_server",
+    "serve_in_thread",
+]
 
 
 #: A response goes out in slices of at most this size, each waiting for the client to take the
@@ -135,6 +141,12 @@ class RetrievalServer:
         self.inflight_body_bytes += n
         return True
 
+    def _release_body(self, state: ReadState) -> None:
+        """Give the body budget back once the body is parsed (a request waiting for its search
+        holds no body bytes), or when the exchange ends without a parse."""
+        self.inflight_body_bytes -= state.reserved
+        state.reserved = 0
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._tasks.add(task)
@@ -196,8 +208,7 @@ class RetrievalServer:
             status, body, close = 500, {"detail": f"internal error ({type(e).__name__})"}, True
         finally:
             self._waiting.pop(task, None)
-            self.inflight_body_bytes -= state.reserved
-            state.reserved = 0
+            self._release_body(state)
         if isinstance(body, dict):  # an error or /health: what a result held is given back now
             self._give_back(state, state.held)
         try:
@@ -256,6 +267,17 @@ class RetrievalServer:
         hold = None if admit is None else (lambda: self._hold(*admit))
         return asyncio.wrap_future(self.batcher.submit(queries, topk, hold))
 
+    async def _search_within_deadline(self, queries: list[str], topk: int, admit):
+        """``_searched``, waited for at most ``search_timeout_s`` (503 after; the job is
+        cancelled if it has not started)."""
+        limit = self.limits.search_timeout_s
+        try:
+            return await asyncio.wait_for(self._searched(queries, topk, admit), limit)
+        except asyncio.TimeoutError:
+            raise RequestError(
+                503, f"search not finished within {limit:g} s (the service is overloaded)"
+            ) from None
+
     def _hold(self, state: ReadState, n: int) -> None:
         """Take ``n`` bytes of the response budget for ``state``'s exchange, or answer 503."""
         with self._budget_lock:  # taken on the search thread, given back on the event loop
@@ -267,6 +289,9 @@ class RetrievalServer:
     async def _respond(self, request, state: ReadState) -> tuple[int, collections.deque | dict]:
         path = request.path.split("?", 1)[0].rstrip("/")
         if request.method == "GET" and path == "/health":
+            if not self.batcher.alive:  # every search would fail: say so, not "ok"
+                detail = str(self.batcher.stopped_error())
+                return 503, {"status": "error", "detail": detail}
             return 200, {"status": "ok", "passages": len(self.retriever)}
         if path == "/health":
             raise RequestError(405, "use GET /health")
@@ -277,6 +302,7 @@ class RetrievalServer:
         loop = asyncio.get_running_loop()
         payload = await loop.run_in_executor(self._cpu, decode_json, request.body)
         request.body = b""  # the parsed payload is all that is needed from here on
+        self._release_body(state)
         queries, topk, return_scores = validate_request(payload, self.default_topk, self.limits)
         parts: list[bytes] = []
         size, lim = 0, self.limits
@@ -285,7 +311,7 @@ class RetrievalServer:
             chunk = queries[i : i + lim.search_chunk]
             admit = (state, estimate) if i == 0 else None
             try:
-                hits = await self._searched(chunk, topk, admit)
+                hits = await self._search_within_deadline(chunk, topk, admit)
             except RequestError:
                 raise
             except Exception as e:  # noqa: BLE001 - keep serving: report the failure to this client

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rlvr.files import write_json_atomic
 from rlvr.repro import weights_sha256
 
 #: What a generated run folder says it stands for (``rlvr.reproduce.verl.launch``).
@@ -80,7 +81,7 @@ def checkpoint_sha256(hf: Path) -> str:
     sha = _weights_sha256(hf, json.dumps(stat))
     kept[rel] = {"files": stat, "weights_sha256": sha}
     try:
-        record_path.write_text(json.dumps(kept, indent=2))
+        write_json_atomic(record_path, kept, indent=2)
     except OSError:
         pass
     return sha

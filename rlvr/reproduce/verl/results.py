@@ -38,6 +38,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rlvr.files import RecordError, read_json_object
 from rlvr.integrations.verl.checkpoints import (
     RUN_FILE,
     checkpoint_dirs,
@@ -201,9 +202,9 @@ class VerlRuns:
         self.folders: dict[str, dict[str, Any]] = {}
         for f in sorted(runs.glob(f"*/{RUN_FILE}")):
             try:
-                self.folders[f.parent.name] = json.loads(f.read_text())
-            except ValueError:
-                raise VerlRunsMissing(f"--from-verl {root}: {f} is not JSON") from None
+                self.folders[f.parent.name] = read_json_object(f)
+            except RecordError as e:
+                raise VerlRunsMissing(f"--from-verl {root}: {e}") from None
         self._loaded: dict[str, VerlRun] = {}
 
     # -- lookup ---------------------------------------------------------------------------------
