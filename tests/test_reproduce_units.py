@@ -415,3 +415,19 @@ def test_a_new_figure_is_one_registration(tmp_path, capsys):
         assert "a toy claim" in capsys.readouterr().out
     finally:
         figures.FIGURES.pop("toy_fig")
+
+
+def test_the_smoke_grid_trains_kk_and_math_on_digits_and_evaluates_on_their_own_task():
+    from rlvr.config import ConfigError
+    from rlvr.reproduce.runs import eval_config
+
+    g = grid.tiny_grid(smoke=True)
+    for key in ("kk", "math"):
+        setting = g.settings[key]
+        cfg = train_config(setting, "grpo_sg", 0)
+        assert (setting.run_env, cfg.env) == ("digits", "digits")
+        ecfg = eval_config(setting, cfg, cfg.model)
+        assert ecfg.env == key and ecfg.env_kwargs == {"template": "plain"}  # none of digits'
+    assert train_config(g.settings["searchqa"], "grpo", 0).env == "searchqa"
+    with pytest.raises(ConfigError, match="settings.kk.train_env: 'nope' is not one of"):
+        grid._setting("kk", {"env": "kk", "model": "micro", "train_env": "nope"}, {})

@@ -44,6 +44,8 @@ def right_answer(env: str, row: dict) -> str:
         return f"</think> {answer}" if row.get("require_think") else answer
     if env == "custom":
         return gt["answer"]
+    if env == "digits":  # the sum alone: every character a digit, and right
+        return str(gt)
     raise AssertionError(f"no right answer written for env {env!r}: add it here")
 
 
@@ -54,6 +56,7 @@ CASES = [
     ("math", ["dataset=synthetic"], 1.0),
     ("math", ["dataset=synthetic", "prefill=\\boxed{", "template=plain"], 1.0),
     ("math", ["dataset=synthetic", "require_think=true", "answer_form=number"], 1.0),
+    ("digits", ["n_digits=2"], 2.0),
     ("custom", ["chat=false"], 1.0),
     ("custom", ["chat=true", "template=qwen"], 1.0),
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,6 +94,27 @@ def rollout_metrics(episodes: list[Episode], group_size: int) -> dict[str, float
     groups = rewards.reshape(-1, group_size)
     out["groups/zero_std"] = float(np.mean(groups.std(axis=1) == 0))
     return out
+
+
+def no_variance_line(flat_steps: int, steps: int, engine: str = "rlvr train") -> str | None:
+    """The one line a run prints when some of its ``steps`` had no reward variance in any group
+    (``flat_steps`` of them: every advantage 0, so no policy-gradient update; only a KL or
+    entropy term could move the weights). ``None`` when every step had some."""
+    if flat_steps <= 0:
+        return None
+    return (
+        f"[{engine}] {flat_steps} of {steps} steps had no reward variance in any group "
+        "(every advantage 0): no policy-gradient update on them"
+    )
+
+
+def say_no_variance(records: list[dict[str, float]]) -> None:
+    """Print a native run's ``no_variance_line`` (stderr) from its step records: a step had no
+    reward variance when every group's rewards were equal (``groups/zero_std`` 1)."""
+    flat = sum(r["groups/zero_std"] >= 1.0 for r in records)
+    line = no_variance_line(flat, len(records))
+    if line:
+        print(line, file=sys.stderr)
 
 
 class ToolFailureError(RuntimeError):

@@ -105,6 +105,21 @@ def register_all() -> None:
     )
     register_env(
         EnvSpec(
+            name="digits",
+            id="rlvr/Digits-v0",
+            title="digit sums",
+            # graded: a random model's groups have reward variance (the quick paths train on it)
+            entry_point="rlvr.envs.digits.env:DigitsEnv",
+            scorer="rlvr.envs.digits.reward:score",
+            min_reward=0.0,
+            group_key="n_digits",
+            record_keys=("n_digits",),
+            prompt_keys=("template", "system_prompt"),
+            verl=VerlSpec(ability="arithmetic"),  # no tiny base (traces): trained from micro
+        )
+    )
+    register_env(
+        EnvSpec(
             name="searchqa",
             id="rlvr/SearchQA-v0",
             title="search QA",

@@ -130,6 +130,19 @@ def drop_oversized(records: Sequence, prompt_of: Callable[[Any], str], max_chars
     return kept
 
 
+def int_sizes(value: Any, name: str, low: int, high: int) -> list[int]:
+    """``value`` (an int or a non-empty list of ints in ``low..high``) as a list; a
+    ``ValueError`` naming ``name`` otherwise."""
+    sizes = [value] if isinstance(value, int) else list(value)
+    if not sizes or any(
+        not isinstance(n, int) or isinstance(n, bool) or not low <= n <= high for n in sizes
+    ):
+        raise ValueError(
+            f"{name} must be an int or a non-empty list of ints in {low}..{high}, got {value!r}"
+        )
+    return sizes
+
+
 def coerce_text(response: Any) -> str:
     """Turn whatever a policy handed us into a bounded ``str`` without raising.
 

@@ -217,8 +217,11 @@ def eval_config(
     setting: Setting, cfg, model: str, *, eval_set: dict[str, Any] | None = None, seed: int = 0
 ) -> EvalConfig:
     """How to evaluate ``model`` on ``setting``: the training run's prompt format, temperature
-    and response budget, the setting's groups (or ``eval_set``), greedy + ``k`` samples."""
-    env_kwargs = {k: v for k, v in cfg.env_kwargs.items() if k not in ("split", setting.group_by)}
+    and response budget, the setting's groups (or ``eval_set``), greedy + ``k`` samples. A run
+    trained on another env (``Setting.train_env``) lends no env arguments: the setting's
+    ``eval_env_kwargs`` alone."""
+    own = cfg.env_kwargs if cfg.env == setting.env else {}
+    env_kwargs = {k: v for k, v in own.items() if k not in ("split", setting.group_by)}
     env_kwargs.update(setting.eval_env_kwargs)
     group_by, group_values = setting.group_by, list(setting.group_values)
     if eval_set is not None:

@@ -1,4 +1,4 @@
-"""``rlvr train env=<kk|math|searchqa> algo=<...> out=DIR [key=value ...] [--resume]``.
+"""``rlvr train env=<kk|math|searchqa|digits> algo=<...> out=DIR [key=value ...] [--resume]``.
 
 Configuration layers: ``rlvr/profiles/{profile}.yaml`` (``profile=`` picks it; default
 ``default``), then ``{profile}_{env}.yaml`` if present, then the ``key=value`` arguments

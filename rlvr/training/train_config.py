@@ -4,7 +4,8 @@ A run's configuration is ``TrainConfig`` defaults <- ``rlvr/profiles/{profile}.y
 ``rlvr/profiles/{profile}_{env}.yaml`` (if present) <- command-line ``key=value`` overrides
 (nested keys with dots: ``optim.lr=1e-6``, ``env_kwargs.n_people=3``). Mappings such as
 ``env_kwargs`` merge key by key across the layers; everything else replaces. A layer named as the
-profile (``profile=paper_kk``) is that profile for that env (``profile=paper env=kk``).
+profile (``profile=paper_kk``) is that profile for that env (``profile=paper env=kk``); a base
+file may name the env its runs default to (``env: digits`` in ``micro.yaml``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rlvr.config import (
     check_interval,
     did_you_mean,
     layered,
+    load_yaml,
     merge,
     parse_overrides,
     unkeyed,
@@ -399,11 +401,15 @@ def available_profiles(profile_dir: Path = PROFILE_DIR) -> list[str]:
 
 
 def profile_env(profile: str, profile_dir: Path = PROFILE_DIR) -> str:
-    """The env a per-env layer named as the profile is for (``paper_math`` -> ``math``), so
-    ``profile=paper_math`` needs no ``env=``; ``""`` for any other profile."""
-    if profile.endswith((".yaml", ".yml")):
-        return layer_of(Path(profile))[1]
-    return layer_of(profile_dir / f"{profile}.yaml")[1]
+    """The env a run of ``profile`` takes when no ``env=`` is given: the env a per-env layer
+    named as the profile is for (``paper_math`` -> ``math``), else the ``env`` its base file
+    names (``micro.yaml``: ``digits``, the task a random model has reward variance on);
+    ``""`` when neither says (``TrainConfig.env``)."""
+    path = Path(profile) if profile.endswith((".yaml", ".yml")) else profile_dir / f"{profile}.yaml"
+    env = layer_of(path)[1]
+    if env or not path.is_file():
+        return env
+    return str(load_yaml(path).get("env") or "")
 
 
 def load_train_config(

@@ -39,6 +39,7 @@ from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: publ
     is_time_key,
     read_metrics,
     rollout_metrics,
+    say_no_variance,
     strip_time,
     tool_metrics,
 )
@@ -436,6 +437,7 @@ class Trainer:
             self.on_phase = self.backend.on_step = None
             bar.close()
             self.metrics_log.close()
+        say_no_variance(records)
         if self.step == cfg.steps and (not cfg.save_every or self.step % cfg.save_every):
             self.save()
         final = self.out / "final"

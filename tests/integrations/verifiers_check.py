@@ -64,6 +64,8 @@ def scripted_reply(name: str, table: dict[str, dict]):
             return f"So the answer is \\boxed{{{gt if right else '-12345'}}}."
         if name == "custom":  # the ground truth is the task's row
             return gt["answer"] if right else "-12345"
+        if name == "digits":  # a wrong sum is all digits too: format 1, answer 0
+            return gt if right else str(int(gt) + 1)
         return "<answer>x</answer>"
 
     return reply

@@ -699,3 +699,21 @@ def test_task_runner_builds_the_rlvr_trainer(tmp_path, model_dir, monkeypatch):
     trainer = calls[-1][1]
     assert trainer.rlvr.algo == "lopti" and trainer.rlvr.path == "actor_loss"
     assert len(trainer.train_dataloader) == 2  # 8 rows, data.train_batch_size 4
+
+
+def test_steps_without_reward_variance_are_counted_and_said(base_config, capsys, monkeypatch):
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    trainer, _ = trainer_for(with_rlvr(base_config, "grpo_sg"))
+    flat = update_batch()
+    flat.batch["advantages"] = torch.zeros_like(flat.batch["advantages"])
+    for batch in (update_batch(), flat, flat):
+        trainer._update_actor(batch)
+    assert (trainer.updates, trainer.flat_updates) == (3, 2)
+    monkeypatch.setattr(RayPPOTrainer, "fit", lambda self: None)  # the loop that calls the above
+    trainer.fit()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == (
+        "[rlvr verl] 2 of 3 steps had no reward variance in any group (every advantage 0): "
+        "no policy-gradient update on them"
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Sequence
 
-from rlvr.envs.base import Score, SingleTurnEnv, drop_oversized
+from rlvr.envs.base import Score, SingleTurnEnv, drop_oversized, int_sizes
 from rlvr.envs.kk.cot import solver_cot
 from rlvr.envs.kk.data import load_dataset
 from rlvr.envs.kk.generator import DEFAULT_TEST_SIZE, SPLITS, check_params, puzzle_at
@@ -27,15 +27,7 @@ _TRAIN_INDEX_SPACE = 1 << 62
 def _sizes(n_people: int | Sequence[int] | None, default: int | None) -> list[int] | None:
     if n_people is None:
         return None if default is None else [default]
-    sizes = [n_people] if isinstance(n_people, int) else list(n_people)
-    if not sizes or any(
-        not isinstance(n, int) or isinstance(n, bool) or not 2 <= n <= MAX_PEOPLE for n in sizes
-    ):
-        raise ValueError(
-            f"n_people must be an int or a non-empty list of ints in 2..{MAX_PEOPLE}, "
-            f"got {n_people!r}"
-        )
-    return sizes
+    return int_sizes(n_people, "n_people", 2, MAX_PEOPLE)
 
 
 class KnightsKnavesEnv(SingleTurnEnv):

@@ -18,24 +18,35 @@ directory is put on Hydra's search path for that (``hydra.searchpath=[pkg://verl
 is appended to the command line unless it sets ``hydra.searchpath`` itself, which must then list
 it); a relative ``--config-path`` is taken from the working directory. ``--check`` composes and
 validates the configuration, prints a one-line summary and exits without starting Ray.
+With ``RLVR_VERL_CPU=1`` the CPU platform's settings are written into the config first
+(``rlvr.integrations.verl.cpu.apply_config``; refused in one line where CUDA is present).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import sys
 
-import hydra
-from omegaconf import DictConfig, open_dict
-from verl.trainer.main_ppo import run_ppo
-from verl.trainer.main_ppo_v0 import BaseTaskRunner
-from verl.trainer.ppo.utils import need_critic, need_reference_policy
-from verl.utils.config import validate_config
-from verl.utils.device import auto_set_device
+if importlib.util.find_spec("verl") is None:  # one line, not a traceback
+    raise SystemExit(
+        "error: verl is not installed; rlvr's verl entry point needs verl 0.9.1 in this "
+        "environment (pip install verl==0.9.1 cachetools fastapi uvicorn; "
+        "docs/integrations_verl.md)"
+    )
 
-from rlvr.agents.metrics import ToolFailureError
-from rlvr.integrations.verl.trainer import RlvrConfigError, RlvrSetup, apply_rlvr
+import hydra  # noqa: E402
+from omegaconf import DictConfig, open_dict  # noqa: E402
+from verl.trainer.main_ppo import run_ppo  # noqa: E402
+from verl.trainer.main_ppo_v0 import BaseTaskRunner  # noqa: E402
+from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E402
+from verl.utils.config import validate_config  # noqa: E402
+from verl.utils.device import auto_set_device  # noqa: E402
+
+from rlvr.agents.metrics import ToolFailureError  # noqa: E402
+from rlvr.integrations.verl import cpu  # noqa: E402
+from rlvr.integrations.verl.trainer import RlvrConfigError, RlvrSetup, apply_rlvr  # noqa: E402
 
 #: verl's packaged Hydra config directory (``ppo_trainer.yaml`` and its groups).
 VERL_CONFIG = "pkg://verl.trainer.config"
@@ -48,6 +59,7 @@ def prepare(config: DictConfig) -> RlvrSetup | None:
     write the policy-loss keys it implies, select the ``RayPPOTrainer`` loop, then run verl's
     ``auto_set_device`` and ``validate_config``. Returns the validated setup."""
     setup = apply_rlvr(config)
+    cpu.apply_config(config)  # RLVR_VERL_CPU=1: the CPU platform's settings
     if config.trainer.get("use_v1", False):
         logger.info("trainer.use_v1: rlvr's trainer extends RayPPOTrainer; running that loop")
     with open_dict(config.trainer):
@@ -172,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     def _main(config: DictConfig) -> None:
         try:
             _run(config, check)
-        except (RlvrConfigError, ToolFailureError) as e:  # one line, no traceback
+        except (RlvrConfigError, ToolFailureError, cpu.CpuSwitchError) as e:  # one line
             # raised in verl's TaskRunner actor, it comes back as Ray's RayTaskError, which
             # subclasses it and holds it as ``cause``
             raise SystemExit(f"error: {getattr(e, 'cause', None) or e}") from None

@@ -38,6 +38,9 @@ the ``WeightConfig`` fields of those algorithms, generated from the registry, an
 
 Keys left unset take the algorithm's defaults (``rlvr.agents.algorithms.grpo_sg`` etc.).
 
+With ``RLVR_VERL_CPU=1`` it first activates verl's CPU platform and work-arounds
+(``rlvr.integrations.verl.cpu``), so that they hold in every process of the run.
+
 It also imports ``rlvr.integrations.verl.agent_loop``, which registers the search-QA agent loop
 ``rlvr_searchqa`` in every verl process (a failed import is logged at debug level, as verl logs
 plugin failures, so the losses stay usable).
@@ -49,17 +52,23 @@ import dataclasses
 import logging
 from typing import Any, Optional
 
-import torch
-from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
-from verl.workers.config import PolicyLossConfig
+from rlvr.integrations.verl import cpu
 
-from rlvr.agents.algorithms import (
+# First, before verl's trainer modules load: with RLVR_VERL_CPU=1, the CPU platform and the
+# work-arounds of rlvr.integrations.verl.cpu, in every process that imports verl.
+cpu.activate()
+
+import torch  # noqa: E402
+from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss  # noqa: E402
+from verl.workers.config import PolicyLossConfig  # noqa: E402
+
+from rlvr.agents.algorithms import (  # noqa: E402
     ALGORITHMS,
     WeightConfig,
     get_algorithm,
     policy_loss_fields,
 )
-from rlvr.agents.method_loss import LossInputs, method_loss
+from rlvr.agents.method_loss import LossInputs, method_loss  # noqa: E402
 
 #: The policy-loss names this plugin registers in verl (``loss_mode``): the algorithms whose
 #: weight reads log-probs only.

@@ -49,6 +49,10 @@ native trainer logs them). Before the workers start, a loopback ``rlvr.searchqa.
 on a Ray cluster of several CPU nodes is refused (``data.check_service_reachable``): verl
 places agent-loop workers on every such node.
 
+A run whose steps had no reward variance in any group (every advantage 0, so no
+policy-gradient update) says how many after ``fit``, in one line (``no_variance_line``, as the
+native trainer).
+
 Logit shaping needs verl's remove-padding FSDP path without sequence parallelism, fused kernels
 or static padding (the logits hook sees the packed ``(1, total_nnz, vocab)`` logits only there);
 ``read_rlvr`` rejects other settings with a one-line error naming the key.
@@ -75,6 +79,7 @@ from rlvr.agents.metrics import (
     MAX_TOOL_FAILURE_RATE,
     check_failure_rate,
     check_tool_failures,
+    no_variance_line,
     tool_metrics,
 )
 from rlvr.config import ConfigError
@@ -317,6 +322,14 @@ def tool_infos(batch: DataProto) -> list[dict]:
     return [{TOOL_CALLS: c or {}, TOOL_FAILURES: f or {}} for c, f in zip(nt[TOOL_CALLS], failures)]
 
 
+def has_advantage(batch: DataProto) -> bool:
+    """Whether any response token of the actor-update batch has a non-zero advantage."""
+    adv = batch.batch["advantages"]
+    keys = batch.batch.keys()
+    mask = batch.batch["response_mask"].bool() if "response_mask" in keys else adv != 0
+    return bool((adv[mask] != 0).any())
+
+
 class _CheckedRollouts:
     """verl's agent-loop manager, with every generated batch checked for failed tool calls."""
 
@@ -379,7 +392,19 @@ class RlvrPPOTrainer(RayPPOTrainer):
         finally:
             self.actor_rollout_wg = worker_group
 
+    #: Actor updates of this trainer, and those whose advantages were all 0 (no group had
+    #: reward variance: no policy-gradient update), for ``no_variance_line``.
+    updates = flat_updates = 0
+
+    def fit(self):
+        super().fit()
+        line = no_variance_line(self.flat_updates, self.updates, engine="rlvr verl")
+        if line:
+            print(line, flush=True)
+
     def _update_actor(self, batch: DataProto) -> DataProto:
+        self.updates += 1
+        self.flat_updates += not has_advantage(batch)
         output = self._update_stages(batch)
         metrics = tool_metrics(tool_infos(batch))
         if metrics:

@@ -38,7 +38,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rlvr.files import RecordError, read_json_object
+from rlvr.files import RecordError, read_json_object, read_text
 from rlvr.integrations.verl.checkpoints import (
     RUN_FILE,
     checkpoint_dirs,
@@ -211,9 +211,12 @@ class VerlRuns:
     def find(self, cfg, setting_key: str) -> tuple[str | None, str]:
         """``(folder name, note)`` of the run of ``cfg``; ``(None, why)`` when there is none."""
         key = run_key(cfg)
-        for name, rec in self.folders.items():
-            if rec.get("native_config_hash") == key:
+        same = [n for n, rec in self.folders.items() if rec.get("native_config_hash") == key]
+        for name in same:  # two settings may train the same config: the setting's own first
+            if self.folders[name].get("setting") == setting_key:
                 return name, ""
+        if same:
+            return same[0], ""
         params = cfg.weights.params(cfg.algo)
         for name, rec in self.folders.items():
             same = (
@@ -274,15 +277,22 @@ class VerlRuns:
 
     @staticmethod
     def expected_steps(folder: Path, cfg) -> int:
-        """``trainer.total_training_steps`` of the run's ``config.yaml``, else ``cfg.steps``."""
+        """``trainer.total_training_steps`` of the run's last launch: the configuration Hydra
+        composed for it, with run.sh's arguments (``outputs/<date>/<time>/.hydra/config.yaml``,
+        in the run folder, where run.sh starts verl), else the run's ``config.yaml``, else
+        ``cfg.steps``."""
         import yaml
 
-        try:
-            doc = yaml.safe_load((folder / "config.yaml").read_text()) or {}
-            steps = doc.get("trainer", {}).get("total_training_steps")
-        except (OSError, yaml.YAMLError, AttributeError):
-            steps = None
-        return int(steps) if isinstance(steps, int) and steps > 0 else int(cfg.steps)
+        composed = sorted(folder.glob("outputs/*/*/.hydra/config.yaml"))
+        for path in [*composed[-1:], folder / "config.yaml"]:
+            try:
+                doc = yaml.safe_load(read_text(path)) or {}  # capped: no FIFO or /dev/zero
+                steps = doc.get("trainer", {}).get("total_training_steps")
+            except (OSError, RecordError, yaml.YAMLError, AttributeError):
+                continue
+            if isinstance(steps, int) and steps > 0:
+                return steps
+        return int(cfg.steps)
 
     def run(self, planned) -> VerlRun:
         """The finished run of a ``PlannedRun`` (raises ``VerlRunsMissing`` naming the folder)."""

@@ -226,7 +226,9 @@ def readme(rows: list[dict[str, Any]], command: str, assumed_mfu: float) -> str:
             "missing). Every run: `bash run_all.sh` (runs with a `DONE` file are skipped). "
             "Extra arguments of run.sh are Hydra overrides (e.g. "
             "`trainer.n_gpus_per_node=4`); `bash runs/<run>/run.sh --check` prepares the data "
-            "and validates the composed config (rlvr section included) without training.",
+            "and validates the composed config (rlvr section included) without training. "
+            "Without GPUs, `RLVR_VERL_CPU=1` runs verl's trainer on the CPU with vLLM's CPU "
+            "build, to check the wiring with a small model (docs/integrations_verl.md).",
             "4. On a Ray cluster: put this folder on a filesystem every node mounts, start "
             "Ray (`ray start --head` on one node, `ray start --address <head>:6379` on the "
             "others), then from the head node `ray job submit --address "
