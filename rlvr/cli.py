@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from rlvr.errors import UserError, first_line
@@ -81,8 +82,6 @@ def _runner(mod, name):
 def kernel_mode_for(argv: list[str]) -> str:
     """``--kernels`` (before the command), else ``$RLVR_KERNELS``, else ``reproducible`` on the
     CPU grids and ``native`` for ``reproduce --grid paper`` (GPU runs; see rlvr.repro)."""
-    import os
-
     if "--kernels" in argv[:-1] and argv.index("--kernels") < _command_index(argv):
         return argv[argv.index("--kernels") + 1]
     if os.environ.get("RLVR_KERNELS"):
@@ -100,6 +99,11 @@ def _command_index(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # A console script's sys.path starts at the script's folder: add the working directory, as
+    # ``python -m`` does, so plugins=[my_lab.algos] and reward=my_lab.rewards:f import from where
+    # the command runs (at the end, so that a file there never shadows an installed package).
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
     # Before any sub-command module (and so torch) is imported: the kernel libraries read these
     # variables when they load. Worker processes inherit them.
     apply_kernel_mode(kernel_mode_for(argv))

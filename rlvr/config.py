@@ -10,6 +10,7 @@ field's type, so a typo or a wrong type is an error naming the key, not a silent
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import math
@@ -29,6 +30,16 @@ T = TypeVar("T")
 
 class ConfigError(UserError, ValueError):
     """A configuration key or value that does not fit the dataclass."""
+
+
+def did_you_mean(value: Any, choices: Iterable[Any], prefix: str = "") -> str:
+    """`` (did you mean 'grpo_sg'?)`` for the choice closest to ``value`` (``difflib``, with ``-``
+    and ``_`` read alike; ``prefix`` before it, as ``optim.``), or ``""`` when none is close:
+    what every "not one of" and "unknown key" error appends."""
+    fold = {str(c).replace("-", "_").lower(): str(c) for c in choices}
+    key = str(value).replace("-", "_").lower()
+    close = [key] if key in fold else difflib.get_close_matches(key, list(fold), n=1, cutoff=0.75)
+    return f" (did you mean {prefix + fold[close[0]]!r}?)" if close else ""
 
 
 def _field_types(cls) -> dict[str, Any]:
@@ -54,7 +65,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         raise ConfigError(f"{key}: {value!r} fits none of {tp}")
     if origin is typing.Literal:
         if value not in args:
-            raise ConfigError(f"{key}: {value!r} is not one of {list(args)}")
+            raise ConfigError(
+                f"{key}: {value!r} is not one of {list(args)}{did_you_mean(value, args)}"
+            )
         return value
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
@@ -103,11 +116,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
 
 def _build(cls, values: dict[str, Any], prefix: str = ""):
     types_ = _field_types(cls)
-    unknown = set(values) - set(types_)
+    unknown = sorted(set(values) - set(types_))
     if unknown:
         raise ConfigError(
-            f"unknown key(s) {sorted(prefix + k for k in unknown)}; "
-            f"{cls.__name__} has {sorted(types_)}"
+            f"unknown key(s) {[prefix + k for k in unknown]}"
+            f"{did_you_mean(unknown[0], types_, prefix)}; {cls.__name__} has {sorted(types_)}"
         )
     kwargs = {k: _coerce(v, types_[k], prefix + k) for k, v in values.items()}
     return cls(**kwargs)
@@ -125,7 +138,8 @@ def merge(cfg: T, values: dict[str, Any], prefix: str = "") -> T:
     for k, v in values.items():
         if k not in types_:
             raise ConfigError(
-                f"unknown key {prefix + k!r}; {type(cfg).__name__} has {sorted(types_)}"
+                f"unknown key {prefix + k!r}{did_you_mean(k, types_, prefix)}; "
+                f"{type(cfg).__name__} has {sorted(types_)}"
             )
         current = getattr(cfg, k)
         if dataclasses.is_dataclass(current) and isinstance(v, dict):

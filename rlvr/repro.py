@@ -33,8 +33,9 @@ Kernel modes (``RLVR_KERNELS`` or ``rlvr --kernels``):
 The variables are read when torch and the BLAS libraries load, so ``apply_kernel_mode`` must run
 before ``import torch``: the ``rlvr`` command calls it first thing, and worker processes inherit
 the environment. The rest of the reproducible mode (one torch thread, the OpenBLAS products)
-needs torch: ``install_kernels`` does it, and ``rlvr.models`` calls it on import, before any model
-exists. This module does not import torch at import time.
+needs torch: ``install_kernels`` does it, and the modules that make models call it on import
+(``rlvr.models.micro``, which ``tiny`` and ``loader`` import; ``rlvr.models`` itself when torch
+is already loaded), before any model exists. This module does not import torch at import time.
 
 Variables (documented by each library):
 - ``ATEN_CPU_CAPABILITY``: PyTorch ``aten/src/ATen/native/DispatchStub.cpp``

@@ -207,3 +207,19 @@ def one_line_exit_2(capsys, argv: list[str], *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], lines
     return lines[0]
+
+
+def refuse_model_loads(monkeypatch, loaded: list | None = None) -> None:
+    """Make every way the commands load a model record the attempt (``loaded``) and fail: the
+    models layer's ``load_model`` and the names evaluation and training bound at import."""
+    import rlvr.eval.runner
+    import rlvr.models
+    import rlvr.training.trainer
+
+    def refuse(*args, **kwargs):
+        if loaded is not None:
+            loaded.append(args)
+        raise AssertionError("a model was loaded")
+
+    for module in (rlvr.models, rlvr.eval.runner, rlvr.training.trainer):
+        monkeypatch.setattr(module, "load_model", refuse)

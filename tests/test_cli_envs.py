@@ -7,9 +7,10 @@ import json
 from rlvr.cli import main
 
 
-def _answer(gt: dict) -> str:
-    lines = "\n".join(f"({i}) {n} is a {r}" for i, (n, r) in enumerate(gt.items(), 1))
-    return f" reasoning </think>\n<answer>\n{lines}\n</answer>"
+def _answer(gt: str) -> str:
+    """A right answer to a sampled K&K row, whose ground truth is Logic-RL's answer lines (as
+    every export writes it)."""
+    return f" reasoning </think>\n<answer>\n{gt}\n</answer>"
 
 
 def test_sample_then_score_kk(tmp_path, capsys):

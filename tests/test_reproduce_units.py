@@ -387,6 +387,45 @@ def test_old_claims_are_restated_from_their_per_run_numbers_and_interval(tmp_pat
     assert f"| GRPO-SG beats GRPO | K&K | {need} |" in text
 
 
+def test_the_report_opens_with_its_bottom_line_and_is_rewritten_from_its_files(tmp_path):
+    """REPORT.md starts with the main claim's interval and the count of verdicts, names no path
+    of the machine (the run cache), says what its time measures, and ``--report`` writes it again
+    from the folder's files alone (issue 52, item 4)."""
+    from rlvr.cli import main
+    from rlvr.locks import LOCK_FILE
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    ctx = _ctx(folder)
+    out = Output(ctx, "table_kk")
+    out.claim(
+        "GRPO-SG beats GRPO", "K&K", "held", "diff", diff_mean=0.1, diff_low=0.05, diff_high=0.2
+    )
+    out.claim("Reverse is close to GRPO", "K&K", "held", "diff 0.0 [-0.01, 0.01]")
+    out.finish()
+    (folder / "runs.csv").write_text("config_hash,compute_seconds\naaa,3600\nbbb,1800\n")
+    text = report.write_report(ctx).read_text()
+    head = text.splitlines()
+    assert head[2].startswith("**Smoke run**") and head[4] == "## Bottom line"  # the first screen
+    assert "GRPO-SG beats GRPO, the paper's main claim: K&K +0.100 [+0.050, +0.200], held" in text
+    assert "Of the 2 claims checked at this scale: 2 held" in text
+    assert str(tmp_path) not in text, [x for x in text.splitlines() if str(tmp_path) in x]
+    assert "run cache:" not in text
+    assert "this invocation" in text
+
+    def others():  # every file but the report and the folder's lock (one writer at a time)
+        return {p.name: p.read_bytes() for p in folder.iterdir() if p.name not in skip}
+
+    skip = ("REPORT.md", LOCK_FILE)
+    before = others()
+    assert main(["reproduce", "--report", str(folder)]) == 0
+    again = (folder / "REPORT.md").read_text()
+    assert others() == before
+    assert again.splitlines()[:8] == head[:8]
+    assert "the 2 training runs took 1.5 h of compute" in again and "this invocation" not in again
+    assert "nothing rerun" in again and str(tmp_path) not in again
+
+
 def test_a_new_figure_is_one_registration(tmp_path, capsys):
     """A figure defined in the tests alone (name, caption, place in the report, needs, run) is
     planned and run by ``all``, gets its REPORT.md section and its ``--power`` rows."""

@@ -21,14 +21,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlvr import registries
 
+if TYPE_CHECKING:  # the registry itself needs no torch: a configuration is checked without it
+    import torch
+
 #: ``fn(rewards [B], group_size, *, eps) -> advantages [B]``.
-AdvantageFn = Callable[..., torch.Tensor]
+AdvantageFn = Callable[..., "torch.Tensor"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ def group_advantages(
     when ``scale="std"`` (GRPO), not when ``scale="none"`` (Dr.GRPO). Groups of one give 0.
     Floating-point rewards keep their dtype; integer/bool rewards become float32.
     """
+    import torch
+
     if scale not in ("std", "none"):
         raise ValueError(f"scale: {scale!r} is not one of ['std', 'none']")
     if not (eps >= 0.0 and math.isfinite(eps)):

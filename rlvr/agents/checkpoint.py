@@ -320,6 +320,7 @@ RESUME_MAY_CHANGE = frozenset(
         "keep_checkpoints",
         "progress",
         "tensorboard",
+        "report_to",
         "max_tool_failure_rate",
         "memory_check",
     }

@@ -20,8 +20,12 @@ import numpy as np
 import torch
 
 from rlvr.agents.losses import masked_mean
-from rlvr.config import check_interval
-from rlvr.envs.base import TOOL_CALLS, TOOL_FAILURES
+from rlvr.envs.base import (  # noqa: F401  (MAX_TOOL_FAILURE_RATE, check_failure_rate: API here)
+    MAX_TOOL_FAILURE_RATE,
+    TOOL_CALLS,
+    TOOL_FAILURES,
+    check_failure_rate,
+)
 from rlvr.files import write_text_atomic
 
 if TYPE_CHECKING:
@@ -113,22 +117,8 @@ def say_no_variance(records: list[dict[str, float]]) -> None:
         print(line, file=sys.stderr)
 
 
-#: Default of ``max_tool_failure_rate`` (native ``TrainConfig``, verl ``rlvr`` section): a step
-#: whose tool calls fail more often than this stops the run. A service that is down fails every
-#: call and one a worker cannot reach fails that worker's share; 5% stops those at once and lets
-#: an odd timeout pass (each failed search is an episode trained on a useless observation).
-MAX_TOOL_FAILURE_RATE = 0.05
-
-
 class ToolFailureError(RuntimeError):
     """Too many tool calls of a step failed: the run stops (one line, exit 2)."""
-
-
-def check_failure_rate(value: Any, key: str = "max_tool_failure_rate") -> float:
-    """The one check of ``max_tool_failure_rate`` (native and verl): a fraction in [0, 1]
-    (0: stop at the first failure; 1: never stop)."""
-    check_interval(key, value, "[0, 1]")
-    return float(value)
 
 
 def tool_metrics(infos) -> dict[str, float]:
@@ -275,19 +265,12 @@ def preserve_metrics(path: str | Path, keep_through_step: int | None) -> Path | 
 
 
 class MetricsLog:
-    """``metrics.jsonl`` of a run (and optionally TensorBoard): append, truncate on resume."""
+    """``metrics.jsonl`` of a run, and the trackers that get every record too
+    (``rlvr.training.trackers``: TensorBoard, Weights & Biases): append, truncate on resume."""
 
-    def __init__(self, path: Path, tensorboard_dir: Path | None = None):
+    def __init__(self, path: Path, trackers: list | tuple = ()):
         self.path = Path(path)
-        self._tb = None
-        if tensorboard_dir is not None:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as e:
-                raise ImportError(
-                    "tensorboard=true needs the tensorboard package (pip install tensorboard)"
-                ) from e
-            self._tb = SummaryWriter(str(tensorboard_dir))
+        self.trackers = list(trackers)
 
     def prepare(self, keep_through_step: int | None) -> Path | None:
         """Ready the log for a run continuing after ``keep_through_step`` (None: from step 0);
@@ -303,14 +286,12 @@ class MetricsLog:
         with open(self.path, "a") as f:
             f.write(json.dumps(clean, sort_keys=False) + "\n")
             f.flush()
-        if self._tb is not None:
-            for k, v in record.items():
-                if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
-                    self._tb.add_scalar(k, v, record["step"])
+        for tracker in self.trackers:
+            tracker.log(record)
 
     def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
+        for tracker in self.trackers:
+            tracker.close()
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

@@ -17,9 +17,11 @@ from rlvr.envs.registry import (
     env_accepts,
     env_names,
     env_spec,
+    lift_env_keys,
     load,
     make_env,
     register_env,
+    require_env,
     reset_tasks,
 )
 
@@ -87,7 +89,7 @@ def register_all() -> None:
             record_keys=("difficulty",),
             prompt_keys=("template", "system_prompt", "prefill"),
             batch_scorer="rlvr.envs.math.reward:score_batch",  # the verifier pool
-            options={"require_think": bool, "answer_form": str, "timeout_s": float},
+            options={"require_think": bool, "answer_form": str, "timeout_s": float, "prefill": str},
             row_options="rlvr.envs.math.reward:row_options",
             gold="rlvr.envs.math.reward:gold_of",
             traces="rlvr.envs.math.traces:MATH",
@@ -150,6 +152,28 @@ def register_all() -> None:
             ),
         )
     )
+    register_env(
+        EnvSpec(
+            name="custom",
+            id="rlvr/Custom-v0",
+            title="custom task",
+            entry_point="rlvr.envs.custom.env:CustomTaskEnv",
+            scorer="rlvr.envs.custom.rewards:score",
+            batch_scorer="rlvr.envs.custom.rewards:score_batch",  # one call per function
+            min_reward=0.0,  # unknown in general: error_reward= sets what a crash scores
+            prompt_keys=("template", "system_prompt", "prefill"),
+            options={
+                "reward": "rlvr.envs.custom.rewards:parse_refs",
+                "reward_weights": "rlvr.envs.custom.rewards:parse_weights",
+                "correct_at": float,
+                "prefill": str,
+            },
+            row_options="rlvr.envs.custom.rewards:row_options",
+            setting_groups=(("reward", "reward_weights", "correct_at"),),
+            top_level_keys=("dataset", "reward", "reward_weights"),
+            verl=VerlSpec(ability="custom", gold="rlvr.envs.custom.rewards:gold_json"),
+        )
+    )
 
 
 __all__ = [
@@ -165,9 +189,11 @@ __all__ = [
     "env_accepts",
     "env_names",
     "env_spec",
+    "lift_env_keys",
     "load",
     "make_env",
     "register_all",
     "register_env",
+    "require_env",
     "reset_tasks",
 ]

@@ -17,6 +17,8 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 from gymnasium import spaces
 
+from rlvr.config import check_interval
+
 #: Responses longer than this are cut before any parsing (a 1 MB response must stay cheap).
 MAX_RESPONSE_CHARS = 100_000
 
@@ -78,6 +80,18 @@ class Tool:
 #: nonsense), never the policy's (an empty query is an ordinary observation and no failure):
 #: trainers count them (``search/failed``) and stop a run past ``max_tool_failure_rate``.
 TOOL_CALLS, TOOL_FAILURES = "tool_calls", "tool_failures"
+#: Default of ``max_tool_failure_rate`` (native ``TrainConfig``, verl ``rlvr`` section): a step
+#: whose tool calls fail more often than this stops the run. A service that is down fails every
+#: call and one a worker cannot reach fails that worker's share; 5% stops those at once and lets
+#: an odd timeout pass (each failed search is an episode trained on a useless observation).
+MAX_TOOL_FAILURE_RATE = 0.05
+
+
+def check_failure_rate(value: Any, key: str = "max_tool_failure_rate") -> float:
+    """The one check of ``max_tool_failure_rate`` (native and verl): a fraction in [0, 1]
+    (0: stop at the first failure; 1: never stop)."""
+    check_interval(key, value, "[0, 1]")
+    return float(value)
 
 
 class AnyText(spaces.Text):

@@ -3,11 +3,14 @@
     rlvr sample --env kk -n 8 --seed 0 n_people=3 > tasks.jsonl
     rlvr score --env kk tasks_with_responses.jsonl --out scored.jsonl
 
-``sample`` writes one JSON object per task: ``index``, ``seed``, ``prompt``, ``ground_truth``, the
-env's task metadata and the scoring options its prompt implies (``EnvSpec.row_options``: K&K's
-``prefilled_think`` when the prompt ends with ``<think>``); ``--model`` starts the env from the
-prompt format that model carries. ``score`` reads JSONL lines with ``response`` and
-``ground_truth`` (as ``sample`` wrote them, plus a ``response`` field), scores each with the env's
+``sample`` writes one JSON object per task: ``index``, ``seed``, ``prompt``, ``ground_truth`` (as
+every export writes it, ``EnvSpec.export_gold``: the same value a TRL or verl row holds; K&K's
+is Logic-RL's answer lines, and its scorer reads a name -> role mapping alike), the env's task
+metadata and the scoring options its prompt implies (``EnvSpec.row_options``: K&K's
+``prefilled_think`` when the prompt ends with ``<think>``, math's ``prefill`` when it ends with
+the assistant prefill); ``--model`` starts the env from the prompt format that model carries.
+``score`` reads JSONL lines with ``response`` and ``ground_truth`` (as ``sample`` wrote them,
+plus a ``response`` field), scores each with the env's
 pure reward function under the row's scoring options (``key=value`` arguments win), writes the
 lines back with ``reward``, ``correct``, ``components`` and ``reason``, and prints a summary.
 Lines that are not valid JSON (nested too deeply, an integer past Python's int-string limit...) or
@@ -26,7 +29,7 @@ from collections import Counter
 import gymnasium as gym
 from tqdm import tqdm
 
-from rlvr.config import ConfigError, parse_overrides
+from rlvr.config import ConfigError, did_you_mean, parse_overrides
 from rlvr.envs import env_names, env_spec
 
 
@@ -103,7 +106,10 @@ def run_sample(args) -> int:
                 prompt, info = env.reset(seed=args.seed + i)
                 info = {k: v for k, v in info.items() if k != "messages"}
                 rec = {"index": i, "seed": args.seed + i, "env": args.env, "prompt": prompt, **info}
-                rec.update(spec.export_options(kwargs, prompt))  # what ``score`` reads back
+                # The ground truth as every export carries it (TRL, verl: EnvSpec.export_gold),
+                # and the scoring options the prompt implies: what ``score`` reads back.
+                rec["ground_truth"] = spec.export_gold(info)
+                rec.update(spec.export_options(kwargs, prompt))
                 out.write(json.dumps(_jsonable(rec)) + "\n")
     finally:
         env.close()
@@ -121,6 +127,12 @@ def run_score(args) -> int:
     spec = env_spec(args.env)
     score = spec.score
     kwargs = parse_overrides(args.kwargs)
+    unknown = [k for k in kwargs if spec.options and k not in spec.options]
+    if unknown:
+        raise ConfigError(
+            f"{args.env} scorer: {unknown[0]!r} is not one of its options {sorted(spec.options)}"
+            f"{did_you_mean(unknown[0], spec.options)}"
+        )
     try:  # bad key=value arguments fail once, here, not on every line
         score("", "", **kwargs)
     except (TypeError, ValueError) as e:

@@ -20,7 +20,7 @@ from typing import Any
 import gymnasium as gym
 
 from rlvr import registries
-from rlvr.config import ConfigError
+from rlvr.config import ConfigError, did_you_mean
 from rlvr.envs.base import Score, Tool
 
 
@@ -120,8 +120,8 @@ class EnvSpec:
     #: ``score_batch(responses, ground_truths, **options) -> [Score]`` when scoring together is
     #: cheaper (math: the verifier pool); else ``scorer`` per response.
     batch_scorer: Any = None
-    #: Scoring options (keywords of ``scorer``) a row may carry -> their type; a row without one
-    #: takes the scorer's default.
+    #: Scoring options (keywords of ``scorer``) a row may carry -> their type (or a converter, as
+    #: ``"module:attr"`` too); a row without one takes the scorer's default.
     options: Mapping[str, type] = field(default_factory=dict)
     #: ``(env_kwargs, prompt or None for a chat export) -> options`` an exported row records.
     row_options: Any = None
@@ -134,6 +134,13 @@ class EnvSpec:
     #: prompt, assistant prefill): a model's prompt format (``rlvr.models.prompt_format``) is
     #: checked against an explicit value of these, and evaluations record them.
     prompt_keys: tuple[str, ...] = ("template",)
+    #: Keyword arguments that only mean something together (the custom task's reward functions,
+    #: their weights and threshold): one given explicitly replaces the whole group of settings
+    #: a model carries (``rlvr.models.prompt_formats.with_format``).
+    setting_groups: tuple[tuple[str, ...], ...] = ()
+    #: Keys ``rlvr train`` and ``rlvr eval`` take at the top level for this env, standing for
+    #: ``env_kwargs.<key>`` (the custom task's ``dataset=``, ``reward=``: ``lift_env_keys``).
+    top_level_keys: tuple[str, ...] = ()
     verl: VerlSpec = field(default_factory=VerlSpec)
 
     # -- what consumers call ------------------------------------------------------------------
@@ -168,7 +175,7 @@ class EnvSpec:
         for name, kind in self.options.items():
             value = row.get(name, defaults.get(name)) if hasattr(row, "get") else None
             if value is not None:
-                out[name] = kind(value)
+                out[name] = load(kind)(value)
         return out
 
     def export_gold(self, info: dict, stack: str = "") -> Any:
@@ -206,7 +213,8 @@ class EnvSpec:
         for key in kwargs:
             if not self.accepts(key):
                 raise ConfigError(
-                    f"{prefix}{key}: not an argument of {self.id} (accepted: {', '.join(accepted)})"
+                    f"{prefix}{key}: not an argument of {self.id}"
+                    f"{did_you_mean(key, accepted, prefix)} (accepted: {', '.join(accepted)})"
                 )
 
 
@@ -240,9 +248,36 @@ def env_spec(name: str) -> EnvSpec:
         if spec.id == name:
             return spec
     raise ValueError(
-        f"unknown env {name!r}; choose one of {sorted(ENVS)} "
+        f"unknown env {name!r}{did_you_mean(name, ENVS)}; choose one of {sorted(ENVS)} "
         f"or {sorted(s.id for s in ENVS.values())}"
     )
+
+
+def lift_env_keys(values: Mapping[str, Any], default_env: str) -> dict[str, Any]:
+    """A command's configuration mapping with its env's ``top_level_keys`` moved under
+    ``env_kwargs`` (``dataset=x`` -> ``env_kwargs.dataset=x``); one key given both ways is a
+    ``ConfigError``."""
+    spec = ENVS.get(str(values.get("env", default_env)))
+    keys = [k for k in (spec.top_level_keys if spec else ()) if k in values]
+    if not keys:
+        return dict(values)
+    kwargs = dict(values.get("env_kwargs") or {})
+    both = [k for k in keys if k in kwargs]
+    if both:
+        raise ConfigError(f"{both[0]}: given both as {both[0]}= and as env_kwargs.{both[0]}=")
+    out = {k: v for k, v in values.items() if k not in keys}
+    out["env_kwargs"] = {**kwargs, **{k: values[k] for k in keys}}
+    return out
+
+
+def require_env(name: str) -> EnvSpec:
+    """The spec of a registered env by short name; ``ConfigError`` naming the closest one."""
+    if name not in ENVS:
+        raise ConfigError(
+            f"env: {name!r} is not one of {sorted(ENVS)}{did_you_mean(name, ENVS)} (an env "
+            "registered outside rlvr needs its module in plugins=[...])"
+        )
+    return ENVS[name]
 
 
 def reset_tasks(name: str, indices, *, seed: int = 0, **kwargs):

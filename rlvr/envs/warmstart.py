@@ -120,9 +120,13 @@ def example_stream(
     return builder(task).examples(settings, seed, split)
 
 
-def tokenizer_texts(task: str, settings: dict[str, Any], n: int, seed: int = 0) -> list[str]:
-    """``n`` full texts (prompt + response) of ``task`` for training a tokenizer."""
-    return ["".join(text for text, _ in ex) for ex in take(example_stream(task, settings, seed), n)]
+def tokenizer_texts(
+    task: str, settings: dict[str, Any], n: int, seed: int = 0, wrap=lambda stream: stream
+) -> list[str]:
+    """``n`` full texts (prompt + response) of ``task`` for training a tokenizer (``wrap``: an
+    iterator around the example stream, a progress bar)."""
+    stream = wrap(example_stream(task, settings, seed))
+    return ["".join(text for text, _ in ex) for ex in take(stream, n)]
 
 
 def eval_items(task: str, settings: dict[str, Any], n: int, split: str = "test") -> list[EvalItem]:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from rlvr.agents.checkpoint import CheckpointError, check_writable
-from rlvr.config import ConfigError, config_key, load_config
+from rlvr.agents.algorithms import load_plugins
+from rlvr.config import ConfigError, config_key, layered, merge
 from rlvr.data_paths import rlvr_home
-from rlvr.eval.records import save_result
-from rlvr.eval.runner import EvalConfig, evaluate
-from rlvr.models import quiet_progress
+from rlvr.envs import lift_env_keys, require_env
+from rlvr.eval.config import EvalConfig
+from rlvr.models.names import check_model_name
 from rlvr.prompt_format import describe
 
 
@@ -46,11 +46,40 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def load_eval_config(config: str | None, overrides: list[str]) -> EvalConfig:
+    """``EvalConfig`` of ``--config`` and ``key=value`` arguments (the one loader), after the
+    ``plugins=[...]`` modules they name are imported (an env registered outside rlvr) and with
+    the env's top-level keys under ``env_kwargs`` (``dataset=`` of ``env=custom``); the env and
+    the model are checked before anything loads. Every refusal is a ``ConfigError``."""
+    values = layered(config, overrides)
+    plugins = values.pop("plugins", None) or []
+    try:
+        load_plugins([str(m) for m in (plugins if isinstance(plugins, list) else [plugins])])
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    values = lift_env_keys(values, EvalConfig.env)
+    require_env(str(values.get("env", EvalConfig.env)))
+    try:
+        cfg = merge(EvalConfig(), values)
+    except ConfigError:
+        raise
+    except ValueError as e:  # EvalConfig's own checks (k, pass_ks, group_by, device)
+        raise ConfigError(str(e).removeprefix("EvalConfig.").removeprefix("EvalConfig: ")) from None
+    check_model_name(cfg.model)
+    return cfg
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Bad configurations, models, datasets (``ConfigError``, printed by ``rlvr.cli``) and an
-    ``out`` that cannot be written are one line, exit 2; ``out`` is probed before the model
-    loads, so a bad one costs no evaluation."""
-    cfg = load_config(EvalConfig, args.config, args.overrides)
+    ``out`` that cannot be written are one line, exit 2; the model name, the environment and
+    ``out`` are checked before the model loads, so a bad one costs no evaluation."""
+    cfg = load_eval_config(args.config, list(args.overrides))
+    # Only now what evaluates (torch, transformers): a bad configuration is answered at once.
+    from rlvr.agents.checkpoint import CheckpointError, check_writable
+    from rlvr.eval.records import save_result
+    from rlvr.eval.runner import evaluate
+    from rlvr.models.loader import quiet_progress
+
     out = cfg.out or str(rlvr_home() / "evals" / config_key(cfg))
     try:
         check_writable(out)

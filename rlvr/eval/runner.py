@@ -24,7 +24,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -32,63 +32,15 @@ from rlvr.agents.rollout import Generation, RolloutBackend, SamplingParams, make
 from rlvr.agents.rollout.chat import model_prompt
 from rlvr.agents.rollout.jobs import Job, plan, play
 from rlvr.agents.rollout.multiturn import episode_seed
-from rlvr.config import ConfigError, unkeyed
-from rlvr.device import check_device, check_device_present, resolve_device
+from rlvr.config import ConfigError
+from rlvr.device import check_device_present, resolve_device
 from rlvr.envs import env_spec, make_env
+from rlvr.eval.config import EvalConfig
 from rlvr.eval.metrics import ANSWER_METRICS, summarize_by_group
 from rlvr.eval.records import jsonable
 from rlvr.models import load_model
+from rlvr.models.names import check_model_name
 from rlvr.models.prompt_formats import with_format
-
-
-@dataclass
-class EvalConfig:
-    """What to evaluate and how (``rlvr eval key=value ...``).
-
-    ``group_by``/``group_values`` evaluate one group per value of an env keyword argument (e.g.
-    ``group_by=n_people group_values=3,4,5`` for K&K accuracy by puzzle size); without them the
-    env is evaluated once as group ``all``. ``k = 0`` skips sampling; ``greedy = false`` skips the
-    greedy pass. ``pass_ks`` are the k of pass@k (each at most ``k``).
-    """
-
-    model: str = "micro"
-    env: str = "kk"
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    split: str = "test"
-    group_by: str = ""
-    group_values: list[int] = field(default_factory=list)
-    n_items: int = 100
-    greedy: bool = True
-    k: int = 0
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 256
-    stop: list[str] = field(default_factory=list)
-    batch_size: int = 64
-    pass_ks: list[int] = field(default_factory=lambda: [1])
-    seed: int = 0
-    backend: Literal["auto", "rollout", "generate"] = "auto"
-    device: str = "cpu"
-    out: str = unkeyed("")
-
-    def __post_init__(self):
-        for name in ("n_items", "batch_size", "max_new_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"EvalConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.k < 0:
-            raise ValueError(f"EvalConfig.k must be >= 0, got {self.k}")
-        if not self.greedy and self.k == 0:
-            raise ValueError("EvalConfig: greedy=false and k=0 leaves nothing to evaluate")
-        if self.k and self.temperature <= 0:
-            raise ValueError(
-                f"EvalConfig.temperature must be > 0 to sample k={self.k}, got {self.temperature}"
-            )
-        if bool(self.group_by) != bool(self.group_values):
-            raise ValueError("EvalConfig: group_by and group_values go together")
-        bad = [k for k in self.pass_ks if k < 1 or (self.k and k > self.k)]
-        if bad:
-            raise ValueError(f"EvalConfig.pass_ks {bad} must lie in 1..k={self.k}")
-        check_device(self.device)
 
 
 @dataclass
@@ -122,7 +74,8 @@ def backend_name(cfg: EvalConfig) -> str:
 
 
 def make_generate_fn(model, tokenizer, cfg: EvalConfig) -> tuple[GenerateFn, str]:
-    """A ``(contexts, temperature, seed) -> completions`` function and the backend's name."""
+    """A ``(contexts, temperature, seed) -> completions`` function and the backend's name; the
+    function's ``backend`` is the rollout backend it samples with (a bar sets its ``on_step``)."""
     name = backend_name(cfg)
     backend = make_backend(name, model, tokenizer)
 
@@ -138,6 +91,7 @@ def make_generate_fn(model, tokenizer, cfg: EvalConfig) -> tuple[GenerateFn, str
             Completion(t, list(ids), r) for t, ids, r in zip(g.texts, g.token_ids, g.finish_reasons)
         ]
 
+    generate.backend = backend
     return generate, {"hf": "rollout.hf", "generate": "transformers.generate"}[name]
 
 
@@ -248,6 +202,28 @@ def _close(envs) -> None:
         env.close()
 
 
+class ResponseBar:
+    """The evaluation's bar in responses. Single-turn responses are counted as their generation
+    ends, per decoding step (``RolloutBackend.on_step``), so a part of 64 long responses moves
+    while it runs; where no step is reported (``model.generate``) or an episode has more turns
+    than one generation, a part's responses are counted when it ends, and the rows still
+    generating show beside the count."""
+
+    def __init__(self, bar, count_steps: bool):
+        self.bar, self.count_steps, self.counted = bar, count_steps, 0
+
+    def step(self, finished: int, live: int) -> None:
+        if self.count_steps and finished:
+            self.bar.update(finished)
+            self.counted += finished
+        self.bar.set_postfix_str(f"generating {live}", refresh=False)
+        self.bar.update(0)  # redraws (elapsed time, postfix) at tqdm's own pace
+
+    def part(self, n: int) -> None:
+        self.bar.update(max(0, n - self.counted))
+        self.counted = 0
+
+
 def _records(
     cfg: EvalConfig, model, tokenizer, tasks, multi_turn: bool, bar
 ) -> list[dict[str, Any]]:
@@ -258,15 +234,20 @@ def _records(
     so tool calls, observations and turn limits match training, and list records as played.
     """
     base_seed = cfg.seed * 100_003
+    progress = ResponseBar(bar, count_steps=not multi_turn)
     if multi_turn:
         backend = make_backend(backend_name(cfg), model, tokenizer)
+        backend.on_step = progress.step
         envs_for, release, seed_of = (
             _multi_turn_envs(cfg, tasks),
             _close,
             (lambda chunk: base_seed + chunk),
         )
     else:
-        backend = CompletionBackend(make_generate_fn(model, tokenizer, cfg)[0])
+        generate = make_generate_fn(model, tokenizer, cfg)[0]
+        if hasattr(generate, "backend"):
+            generate.backend.on_step = progress.step
+        backend = CompletionBackend(generate)
         envs_for, pools = _single_turn_envs(cfg, tasks)
         release, seed_of = None, lambda chunk: episode_seed(base_seed + chunk)
     greedy = SamplingParams(
@@ -283,7 +264,7 @@ def _records(
         max_response_tokens=cfg.max_new_tokens,
         batch_size=cfg.batch_size,
         release=release,
-        on_part=bar.update,
+        on_part=progress.part,
     )
     if not multi_turn:
         played.sort(key=lambda p: p[0].task)  # stable: greedy, then samples, per task
@@ -321,6 +302,21 @@ def _records(
     return records
 
 
+def _make_group_envs(cfg: EvalConfig) -> list[tuple[str, dict[str, Any], Any]]:
+    """``(group, env_kwargs, env)`` per group; what an env rejects is one ``ConfigError``."""
+    spec = env_spec(cfg.env)
+    spec.check_kwargs(cfg.env_kwargs)
+    out = []
+    for group, kwargs in _groups(cfg):
+        try:
+            out.append((group, kwargs, make_env(cfg.env, cfg.split, **kwargs)))
+        except (TypeError, ValueError, OSError) as e:  # a bad env_kwargs value or dataset
+            _close(env for _, _, env in out)
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ConfigError(f"env_kwargs: env {cfg.env!r} rejected {kwargs}: {first}") from None
+    return out
+
+
 def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = True) -> EvalResult:
     """Run the evaluation described by ``cfg`` (see the module docstring).
 
@@ -330,21 +326,24 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
     start = time.perf_counter()
     source = "settings given"
     if model is None:
+        check_model_name(cfg.model)
         kwargs, fmt = with_format(cfg.model, cfg.env, cfg.env_kwargs)
         if fmt is not None and fmt.settings(cfg.env):
             cfg, source = dataclasses.replace(cfg, env_kwargs=kwargs), f"model: {fmt.source}"
         check_device_present(cfg.device)
-        model, tokenizer = load_model(cfg.model)
+        envs = _make_group_envs(cfg)  # a bad env_kwargs value or dataset costs no model load
+        try:
+            model, tokenizer = load_model(cfg.model)
+        except BaseException:
+            _close(env for _, _, env in envs)
+            raise
         model.to(resolve_device(cfg.device))
+    else:
+        envs = _make_group_envs(cfg)
     model.eval()
     tasks = []
     multi_turn = env_spec(cfg.env).multi_turn
-    for group, kwargs in _groups(cfg):
-        try:
-            env = make_env(cfg.env, cfg.split, **kwargs)
-        except (TypeError, ValueError, OSError) as e:  # a bad env_kwargs value or dataset
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise ConfigError(f"env_kwargs: env {cfg.env!r} rejected {kwargs}: {first}") from None
+    for group, kwargs, env in envs:
         available = getattr(env.unwrapped, "num_tasks", None)
         n_items = cfg.n_items if available is None else min(cfg.n_items, int(available))
         for i in range(n_items):
@@ -373,8 +372,7 @@ def evaluate(cfg: EvalConfig, model=None, tokenizer=None, *, progress: bool = Tr
         records = _records(cfg, model, tokenizer, tasks, multi_turn, bar)
     finally:
         bar.close()
-        for env in {id(t["env"]): t["env"] for t in tasks}.values():
-            env.close()
+        _close(env for _, _, env in envs)
     ks = sorted(set(cfg.pass_ks) | ({cfg.k} if cfg.k else set()))
     summary = summarize_by_group(records, ks=ks)
     prompt = {**env_spec(cfg.env).prompt_settings(cfg.env_kwargs), "source": source}

@@ -16,7 +16,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlvr.envs import ENVS, Tool, env_spec
+from rlvr.envs import ENVS, Tool, env_spec, require_env
 
 
 def env_names() -> list[str]:
@@ -25,9 +25,8 @@ def env_names() -> list[str]:
 
 
 def check_env_name(env: str) -> str:
-    """``env`` if it names a registered env, else a one-line ``ValueError``."""
-    if env not in ENVS:
-        raise ValueError(f"env: {env!r} is not one of {env_names()}")
+    """``env`` if it names a registered env, else a one-line ``ValueError`` (``ConfigError``)."""
+    require_env(env)
     return env
 
 

@@ -30,15 +30,19 @@ import argparse
 import uuid
 from typing import Any, Optional
 
-from openenv.core.client_types import StepResult
-from openenv.core.env_client import EnvClient
-from openenv.core.env_server.http_server import create_fastapi_app
-from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
-from pydantic import Field
-
 from rlvr.config import ConfigError, parse_overrides
 from rlvr.integrations.episodes import Episode, check_env_name, env_names, jsonable
+from rlvr.integrations.extras import require_extra
+
+try:
+    from openenv.core.client_types import StepResult
+    from openenv.core.env_client import EnvClient
+    from openenv.core.env_server.http_server import create_fastapi_app
+    from openenv.core.env_server.interfaces import Environment
+    from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
+    from pydantic import Field
+except ImportError as e:
+    require_extra(e, "openenv", "rlvr.integrations.openenv_server", __name__)
 
 #: The ``info`` keys sent with observations by default: none of them reveals the answer.
 PUBLIC_RESET_KEYS = ("index", "id", "messages")

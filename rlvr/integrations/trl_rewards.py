@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from rlvr.envs import env_spec, reset_tasks
+from rlvr.integrations.extras import require_extra
 from rlvr.models.prompt_formats import export_settings
 
 
@@ -135,7 +136,11 @@ def trl_rows(
 
 
 def trl_dataset(env: str, n: int, **kwargs: Any):
-    """``datasets.Dataset`` of ``trl_rows(env, n, **kwargs)`` (needs the ``datasets`` package)."""
-    from datasets import Dataset
+    """``datasets.Dataset`` of ``trl_rows(env, n, **kwargs)`` (needs the ``datasets`` package, in
+    the ``trl`` extra; without it ``MissingExtra``, one line)."""
+    try:
+        from datasets import Dataset
+    except ImportError as e:
+        require_extra(e, "trl", "trl_dataset")
 
     return Dataset.from_list(trl_rows(env, n, **kwargs))

@@ -32,11 +32,15 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-import verifiers.v1 as vf
-from pydantic import Field, field_validator
-from verifiers.v1.harnesses.null import NullHarness
-
 from rlvr.integrations.episodes import Episode, check_env_name, jsonable
+from rlvr.integrations.extras import require_extra
+
+try:
+    import verifiers.v1 as vf
+    from pydantic import Field, field_validator
+    from verifiers.v1.harnesses.null import NullHarness
+except ImportError as e:
+    require_extra(e, "verifiers", "rlvr.integrations.verifiers_env", __name__)
 
 #: The taskset id under which verifiers finds this module (a top-level package).
 TASKSET_ID = "rlvr_verifiers"

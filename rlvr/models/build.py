@@ -91,14 +91,23 @@ class BuildConfig:
             )
 
 
-def tokenizer_corpus(cfg: TokenizerConfig, per_task: int | None = None) -> list[str]:
-    """Texts of every task of ``cfg``, ``per_task`` (default ``texts_per_task``) each."""
+def tokenizer_corpus(
+    cfg: TokenizerConfig, per_task: int | None = None, progress: bool = False
+) -> list[str]:
+    """Texts of every task of ``cfg``, ``per_task`` (default ``texts_per_task``) each
+    (``progress``: a bar per task; the corpus takes tens of seconds before a build's SFT)."""
+    from tqdm.auto import tqdm
+
     texts: list[str] = []
+    n = per_task or cfg.texts_per_task
     for task in cfg.tasks or warmstart.tasks():
         settings = cfg.settings[task] if task in cfg.settings else warmstart.tiny_settings(task)
-        texts += warmstart.tokenizer_texts(
-            task, settings, per_task or cfg.texts_per_task, seed=cfg.seed
-        )
+
+        def bar(stream, task=task):
+            desc = f"tokenizer texts ({task})"
+            return tqdm(stream, total=n, desc=desc, disable=not progress, leave=False)
+
+        texts += warmstart.tokenizer_texts(task, settings, n, seed=cfg.seed, wrap=bar)
     return texts
 
 
@@ -119,6 +128,13 @@ def build_key(cfg: BuildConfig) -> str:
     return f"{cfg.name}-{config_key(cfg, format=BUILD_FORMAT, data=data_fingerprint(cfg))}"
 
 
+#: Minutes one draw of each preset's build takes on a 2-core AMD EPYC (tiny-kk 11.5 min and the
+#: nine builds of results/tiny in 2.1 h on a Zen 4, README; tiny-searchqa 57-61 min at one thread
+#: on a Zen 2, rlvr.models.presets), said when a build starts; a preset may take up to its
+#: ``accept.draws`` draws.
+BUILD_MINUTES = {"tiny-kk": 12, "tiny-math": 7, "tiny-searchqa": 60}
+
+
 def models_dir(home: str | Path | None = None) -> Path:
     return Path(home) if home is not None else rlvr_home() / "models"
 
@@ -127,7 +143,7 @@ def build(cfg: BuildConfig, out_dir: str | Path, progress: bool = True) -> dict[
     """Build the model of ``cfg`` into ``out_dir`` (created); returns the build record."""
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
-    texts = tokenizer_corpus(cfg.tokenizer)
+    texts = tokenizer_corpus(cfg.tokenizer, progress=progress)
     trained = train_tokenizer(texts, cfg.tokenizer.vocab_size, cfg.tokenizer.min_frequency)
     t_tok = time.perf_counter() - t0
     model = build_tiny(cfg.arch, trained, seed=cfg.seed)
@@ -218,7 +234,9 @@ def ensure_built(
                 shutil.rmtree(tmp, ignore_errors=True)
                 if progress:
                     of = f" (draw {d + 1} of at most {cfg.accept.draws})" if d else ""
-                    print(f"building base model {cfg.name}{of} -> {final}", flush=True)
+                    took = BUILD_MINUTES.get(cfg.name)
+                    hint = f", about {took} min a draw on a 2-core AMD EPYC" if took else ""
+                    print(f"building base model {cfg.name}{of}{hint} -> {final}", flush=True)
                 record = build(draw, tmp, progress=progress)
                 verdict = record.get("accept")
                 if verdict is None or verdict["passed"]:

@@ -18,9 +18,9 @@ from rlvr.repro import check_threads, set_threads
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from rlvr.models.presets import PRESETS
+    from rlvr.models.names import PRESET_NAMES
 
-    p.add_argument("name", choices=sorted(PRESETS), help="preset to build")
+    p.add_argument("name", choices=sorted(PRESET_NAMES), help="preset to build")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="BuildConfig overrides")
     p.add_argument(
         "--base-seed",
@@ -42,8 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from rlvr.models import quiet_progress
     from rlvr.models.build import ensure_built, with_overrides
+    from rlvr.models.loader import quiet_progress
     from rlvr.models.presets import base_spec, preset_config
 
     try:

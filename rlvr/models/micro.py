@@ -9,6 +9,12 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from rlvr.repro import install_kernels
+
+# The models rlvr builds or loads are made through this module (tiny.py and loader.py import it;
+# pretrained.py installs them too): the reproducible mode's threads and GEMMs come first.
+install_kernels()
+
 #: Special tokens shared by every locally built tokenizer (the Qwen chat-template markers).
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
 

@@ -14,6 +14,7 @@ import dataclasses
 from rlvr.envs.warmstart import tiny_settings
 from rlvr.models.accept import AcceptConfig
 from rlvr.models.build import BuildConfig, TokenizerConfig
+from rlvr.models.names import parse_spec  # noqa: F401  (the preset names, checked without torch)
 from rlvr.models.sft import SFTConfig
 from rlvr.models.tiny import ArchConfig
 
@@ -99,19 +100,6 @@ PRESETS: dict[str, BuildConfig] = {
         ),
     ),
 }
-
-
-def parse_spec(spec: str) -> tuple[str, int] | None:
-    """``"tiny-kk"`` -> ``("tiny-kk", 0)``, ``"tiny-kk@2"`` -> ``("tiny-kk", 2)`` (base seed 2);
-    ``None`` for anything that is not a preset (a path, a hub name, ``micro``)."""
-    name, sep, seed = spec.partition("@")
-    if name not in PRESETS:
-        return None
-    if not sep:
-        return name, 0
-    if not seed.isdigit():
-        raise ValueError(f"model {spec!r}: the base seed after '@' must be a non-negative integer")
-    return name, int(seed)
 
 
 def preset_config(spec: str) -> BuildConfig | None:

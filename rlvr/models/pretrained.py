@@ -43,7 +43,7 @@ from rlvr.config import ConfigError
 from rlvr.data_paths import rlvr_home
 from rlvr.files import complete_record, remove_dead_temporaries, write_json_atomic
 from rlvr.locks import hold
-from rlvr.repro import machine_info, weights_sha256
+from rlvr.repro import install_kernels, machine_info, weights_sha256
 
 #: Bump when the conversion itself changes meaning (a new cache folder, not a stale one).
 CONVERT_FORMAT = 1
@@ -152,6 +152,7 @@ def dequantize(path: Path, out_dir: Path) -> dict[str, Any]:
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    install_kernels()  # the reproducible mode's threads and GEMMs, before the model exists
     header = gguf_header(path)
     folder, name = str(path.parent), path.name
     try:

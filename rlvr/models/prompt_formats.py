@@ -26,7 +26,7 @@ from rlvr.config import ConfigError, deep_merge
 from rlvr.envs import ENVS, env_spec, warmstart
 from rlvr.errors import first_line
 from rlvr.files import RecordError, read_text
-from rlvr.models.presets import preset_config
+from rlvr.models.names import parse_spec
 from rlvr.models.pretrained import PRETRAINED
 from rlvr.prompt_format import (
     FORMAT_FILE,
@@ -47,10 +47,13 @@ def model_format(model: str, _depth: int = 0) -> PromptFormat | None:
     if model == "micro" or _depth > MAX_DEPTH:
         return None
     try:
-        build = preset_config(model)
+        preset = parse_spec(model) is not None  # without torch: only a preset needs it
     except ValueError:  # "tiny-kk@x": load_model says what is wrong with the name
-        build = None
-    if build is not None:
+        preset = False
+    if preset:
+        from rlvr.models.presets import preset_config
+
+        build = preset_config(model)
         return _built(build.task, build.data, f"the preset {model}")
     if model in PRETRAINED:
         return _pretrained(model)
@@ -150,6 +153,9 @@ def with_format(
         )
         return dict(explicit), fmt
     own = fmt.settings(env)
+    for group in env_spec(env).setting_groups:  # an explicit one replaces the model's group
+        if any(k in explicit for k in group):
+            own = {k: v for k, v in own.items() if k not in group}
     clashes = [
         f"{what}.{k}={explicit[k]!r} (the model's: {own[k]!r})"
         for k in env_spec(env).prompt_keys

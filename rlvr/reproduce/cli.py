@@ -15,7 +15,9 @@ with ``--smoke``): the committed ``results/`` are written only when ``--out`` na
 ``--check DIR`` reruns a sample of the runs recorded in DIR and compares (``rlvr.reproduce.check``);
 ``--compare OLD NEW`` sets two reports' claim verdicts side by side (``rlvr.reproduce.compare``);
 ``--power DIR`` prints DIR's claims with their precision and the draws and items that would
-decide them (``rlvr.reproduce.precision``).
+decide them (``rlvr.reproduce.precision``); ``--report DIR`` writes DIR's REPORT.md again from
+its files (``rlvr.reproduce.report.rewrite_report``). Heavy modules (the figures, the run cache,
+torch) are imported only when a command runs: ``rlvr reproduce --help`` answers at once.
 ``--from-verl DIR`` takes the training runs from a folder verl trained
 (``rlvr.reproduce.verl.results``) and writes to ``DIR/results`` by default.
 Training runs and
@@ -33,32 +35,29 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rlvr.config import ConfigError
+from rlvr.config import ConfigError, did_you_mean
 from rlvr.data_paths import rlvr_home
 from rlvr.files import write_text_atomic
 from rlvr.locks import LOCK_FILE, hold
-from rlvr.models import quiet_progress
-from rlvr.models.presets import parse_spec
-from rlvr.reproduce.check import run_check
-from rlvr.reproduce.common import Context, command_line, markdown_table
-from rlvr.reproduce.compare import run_compare
-from rlvr.reproduce.figures import FIGURES, names, plan_for, report_order
-from rlvr.reproduce.gpu_plan import PLAN_NOTE, check_engines, plan_rows
+from rlvr.models.names import parse_spec
 from rlvr.reproduce.grid import get_grid, grid_names, validate
-from rlvr.reproduce.pool import prefetch
-from rlvr.reproduce.precision import TARGET, run_power
-from rlvr.reproduce.report import write_report
-from rlvr.reproduce.verl.launch import write
-from rlvr.reproduce.verl.results import VerlRuns, VerlRunsMissing
+
+if TYPE_CHECKING:
+    from rlvr.reproduce.common import Context
+
+#: What ``--help`` lists without importing the figure registry (``rlvr.reproduce.figures``, which
+#: loads what draws them); ``tests/test_progress.py`` keeps both equal to the registry's.
+FIGURE_HELP = "fig1, fig2, fig3, fig4, mechanism, table_kk, table_math, table_qa, sweep"
+TARGET_HELP = 0.03  # rlvr.reproduce.precision.TARGET
 
 
 def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "name",
         nargs="?",
-        choices=names(),
-        help="the figure or table to reproduce (all: every one + REPORT.md)",
+        help=f"the figure or table to reproduce ({FIGURE_HELP}; all: every one + REPORT.md)",
     )
     parser.add_argument(
         "--check",
@@ -90,10 +89,17 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
         "their variance components, and the bases, seeds and items for a half-width <= --target",
     )
     parser.add_argument(
+        "--report",
+        metavar="DIR",
+        default=None,
+        help="write DIR/REPORT.md again from DIR's files (meta.json, tables, figures, runs.csv): "
+        "nothing is rerun, no other file changes",
+    )
+    parser.add_argument(
         "--target",
         type=float,
-        default=TARGET,
-        help=f"with --power: the 95%% half-width to reach (default {TARGET})",
+        default=None,
+        help=f"with --power: the 95%% half-width to reach (default {TARGET_HELP})",
     )
     parser.add_argument(
         "--grid",
@@ -157,6 +163,9 @@ def has_gpu() -> bool:
 
 
 def print_plan(ctx: Context, name: str) -> int:
+    from rlvr.reproduce.common import markdown_table
+    from rlvr.reproduce.gpu_plan import PLAN_NOTE, plan_rows
+
     n = validate(ctx.grid)
     rows = plan_rows(ctx.grid)
     header = list(rows[0])
@@ -182,6 +191,9 @@ def print_plan(ctx: Context, name: str) -> int:
 
 def write_verl(args: argparse.Namespace) -> int:
     """``--engine verl``: the launch folder of every run ``args.name`` needs (no training)."""
+    from rlvr.reproduce.common import command_line
+    from rlvr.reproduce.verl.launch import write
+
     if args.grid != "paper" or args.smoke:
         raise SystemExit("--engine verl: writes the paper grid; use --grid paper, no --smoke")
     if not args.out:
@@ -226,6 +238,9 @@ def grid_name(args: argparse.Namespace) -> str:
 def run_all(ctx: Context) -> dict:
     """Every figure and table in ``FIGURES`` order, then REPORT.md (they share the run cache, so
     each run is trained once)."""
+    from rlvr.reproduce.figures import FIGURES
+    from rlvr.reproduce.report import write_report
+
     metas = {}
     for name, figure in FIGURES.items():
         ctx.say(f"[reproduce] == {name} ==")
@@ -238,10 +253,24 @@ def run_all(ctx: Context) -> dict:
 def run_reproduce(args: argparse.Namespace) -> int:
     grid_name(args)
     if args.compare:
+        from rlvr.reproduce.compare import run_compare
+
         return run_compare(Path(args.compare[0]), Path(args.compare[1]))
     if args.power:
-        return run_power(Path(args.power), report_order(), args.target)
+        from rlvr.reproduce.figures import report_order
+        from rlvr.reproduce.precision import TARGET, run_power
+
+        target = TARGET if args.target is None else args.target
+        return run_power(Path(args.power), report_order(), target)
+    if args.report:
+        from rlvr.reproduce.report import rewrite_report
+
+        with hold(Path(args.report) / LOCK_FILE, wait=False, what=f"--report {args.report}"):
+            print(rewrite_report(Path(args.report)))
+        return 0
     if args.check:
+        from rlvr.reproduce.check import run_check
+
         return run_check(
             Path(args.check),
             sample=args.sample,
@@ -251,7 +280,14 @@ def run_reproduce(args: argparse.Namespace) -> int:
     if not args.name:
         raise SystemExit(
             "rlvr reproduce: name a figure or table (fig2, all...), or pass --check DIR, "
-            "--power DIR or --compare OLD NEW"
+            "--power DIR, --report DIR or --compare OLD NEW"
+        )
+    from rlvr.reproduce.figures import names
+
+    if args.name not in names():
+        raise ConfigError(
+            f"reproduce: {args.name!r} is not one of {list(names())}"
+            f"{did_you_mean(args.name, names())}"
         )
     if getattr(args, "engine", "native") == "verl":
         return write_verl(args)
@@ -276,6 +312,14 @@ def run_reproduce(args: argparse.Namespace) -> int:
 
 def _reproduce(args, grid, out: Path, cache: Path, n_seeds: int, n_bases: int) -> int:
     """The figures and tables ``args.name`` names, into ``out`` (whose lock the caller holds)."""
+    from rlvr.models.loader import quiet_progress
+    from rlvr.reproduce.common import Context, command_line
+    from rlvr.reproduce.figures import FIGURES, plan_for
+    from rlvr.reproduce.gpu_plan import check_engines
+    from rlvr.reproduce.pool import prefetch
+    from rlvr.reproduce.report import write_report
+    from rlvr.reproduce.verl.results import VerlRuns, VerlRunsMissing
+
     ctx = Context(
         grid,
         out,

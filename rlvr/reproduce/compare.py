@@ -59,9 +59,14 @@ def read_claims(path: Path) -> list[dict[str, str]]:
     return claims
 
 
+#: The change column of a claim that one report lacks (not a verdict that changed).
+ONLY_OLD, ONLY_NEW = "absent from the new report", "new in this report"
+
+
 def compare_claims(old: list[dict], new: list[dict]) -> list[list[str]]:
     """Rows ``[claim, setting, old verdict, new verdict, change]``, the new report's order first
-    and then the claims only the old one has."""
+    and then the claims only the old one has; a claim on one side only is marked ``ONLY_OLD`` /
+    ``ONLY_NEW``, never as a changed verdict."""
     before = {(c["claim"], c["setting"]): c for c in old}
     after = {(c["claim"], c["setting"]): c for c in new}
     rows = []
@@ -69,17 +74,32 @@ def compare_claims(old: list[dict], new: list[dict]) -> list[list[str]]:
         a, b = before.get(key), after.get(key)
         va = a["verdict"] if a else "(absent)"
         vb = b["verdict"] if b else "(absent)"
-        change = "same" if va == vb else f"**{va} -> {vb}**"
+        if a is None or b is None:
+            change = ONLY_NEW if a is None else ONLY_OLD
+        else:
+            change = "same" if va == vb else f"**{va} -> {vb}**"
         rows.append([key[0], key[1], va, vb, change])
     return rows
 
 
+def summary_line(rows: list[list[str]]) -> str:
+    """``N of M verdicts changed`` over the claims both reports hold, then the one-sided ones."""
+    both = [r for r in rows if r[4] not in (ONLY_OLD, ONLY_NEW)]
+    changed = sum(r[4] != "same" for r in both)
+    line = f"{changed} of {len(both)} verdicts changed"
+    n_old, n_new = (sum(r[4] == side for r in rows) for side in (ONLY_OLD, ONLY_NEW))
+    if n_old:
+        line += f"; {n_old} claim(s) absent from the new report (not run there)"
+    if n_new:
+        line += f"; {n_new} claim(s) only in the new report"
+    return line
+
+
 def run_compare(old: Path, new: Path) -> int:
     rows = compare_claims(read_claims(old), read_claims(new))
-    changed = sum(r[4] != "same" for r in rows)
     print(markdown_table(["claim", "setting", "before", "now", "change"], rows))
-    print(f"\n{changed} of {len(rows)} verdicts changed")
+    print(f"\n{summary_line(rows)}")
     return 0
 
 
-__all__ = ["compare_claims", "read_claims", "run_compare"]
+__all__ = ["compare_claims", "read_claims", "run_compare", "summary_line"]

@@ -1,22 +1,28 @@
 """``REPORT.md``: every figure and table of a reproduction, the paper's numbers beside ours, seeds,
-versions, wall time, and each of the paper's claims with the verdict the statistics gave.
+versions, compute time, and each of the paper's claims with the verdict the statistics gave. It
+opens with its bottom line: the main claim's intervals and the count of each verdict.
 
-Built only from the files the scripts wrote (``<name>.meta.json``, ``.md``, ``.png``), so it can
-be regenerated at any time. Verdicts come from the scripts' paired differences; nothing here
-decides a claim. A hand-written ``CHANGES.md`` in the folder (why verdicts moved against the
-previous results; ``rlvr reproduce --compare`` lists which) is included as its own section.
+Built only from the files the scripts wrote (``<name>.meta.json``, ``.md``, ``.png``, and
+``runs.csv``), so it can be regenerated at any time without rerunning anything (``rlvr reproduce
+--report DIR``). It names no path of the machine that made it. Verdicts come from the scripts'
+paired differences; nothing here decides a claim. A hand-written ``CHANGES.md`` in the folder
+(why verdicts moved against the previous results; ``rlvr reproduce --compare`` lists which) is
+included as its own section.
 """
 
 from __future__ import annotations
 
+import math
 import time
+from collections import Counter
 from pathlib import Path
 
+from rlvr.config import ConfigError
 from rlvr.eval.stats import NOT_TESTABLE
-from rlvr.files import atomic_write, write_text_atomic
+from rlvr.files import atomic_write, read_text, write_text_atomic
 from rlvr.prompt_format import describe
 from rlvr.reproduce import paper_numbers
-from rlvr.reproduce.common import Context, markdown_table, versions
+from rlvr.reproduce.common import Context, markdown_table
 from rlvr.reproduce.figures import FIGURES, report_order
 from rlvr.reproduce.precision import CLAIMS_HEADER, claims_rows, restate
 from rlvr.reproduce.records import load_meta
@@ -60,58 +66,145 @@ def _strip_header(text: str) -> str:
     return "\n".join("#" + line if line.startswith("#") else line for line in lines)
 
 
-def write_report(ctx: Context) -> Path:
-    """REPORT.md of ``ctx.out``; its wall time is the invocation's (``ctx.started``), the
-    ``--jobs`` prefetch included: after a prefetch the scripts themselves find every run cached."""
-    out = ctx.out
-    metas = {}
-    for name in report_order():  # the registered figures, each declaring its caption and place
-        p = out / f"{name}.meta.json"
-        if p.exists():
-            metas[name] = load_meta(p)
-    v = versions()
-    from rlvr.repro import machine_info, machine_line
+#: The paper's main claim: the report's bottom line states its intervals first.
+HEADLINE = "GRPO-SG beats GRPO"
 
-    machine = machine_info()
-    wall = time.perf_counter() - ctx.started
+
+def read_metas(out: Path) -> dict[str, dict]:
+    """The ``<name>.meta.json`` files of a results folder, in report order (the registered
+    figures, each declaring its caption and place)."""
+    return {
+        name: load_meta(out / f"{name}.meta.json")
+        for name in report_order()
+        if (out / f"{name}.meta.json").exists()
+    }
+
+
+def bottom_line(claims: list[dict]) -> list[str]:
+    """The report's first lines: the main claim's paired differences with their 95% intervals
+    per setting, then how many claims got each verdict."""
+    if not claims:
+        return []
+
+    def interval(c: dict) -> str:
+        mean, low, high = (c.get(k) for k in ("diff_mean", "diff_low", "diff_high"))
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (mean, low, high)):
+            return c["verdict"]
+        return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}], {c['verdict']}"
+
+    head = [c for c in claims if c["claim"] == HEADLINE]
+    text = ""
+    if head:
+        text = f"{HEADLINE}, the paper's main claim: " + "; ".join(
+            f"{c['setting']} {interval(c)}" for c in head
+        )
+        text += " (paired difference in greedy accuracy, 95% interval). "
+    counts = Counter(c["verdict"] for c in claims)
+    text += f"Of the {len(claims)} claims checked at this scale: " + ", ".join(
+        f"{n} {v}" for v, n in counts.most_common()
+    )
+    return ["## Bottom line", "", text + " (the claims table below).", ""]
+
+
+def time_line(runs: list[dict], wall_s: float | None) -> str:
+    """What the training cost, as the files know it: the runs' own compute (``runs.csv``) and,
+    for a live invocation, its wall time (which a resumed or cached invocation makes small)."""
+    compute = sum(float(r.get("compute_seconds") or 0) for r in runs) / 3600
+    text = (
+        f"- time: the {len(runs)} training runs took {compute:.1f} h of compute (rollout + update, "
+    )
+    text += "one process each: runs.csv; base builds and evaluations not included)"
+    if wall_s is None:
+        return text + "; the wall time of the invocations that made them is not in the files"
+    return text + (
+        f"; this invocation {wall_s / 60:.1f} min of wall time (runs it found in the run cache "
+        "cost it nothing)"
+    )
+
+
+def header_lines(metas: dict[str, dict], runs: list[dict], generated: str, wall_s) -> list[str]:
+    """Where the numbers come from, read from the metas: command, draws, time, versions,
+    machine, engine (no path of the machine that made them)."""
+    first = next(iter(metas.values()), {})
+    grid = first.get("grid", "?")
+    seeds, bases = first.get("seeds", [0]), first.get("base_seeds", [0])
+    draws = f"seeds {seeds}" + (f" on bases {bases}" if bases != [0] else "")
+    from rlvr.repro import machine_line
+
     lines = [
-        f"# Reproduction report — grid `{ctx.grid.name}`" + (" (smoke run)" if ctx.smoke else ""),
-        "",
-        "Paper: arXiv 2511.00066, *Sharpness-Guided Group Relative Policy Optimization via "
-        "Probability Shaping* (GRPO-SG).",
-        "",
-        f"- command: `{ctx.command}`",
-        f"- draws: {ctx.draws()} (each method is trained once per base seed x RL seed)",
-        f"- generated: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; wall time {wall / 60:.1f} min, "
-        "training and evaluation included (runs already in the cache cost nothing)",
-        "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
-        f"- machine: {machine_line(machine)}; each run's own machine is in runs.csv",
-        f"- run cache: `{ctx.cache}` (each run is named by its config hash; "
-        "see `<name>.meta.json`)",
-        "",
+        f"- command: `{first.get('command', '')}`",
+        f"- draws: {draws} (each method is trained once per base seed x RL seed)",
+        f"- generated: {generated}",
+        time_line(runs, wall_s),
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in first.get("versions", {}).items()),
     ]
-    if ctx.run_source is not None:
-        src = ctx.run_source.provenance()
-        lines[-1:-1] = [
-            f"- engine: **{src['engine']}** "
-            f"({', '.join(src.get('verl_versions', [])) or 'version not recorded'}): the training "
-            f"runs were read from `{src.get('verl_dir', '')}/runs/` (metrics and final "
+    if first.get("machine"):
+        lines.append(f"- machine: {machine_line(first['machine'])}; each run's own is in runs.csv")
+    lines.append("- runs: each named by its config hash (runs.csv, runs/<hash>.yaml)")
+    if first.get("engine") == "verl":
+        verl = ", ".join(first.get("verl_versions", [])) or "version not recorded"
+        lines.append(
+            f"- engine: **verl** ({verl}): the training runs were read from the runs/ of the "
+            f"verl folder `{Path(first.get('verl_dir', '')).name}` (metrics and final "
             "checkpoints); evaluations, statistics and figures are rlvr's own"
-        ]
-    if ctx.grid.name == "paper":
+        )
+    lines.append("")
+    if grid == "paper":
         lines += [
             "The paper grid's configs are the public recipes the paper builds on (Logic-RL / "
             "AR-Lopti for K&K and math, verl-tool for search QA); the paper's own training "
             "settings are unpublished.",
             "",
         ]
-    if ctx.smoke:
+    return lines
+
+
+def write_report(ctx: Context) -> Path:
+    """REPORT.md of ``ctx.out`` after an invocation (its wall time is ``ctx.started``'s, the
+    ``--jobs`` prefetch included); ``runs.csv`` and ``runs/`` are written from the run cache."""
+    metas = read_metas(ctx.out)
+    runs = write_run_index(ctx, metas)
+    generated = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    return _write(ctx.out, metas, runs, generated, time.perf_counter() - ctx.started)
+
+
+def rewrite_report(out: Path) -> Path:
+    """REPORT.md of a finished results folder again from its files alone (``<name>.meta.json``,
+    ``.md``, ``.png``, ``runs.csv``, ``CHANGES.md``): nothing is rerun and no other file is
+    written (``rlvr reproduce --report DIR``)."""
+    import csv
+
+    metas = read_metas(out)
+    if not metas:
+        raise ConfigError(f"--report: {out} holds no <name>.meta.json")
+    index = out / "runs.csv"
+    runs = list(csv.DictReader(read_text(index, 1 << 24).splitlines())) if index.exists() else []
+    commit = next(iter(metas.values())).get("versions", {}).get("git_commit", "")[:7]
+    generated = (
+        f"{time.strftime('%Y-%m-%d')} from the files of a reproduction made with rlvr at "
+        f"{commit or 'an unrecorded commit'} (`rlvr reproduce --report`; nothing rerun)"
+    )
+    return _write(out, metas, runs, generated, None)
+
+
+def _write(out: Path, metas: dict[str, dict], runs: list[dict], generated: str, wall_s) -> Path:
+    first = next(iter(metas.values()), {})
+    smoke = " (smoke run)" if first.get("smoke") else ""
+    claims = [restate(m, c) for m in metas.values() for c in m.get("claims", [])]
+    lines = [f"# Reproduction report — grid `{first.get('grid', '?')}`{smoke}", ""]
+    if smoke:
         lines += [
             "**Smoke run**: the random micro model and two training steps per run; it checks the "
             "code path end to end. Its numbers say nothing about the methods.",
             "",
         ]
-    claims = [restate(m, c) for m in metas.values() for c in m.get("claims", [])]
+    lines += bottom_line(claims)
+    lines += [
+        "Paper: arXiv 2511.00066, *Sharpness-Guided Group Relative Policy Optimization via "
+        "Probability Shaping* (GRPO-SG).",
+        "",
+    ]
+    lines += header_lines(metas, runs, generated, wall_s)
     lines += [CLAIMS_HEADING, ""]
     if claims:
         lines += [markdown_table(CLAIMS_HEADER, claims_rows(claims)), ""]
@@ -125,7 +218,8 @@ def write_report(ctx: Context) -> Path:
             "'close': wholly outside the margin), *no effect beyond ±X* when it includes zero "
             "and lies inside the stated margin X, *underpowered* otherwise; a comparison of "
             f"methods is *{NOT_TESTABLE}* on an endpoint where GRPO did not gain at least "
-            f"{ctx.grid.min_grpo_gain:g} over the base with its interval above 0 (whatever the "
+            "the grid's `min_grpo_gain` over the base with its interval above 0 (the claim's "
+            "evidence states GRPO's gain and the threshold; whatever the "
             "interval of the comparison says). The half-width is "
             "the interval's; the MDE is the smallest effect a two-sided 5% test would detect "
             "with 80% power, (z_0.975 + z_0.8) x SE = 2.80 x SE (Bloom 1995), with SE^2 = "
@@ -150,7 +244,7 @@ def write_report(ctx: Context) -> Path:
         lines += [
             f"## {FIGURES[name].caption}",
             "",
-            f"`{m['command']}` — {m['wall_seconds']:.0f} s; files: "
+            f"`{m['command']}` — {m['wall_seconds']:.0f} s (its last invocation); files: "
             + ", ".join(f"[{f}]({f})" for f in m["files"]),
             "",
         ]
@@ -199,7 +293,6 @@ def write_report(ctx: Context) -> Path:
             ),
             "",
         ]
-    runs = write_run_index(ctx, metas)
     if runs:
         lines += [
             "",

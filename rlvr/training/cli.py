@@ -74,6 +74,8 @@ def run_train(args: argparse.Namespace) -> int:
     from rlvr.device import check_device_present
     from rlvr.locks import LOCK_FILE, FolderInUse, hold
 
+    if args.resume and not Path(cfg.out).is_dir():  # a typo in out= must not start afresh
+        return _fail(ConfigError(f"--resume: out={cfg.out} is not a folder (nothing to resume)"))
     try:  # configuration problems found while setting up: one line, exit 2
         check_device_present(cfg.device)
         check_backend_present(cfg.rollout.backend)

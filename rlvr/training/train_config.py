@@ -16,10 +16,11 @@ from typing import Any, Literal, Optional
 
 from rlvr.agents.advantages import get_estimator
 from rlvr.agents.algorithms import WeightConfig, algorithm_names, get_algorithm, load_plugins
-from rlvr.agents.metrics import MAX_TOOL_FAILURE_RATE, check_failure_rate
 from rlvr.config import (
+    UNKEYED,
     ConfigError,
     check_interval,
+    did_you_mean,
     layered,
     load_yaml,
     merge,
@@ -27,8 +28,9 @@ from rlvr.config import (
     unkeyed,
 )
 from rlvr.device import check_device
-from rlvr.envs import ENVS, env_spec
-from rlvr.eval.runner import EvalConfig
+from rlvr.envs import ENVS, env_spec, lift_env_keys, require_env
+from rlvr.envs.base import MAX_TOOL_FAILURE_RATE, check_failure_rate
+from rlvr.eval.config import EvalConfig
 from rlvr.models.prompt_formats import with_format
 from rlvr.repro import check_threads
 
@@ -181,7 +183,12 @@ class TrainConfig:
     resume: bool = unkeyed(False)
     profile: str = "default"
     progress: bool = unkeyed(True)
+    #: Also write ``<out>/tensorboard`` (as ``report_to=[tensorboard]``).
     tensorboard: bool = unkeyed(False)
+    #: Trackers that get every ``metrics.jsonl`` record (``rlvr.training.trackers``).
+    report_to: list[Literal["tensorboard", "wandb"]] = dataclasses.field(
+        default_factory=list, metadata=UNKEYED
+    )
     #: Refuse settings whose estimated memory exceeds what is available (``memory.py``).
     memory_check: bool = True
     #: CPU threads for torch (0: leave torch's default).
@@ -241,8 +248,8 @@ class TrainConfig:
             ("eval.n_prompts", self.eval.n_prompts, "[1, inf)"),
             ("eval.samples", self.eval.samples, "[1, inf)"),
         ]
-        if self.env not in ENVS:
-            raise ConfigError(f"env: {self.env!r} is not one of {sorted(ENVS)}")
+        load_user_plugins(self.plugins)
+        require_env(self.env)
         for key, value, interval in ranges:
             check_interval(key, value, interval)
         check_failure_rate(self.max_tool_failure_rate)
@@ -260,7 +267,6 @@ class TrainConfig:
                 f"mini-batch of {mini} episodes (or be 0)"
             )
         try:
-            load_plugins(self.plugins)
             algorithm = get_algorithm(self.algo)
         except ValueError as e:
             raise ConfigError(str(e)) from e
@@ -319,13 +325,24 @@ def periodic_eval_config(cfg: TrainConfig):
 
 
 def check_model(model: str) -> None:
-    """A path-like ``model`` (``/x``, ``./x``, ``~/x``, ``../x``) must be an existing folder;
-    names (``micro``, presets, hub names) are resolved when the model loads."""
-    if str(model).startswith(("/", "./", "../", "~")) and not Path(model).expanduser().is_dir():
-        raise ConfigError(
-            f"model: {model!r} is not a directory (model is micro, a tiny preset, "
-            "a local model folder or a Hugging Face hub name)"
-        )
+    """``model`` names something that can load: a local name, a folder, or a hub id
+    (``rlvr.models.names``; one line listing the local names). Whether a hub id can be fetched
+    from here is asked where the model loads (``check_hub_model``), not when a configuration is
+    validated: a GPU grid is validated on machines that never load its models."""
+    from rlvr.models.names import check_model_name
+
+    check_model_name(model)
+
+
+def load_user_plugins(modules) -> None:
+    """``plugins=``: modules that register algorithms or environments, imported first (the
+    working directory is importable under the ``rlvr`` command, as under ``python -m``)."""
+    if not isinstance(modules, (list, tuple)):
+        modules = [modules]
+    try:
+        load_plugins([str(m) for m in modules])
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def with_model_format(values: dict[str, Any], env: str) -> dict[str, Any]:
@@ -359,8 +376,9 @@ def profile_layers(profile: str, env: str, profile_dir: Path = PROFILE_DIR) -> l
     (``paper.yaml`` then ``paper_kk.yaml``), for the env the layer is written for."""
     base = Path(profile) if profile.endswith((".yaml", ".yml")) else profile_dir / f"{profile}.yaml"
     if not base.exists():
+        names = available_profiles(profile_dir)
         raise ConfigError(
-            f"profile: {profile!r} not found (available: {available_profiles(profile_dir)})"
+            f"profile: {profile!r} not found{did_you_mean(profile, names)} (available: {names})"
         )
     head, layer_env = layer_of(base)
     if head is not None:
@@ -409,13 +427,14 @@ def load_train_config(
 ) -> TrainConfig:
     """Build a ``TrainConfig`` from profiles and overrides (module docstring)."""
     ov = parse_overrides(overrides) if isinstance(overrides, list) else dict(overrides or {})
+    load_user_plugins(ov.get("plugins") or [])  # a plugin may register the env named below
     profile = str(ov.get("profile", TrainConfig.profile))
     if "env" not in ov and profile_env(profile, profile_dir):
         ov["env"] = profile_env(profile, profile_dir)
     env = str(ov.get("env", TrainConfig.env))
-    if env not in ENVS:
-        raise ConfigError(f"env: {env!r} is not one of {sorted(ENVS)}")
+    require_env(env)
     values = upgrade_legacy(layered(profile_layers(profile, env, profile_dir), ov))
+    values = lift_env_keys(values, env)
     values = with_model_format(values, env)
     cfg = merge(TrainConfig(), values)
     cfg.validate()

@@ -31,10 +31,7 @@ import torch
 
 from rlvr.agents.advantages import compute_advantages
 from rlvr.agents.algorithms import get_algorithm
-from rlvr.agents.checkpoint import (
-    check_writable,
-    write_failure,
-)
+from rlvr.agents.checkpoint import check_writable, write_failure
 from rlvr.agents.memory import check_fits, estimate_for_config
 from rlvr.agents.metrics import (  # noqa: F401  (read_metrics, strip_time: public API here too)
     MetricsLog,
@@ -51,7 +48,7 @@ from rlvr.agents.rollout import check_backend_present
 from rlvr.agents.rollout.base import RolloutBatch, SamplingParams, collate
 from rlvr.agents.rollout.chat import model_prompt
 from rlvr.agents.rollout.multiturn import Episode, run_episodes
-from rlvr.config import ConfigError, dump_yaml
+from rlvr.config import ConfigError, dump_yaml, to_dict
 from rlvr.device import resolve_device
 from rlvr.envs import env_spec, make_env
 from rlvr.files import write_text_atomic
@@ -61,7 +58,10 @@ from rlvr.prompt_format import write_format
 from rlvr.repro import set_threads
 from rlvr.training.live_eval import evaluate_live
 from rlvr.training.optim import Precision, lr_factor, optimizer_steps_per_batch
+from rlvr.training.preflight import preflight
+from rlvr.training.progress import StepBar
 from rlvr.training.run_state import restore_state, save_state, write_calibration
+from rlvr.training.trackers import make_trackers, tracker_names
 from rlvr.training.train_config import TrainConfig, periodic_eval_config
 from rlvr.training.update import Updater
 
@@ -83,10 +83,6 @@ def episodes_to_batch(episodes: list[Episode], pad_id: int) -> RolloutBatch:
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# the trainer
-
-
 class Trainer:
     """Owns the model, envs, optimizer and run directory; ``train()`` runs ``cfg.steps`` steps.
 
@@ -96,6 +92,8 @@ class Trainer:
 
     #: Resume although the configuration differs from the checkpoint's (``--allow-config-change``).
     allow_config_change = False
+    #: Told what a step is doing (``step 3: rollout``, ``update``, ``evaluation``): the bar.
+    on_phase: Callable[[str], None] | None = None
 
     def __init__(
         self,
@@ -113,6 +111,8 @@ class Trainer:
         self.algorithm = get_algorithm(cfg.algo)
         set_threads(cfg.num_threads)
         self._seed_everything(cfg.seed)
+        self.make_env = make_env or self._make_registered_env
+        preflight(cfg, self.make_env, loads_model=model is None)  # one line, before any load
         if model is None:
             model, tokenizer = load_model(cfg.model, seed=cfg.seed, dtype=torch.float32)
         self.with_reference = cfg.loss.kl_coef > 0 or cfg.track_kl
@@ -136,7 +136,6 @@ class Trainer:
             reference_dtype=self.precision.dtype,
         )
         self.backend = self._make_backend()
-        self.make_env = make_env or self._make_registered_env
         n = cfg.prompts_per_step * cfg.group_size
         self.envs = [self.make_env("train") for _ in range(n)]
         self._eval_envs: list | None = None
@@ -195,16 +194,17 @@ class Trainer:
         kwargs = dict(self.cfg.env_kwargs)
         if split != "train" or "split" in kwargs:
             if not env_spec(self.cfg.env).accepts("split"):
-                raise ValueError(
+                raise ConfigError(
                     f"env {self.cfg.env!r} has no 'split' argument; evaluation "
                     "needs a held-out split (set eval.every=0)"
                 )
             kwargs["split"] = split if split != "train" else kwargs["split"]
         try:
             return make_env(self.cfg.env, **kwargs)
-        except (TypeError, ValueError) as e:  # a bad env_kwargs value: one line naming it
+        except (TypeError, ValueError, OSError) as e:  # a bad value, a missing dataset: one line
             key = "env_kwargs" if split == "train" else "env_kwargs or eval.split"
-            raise ConfigError(f"{key}: env {self.cfg.env!r} rejected {kwargs}: {e}") from None
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ConfigError(f"{key}: env {self.cfg.env!r} rejected {kwargs}: {first}") from None
 
     def _make_backend(self):
         if self.cfg.rollout.backend == "vllm":
@@ -337,6 +337,7 @@ class Trainer:
         cfg = self.cfg
         step = self.step + 1
         t0 = time.perf_counter()
+        self._phase("rollout", step)
         episodes = self.rollout(step)
         t1 = time.perf_counter()
         # before the update: a batch whose searches failed is not trained on
@@ -345,6 +346,7 @@ class Trainer:
         adv = compute_advantages(cfg.loss.advantage, rewards, cfg.group_size, eps=cfg.loss.adv_eps)
         batch = episodes_to_batch(episodes, self.pad_id)
         t2 = time.perf_counter()
+        self._phase("update", step)
         upd = self.update(batch, adv, step)
         t3 = time.perf_counter()
         self.step = step
@@ -364,6 +366,7 @@ class Trainer:
         record["tokens/s"] = generated / max(t1 - t0, 1e-9)
         record["perf/update_tokens_s"] = trained / max(t3 - t2, 1e-9)
         if cfg.eval.due(step, cfg.steps):
+            self._phase("evaluation", step)
             record.update(self.evaluate(step))
         record["time/step_s"] = time.perf_counter() - t0
         errors = [e.error for e in episodes if e.error]
@@ -380,6 +383,10 @@ class Trainer:
                 file=sys.stderr,
             )
         return record
+
+    def _phase(self, name: str, step: int) -> None:
+        if self.on_phase is not None:
+            self.on_phase(f"step {step}: {name}")
 
     def train(self) -> list[dict[str, Any]]:
         """Run to ``cfg.steps``, holding the run folder's lock throughout: a second trainer on
@@ -401,8 +408,9 @@ class Trainer:
                 f"{self.out} already holds checkpoints: pass --resume "
                 "(resume=true) to continue, or choose another out=DIR"
             )
-        if cfg.tensorboard:
-            self.metrics_log = MetricsLog(self.metrics_path, self.out / "tensorboard")
+        if tracker_names(cfg):
+            trackers = make_trackers(tracker_names(cfg), self.out, to_dict(cfg), resume=resumed)
+            self.metrics_log = MetricsLog(self.metrics_path, trackers)
         moved = self.metrics_log.prepare(self.step if resumed else None)
         if moved is not None:
             print(
@@ -414,27 +422,18 @@ class Trainer:
         if engine:  # the vLLM engine's settings, hf_overrides included (rollout/vllm.py)
             write_text_atomic(self.out / "vllm_engine.json", json.dumps(engine, indent=2) + "\n")
         records = []
-        from tqdm.auto import tqdm
-
-        bar = tqdm(
-            total=cfg.steps,
-            initial=self.step,
-            disable=not cfg.progress,
-            desc=f"{cfg.algo} {cfg.env}",
-            dynamic_ncols=True,
-        )
+        bar = StepBar(cfg, initial=self.step)
+        self.on_phase, self.backend.on_step = bar.enter, bar.generating
         try:
             while self.step < cfg.steps:
                 record = self.train_step()
                 self.metrics_log.append(record)
                 records.append(record)
-                bar.update(1)
-                bar.set_postfix(
-                    reward=f"{record['reward/mean']:.3f}", acc=f"{record['accuracy']:.3f}"
-                )
+                bar.done(record)
                 if cfg.save_every and self.step % cfg.save_every == 0:
                     self.save()
         finally:
+            self.on_phase = self.backend.on_step = None
             bar.close()
             self.metrics_log.close()
         say_no_variance(records)

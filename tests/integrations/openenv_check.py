@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from importlib.metadata import version
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -24,10 +25,15 @@ from _rlvr_toys import TOY
 # An env registered outside rlvr (tests/_rlvr_toys.TOY) is served like the built-in ones.
 register_env(TOY)
 
+CUSTOM = {
+    "dataset": str(Path(__file__).resolve().parents[1] / "data" / "custom_tasks.jsonl"),
+    "reward": "rlvr.envs.custom.rewards:exact_match",
+}
 ENV_KWARGS = {
     "searchqa": {"dataset": "synthetic", "max_turns": 3},
     "kk": {"n_people": 2},
     "math": {"dataset": "synthetic"},
+    "custom": CUSTOM,
     TOY.name: {"strict": True},
 }
 
@@ -46,6 +52,8 @@ def scripted_actions(name: str, info: dict) -> list[str]:
         return [f"solve</think><answer>{info['solution_text_format']}</answer>"]
     if name == "math":
         return [f"The answer is \\boxed{{{gt}}}."]
+    if name == "custom":  # the ground truth is the task's row
+        return [gt["answer"]]
     return [str(gt)]
 
 

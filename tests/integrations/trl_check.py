@@ -143,6 +143,40 @@ def test_an_env_registered_outside_rlvr_trains_with_trl(tmp_path):
     assert any(k.startswith("rewards/toy_reward") for h in trainer.state.log_history for k in h)
 
 
+def test_a_custom_task_trains_with_trl_on_its_own_reward_functions(tmp_path):
+    """``env=custom`` (docs/custom_tasks.md): its rows as a TRL dataset, scored by TRL calling
+    the reward functions themselves and by rlvr's ``reward_func("custom")``, which must agree."""
+    from rlvr.envs.custom.rewards import exact_match
+    from rlvr.integrations.trl_rewards import reward_func
+
+    torch.set_num_threads(2)
+    model, tokenizer = build_micro(seed=0)
+    model.save_pretrained(tmp_path / "micro")
+    tokenizer.save_pretrained(tmp_path / "micro")
+    data = os.path.join(os.path.dirname(__file__), "..", "data", "custom_tasks.jsonl")
+    kwargs = {"dataset": data, "reward": "rlvr.envs.custom.rewards:exact_match"}
+    dataset = trl_dataset("custom", 4, conversational=False, env_kwargs=kwargs)
+    assert dataset["reward"][0] == [kwargs["reward"]] and dataset["ground_truth"][1]["answer"]
+    seen = []
+
+    def both(prompts, completions, ground_truth, **columns):
+        ours = reward_func("custom")(prompts, completions, ground_truth=ground_truth, **columns)
+        theirs = exact_match(completions, [g["answer"] for g in ground_truth])
+        seen.append((ours, theirs))
+        return ours
+
+    trainer = GRPOTrainer(
+        model=str(tmp_path / "micro"),
+        reward_funcs=both,
+        args=grpo_args(tmp_path, 8),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    assert trainer.state.global_step == 2 and len(seen) == 2
+    assert all(ours == theirs for ours, theirs in seen)
+
+
 # -- rlvr.integrations.trl_env: the environments through environment_factory ------------------
 
 

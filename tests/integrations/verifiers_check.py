@@ -27,6 +27,10 @@ ENV_KWARGS = {
     "searchqa": {"dataset": "synthetic", "max_turns": 3},
     "kk": {"n_people": 2, "prefill_think": False},
     "math": {"dataset": "synthetic"},
+    "custom": {
+        "dataset": str(Path(__file__).resolve().parents[1] / "data" / "custom_tasks.jsonl"),
+        "reward": "rlvr.envs.custom.rewards:exact_match",
+    },
 }
 
 
@@ -58,6 +62,8 @@ def scripted_reply(name: str, table: dict[str, dict]):
             return f"<think>solve</think><answer>{body}</answer>"
         if name == "math":
             return f"So the answer is \\boxed{{{gt if right else '-12345'}}}."
+        if name == "custom":  # the ground truth is the task's row
+            return gt["answer"] if right else "-12345"
         if name == "digits":  # a wrong sum is all digits too: format 1, answer 0
             return gt if right else str(int(gt) + 1)
         return "<answer>x</answer>"

@@ -27,6 +27,7 @@ from rlvr.agents.algorithms.base import (
     pending_calibration,
     register_algorithm,
 )
+from rlvr.config import did_you_mean
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "base":
@@ -42,7 +43,9 @@ def get_algorithm(name: str) -> Algorithm:
     """The registered algorithm ``name`` (``ValueError`` naming the known ones otherwise)."""
     algo = ALGORITHMS.get(name)
     if algo is None:
-        raise ValueError(f"algo: {name!r} is not one of {sorted(ALGORITHMS)}")
+        raise ValueError(
+            f"algo: {name!r} is not one of {sorted(ALGORITHMS)}{did_you_mean(name, ALGORITHMS)}"
+        )
     return algo
 
 

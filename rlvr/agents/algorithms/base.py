@@ -11,21 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlvr import registries
 from rlvr.config import check_interval
 
+if TYPE_CHECKING:  # the registry itself needs no torch: a configuration is checked without it
+    import torch
+
 #: ``fn(*, logprobs, mask, logits, old_logprobs, entropy, **params) -> w`` (tensors ``[B, T]``).
-WeightFn = Callable[..., torch.Tensor]
+WeightFn = Callable[..., "torch.Tensor"]
 #: ``params(weight_config) -> dict`` of keyword arguments for the weight / selection / stages.
 ParamsFn = Callable[[Any], dict[str, Any]]
 #: ``stages(old_logprobs, mask, params) -> [Stage, ...]`` (masks ``[B, T]``).
-StagesFn = Callable[[torch.Tensor, torch.Tensor, Mapping[str, Any]], list["Stage"]]
+StagesFn = Callable[["torch.Tensor", "torch.Tensor", Mapping[str, Any]], list["Stage"]]
 #: ``select_tokens(entropy, mask, params) -> bool mask [B, T]`` on the current forward.
-SelectFn = Callable[[torch.Tensor, torch.Tensor, Mapping[str, Any]], torch.Tensor]
+SelectFn = Callable[["torch.Tensor", "torch.Tensor", Mapping[str, Any]], "torch.Tensor"]
 #: ``calibrate(params, *, logprobs, logits, mask) -> (params, record)``: the parameters set to
 #: ``CALIBRATED`` filled from the current policy's first batch, and what the run records of it.
 CalibrateFn = Callable[..., tuple[dict[str, Any], dict[str, Any]]]

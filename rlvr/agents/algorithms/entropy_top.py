@@ -22,8 +22,10 @@ by less than the number of forwards (forwards of 31 and 29 tokens keep 7 + 6 = 1
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    pass
 
 from rlvr.agents.algorithms.base import Algorithm, Param, register_algorithm, require
 
@@ -53,6 +55,8 @@ def entropy_top_weights(
     tokens of the tensors passed, so call it on the whole forward, not on a part of it.
     ``entropy`` is the per-position entropy of the policy's next-token distribution.
     """
+    import torch
+
     FRACTION.check(fraction)
     ent = require("entropy", entropy, logprobs, "entropy_top")
     flat_valid = mask.reshape(-1).to(torch.bool)

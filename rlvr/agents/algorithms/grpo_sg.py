@@ -20,8 +20,10 @@ that its runs keep their keys; the probability form as a method of its own, cali
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from rlvr.agents.algorithms.base import CALIBRATED, Algorithm, register_algorithm
 from rlvr.agents.algorithms.shaping import (
@@ -49,6 +51,8 @@ def reference_token_probs(n: int = 100_000, seed: int = 0) -> torch.Tensor:
     A mixture (our assumption, stated so the prob defaults can be re-derived): 80 % of tokens with
     p ~ U(0.9, 1), 10 % with p ~ U(0.5, 0.9), 10 % log-uniform on [1e-3, 0.5] (the low-p tail).
     """
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     u = torch.rand(n, generator=g, dtype=torch.float64)
     pick = torch.rand(n, generator=g, dtype=torch.float64)
@@ -62,6 +66,8 @@ def reference_token_logits(n: int = 100_000, seed: int = 0) -> tuple[torch.Tenso
     ``reference_token_probs`` and ``c ~ U(10, 30)`` the position's log-partition (about the top
     logit). The range of c is an assumption about instruct-LLM logit scales, not a measurement.
     """
+    import torch
+
     p = reference_token_probs(n, seed)
     g = torch.Generator().manual_seed(seed + 1)
     c = 10.0 + 20.0 * torch.rand(n, generator=g, dtype=torch.float64)

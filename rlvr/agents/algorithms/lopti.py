@@ -19,7 +19,10 @@ repository ships K&K scripts only, so every task runs Lopti with its K&K eta.
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 from rlvr.agents.algorithms.base import Algorithm, Param, Stage, register_algorithm
 
@@ -35,6 +38,8 @@ def lopti_masks(
     ``high = mask & (pi_old >= eta)``; they partition the response tokens. Float masks shaped like
     ``old_logprobs``.
     """
+    import torch
+
     ETA.check(eta)
     if mask.shape != old_logprobs.shape:
         raise ValueError(

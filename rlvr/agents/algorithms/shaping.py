@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 import numpy as np
-import torch
 
 from rlvr.agents.algorithms.base import CALIBRATED, Param, require
+
+if TYPE_CHECKING:  # the registry needs no torch to check a configuration (rlvr --help, errors)
+    import torch
 
 #: The shaping parameters (the ``WeightConfig`` fields of Eq. 20). ``shaping_input`` None takes
 #: the method's own input (GRPO-SG and Reverse: the logit; TR-GRPO reads the probability only).
@@ -83,6 +85,8 @@ def sigmoid_shaping(
     sign: float = 1.0,
 ) -> torch.Tensor:
     """``clip(alpha * (sigmoid(sign * h / tau) - mu), L, U)`` (GRPO-SG Eq. 20 for sign=+1)."""
+    import torch
+
     return (alpha * (torch.sigmoid(sign * h / tau) - mu)).clamp(min=lower, max=upper)
 
 
@@ -197,6 +201,8 @@ def _check_target(lower: float, upper: float, target: float) -> None:
 
 
 def _valid(h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    import torch
+
     h = h.detach().to(torch.float64)
     if mask is not None:
         h = h[mask.to(torch.bool)]
@@ -221,6 +227,8 @@ def solve_for(
     ``target``, the other parameters ``known``, by bisection: the mean is nondecreasing in alpha
     and nonincreasing in mu (every weight reaches U at ``mu = min(s) - U / alpha`` and L at
     ``max(s) - L / alpha``, ``s = sigmoid(sign * h / tau)``)."""
+    import torch
+
     check_shaping({"alpha": 1.0, "mu": 0.0, **known})
     lower, upper = known["lower"], known["upper"]
     _check_target(lower, upper, target)
@@ -271,6 +279,8 @@ def calibrate_shaping(
     """``params`` with every ``CALIBRATED`` one of alpha, tau, mu set by the rule of the module
     docstring from ``h`` (the first batch's sampled-token logits or probabilities) on ``mask``.
     ``ValueError`` when the batch cannot satisfy it (no spread, a mean of 1 out of reach)."""
+    import torch
+
     out = dict(params)
     lower, upper = float(out["lower"]), float(out["upper"])
     _check_target(lower, upper, target)
@@ -314,6 +324,8 @@ def calibration_record(
 ) -> dict:
     """What a run records of its calibration batch besides the values: the rule, the tokens, the
     quantiles of ``h`` and the resulting weights' mean and shares at L and U."""
+    import torch
+
     x = _valid(h, mask)
     numbers = {k: float(params[k]) for k in _NUMBERS}
     w = sigmoid_shaping(x, sign=sign, **numbers)

@@ -13,6 +13,7 @@ Finish reasons: ``"eos"`` (an end-of-sequence token), ``"stop"`` (a stop string 
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -71,6 +72,11 @@ class Generation:
 
 class RolloutBackend(abc.ABC):
     """Samples continuations; ``sync_weights`` pulls the trainer's latest weights."""
+
+    #: Called after each decoding step, where the backend decodes step by step (``HFBackend``),
+    #: with the rows that finished at that step and the rows still generating: what keeps a
+    #: progress bar moving through a long generation (``rlvr eval``, the trainer's rollout).
+    on_step: Callable[[int, int], None] | None = None
 
     @abc.abstractmethod
     def generate(

@@ -245,6 +245,8 @@ class HFBackend(RolloutBackend):
                     reasons[i] = "length"
                 else:
                     keep.append(j)
+            if self.on_step is not None:
+                self.on_step(len(rows) - len(keep), len(keep))
             if not keep:
                 break
             if len(keep) != len(rows):

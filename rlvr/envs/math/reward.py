@@ -88,9 +88,12 @@ def score_batch(
     answer_form: str = "any",
     timeout_s: float = DEFAULT_TIMEOUT_S,
     workers: int | None = 2,
+    prefill: str = "",
 ) -> list[Score]:
     """Score many responses on the shared worker pool (``workers`` processes, ``None`` = reuse
-    any); each comparison has a hard ``timeout_s`` deadline. Never raises on any response."""
+    any); each comparison has a hard ``timeout_s`` deadline. Never raises on any response.
+    ``prefill``: the text that started the assistant turn (``\\boxed{``), scored in front of
+    each response as the env scores it."""
     check_answer_form(answer_form)
     if len(responses) != len(ground_truths):
         raise ValueError(
@@ -103,7 +106,7 @@ def score_batch(
     for i, (response, gold) in enumerate(zip(responses, ground_truths)):
         gold_text = gold_to_text(gold)
         answer, reason = final_answer(
-            coerce_text(response)[:MAX_RESPONSE_CHARS], require_think=require_think
+            (prefill + coerce_text(response))[:MAX_RESPONSE_CHARS], require_think=require_think
         )
         if answer is None:
             scores[i] = _fail(reason, 0.0)
@@ -151,10 +154,11 @@ def score(
     require_think: bool = False,
     answer_form: str = "any",
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    prefill: str = "",
 ) -> Score:
-    """Reward 1/0 for one response: its last ``\\boxed{}`` verified against ``ground_truth``
-    (gold parsed first, ``verify(gold, pred)``). Never raises, never runs past ``timeout_s``
-    plus process overhead."""
+    """Reward 1/0 for one response (``prefill`` in front): its last ``\\boxed{}`` verified
+    against ``ground_truth`` (gold parsed first, ``verify(gold, pred)``). Never raises, never
+    runs past ``timeout_s`` plus process overhead."""
     return score_batch(
         [response],
         [ground_truth],
@@ -162,6 +166,7 @@ def score(
         answer_form=answer_form,
         timeout_s=timeout_s,
         workers=None,
+        prefill=str(prefill),
     )[0]
 
 
@@ -180,9 +185,15 @@ def gold_of(info: dict) -> str:
 
 def row_options(env_kwargs: dict, prompt: str | None) -> dict[str, Any]:
     """``require_think``: the env's own setting (the DSR recipe's ``</think>`` requirement);
-    ``answer_form`` only when it is not the default."""
+    ``answer_form`` only when it is not the default; ``prefill`` when the exported prompt ends
+    with the env's assistant prefill (a chat export, ``prompt=None``, is rendered by the
+    consumer without it), so that ``rlvr score`` scores a sampled row's response as the env
+    did."""
     out: dict[str, Any] = {"require_think": bool(env_kwargs.get("require_think", False))}
     form = check_answer_form(str(env_kwargs.get("answer_form", "any")))
     if form != "any":
         out["answer_form"] = form
+    prefill = str(env_kwargs.get("prefill") or "")
+    if prefill and prompt is not None and prompt.endswith(prefill):
+        out["prefill"] = prefill
     return out

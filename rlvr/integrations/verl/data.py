@@ -209,17 +209,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    rows = list(
-        verl_rows(
-            args.env,
-            args.n,
-            split=args.split,
-            seed=args.seed,
-            start=args.start,
-            env_kwargs=parse_env_args(args.env_arg),
-            model=args.model,
+    kwargs = parse_env_args(args.env_arg)
+    try:
+        rows = list(
+            verl_rows(
+                args.env,
+                args.n,
+                split=args.split,
+                seed=args.seed,
+                start=args.start,
+                env_kwargs=kwargs,
+                model=args.model,
+            )
         )
-    )
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, OSError) as e:  # what the env refuses: one line (rlvr.cli)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"--env-arg: env {args.env!r} rejected {kwargs}: {first}") from None
     path = write_parquet(rows, args.out)
     print(f"wrote {len(rows)} {args.env} tasks ({args.split}) to {path}")
     return 0
