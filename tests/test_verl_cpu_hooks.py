@@ -113,3 +113,36 @@ def test_verls_entry_point_without_verl_is_one_line():
         "environment (pip install verl==0.9.1 cachetools fastapi uvicorn; "
         "docs/integrations_verl.md)"
     ]
+
+
+def test_worker_groups_take_master_ports_below_the_ephemeral_range(tmp_path, monkeypatch):
+    """Work-around 11: verl's master port came from ``bind(("", 0))`` and was bound again
+    seconds later, so an outgoing connection of another process could take it (EADDRINUSE in
+    CI). A worker group gets its own 100 ports below the kernel's ephemeral range instead."""
+    ephemeral = tmp_path / "ip_local_port_range"
+    ephemeral.write_text("32768\t60999\n")
+    monkeypatch.setattr(cpu, "EPHEMERAL", ephemeral)
+    ranges = [cpu.master_port_range(i) for i in range(3)]
+    assert ranges == [[31768, 31868], [31868, 31968], [31968, 32068]]
+    ephemeral.write_text("not a range")
+    assert cpu.master_port_range(0) == [31768, 31868]  # Linux's default
+
+    class RayWorkerGroup:  # the signature verl 0.9.1's has (single_controller/ray/base.py)
+        def __init__(self, resource_pool=None, ray_cls_with_init=None, **kwargs):
+            self.kwargs = kwargs
+
+    module = type(sys)("rlvrhooktest_ray_base")
+    module.RayWorkerGroup = RayWorkerGroup
+    ephemeral.write_text("40000 60999")
+    cpu._ports_below_ephemeral(module)
+    cpu._ports_below_ephemeral(module)  # once only
+    low, high = module.RayWorkerGroup(resource_pool=None).kwargs["master_port_range"]
+    assert 39000 <= low < high <= 40000 and high - low == 100
+    other = module.RayWorkerGroup(resource_pool=None).kwargs["master_port_range"]
+    assert other != [low, high]  # the next group of the process: other ports
+    given = module.RayWorkerGroup(master_addr="10.0.0.1", master_port="29500").kwargs
+    assert "master_port_range" not in given  # an address given by the caller is kept
+    assert module.RayWorkerGroup(master_port_range=[5000, 5010]).kwargs["master_port_range"] == [
+        5000,
+        5010,
+    ]

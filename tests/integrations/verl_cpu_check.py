@@ -193,14 +193,21 @@ def test_two_steps_of_verls_trainer_train_with_grpo_sg(trained):
     run_dir, model, output = trained
     steps = metrics(run_dir)
     assert sorted(steps) == [1, 2] and (run_dir / "DONE").exists()
-    assert "rlvr: algo=grpo_sg path=policy_loss" in output  # rlvr's section, read by verl.main
+    # rlvr's section, read by verl.main: GRPO-SG as published is calibrated on the first batch,
+    # so it runs as rlvr's actor loss (rlvr.integrations.verl.actor)
+    assert "rlvr: algo=grpo_sg path=actor_loss" in output
     for data in steps.values():
         assert data["actor/grad_norm"] > 0  # the digit tasks' groups had reward variance
         assert 0.0 <= data["critic/score/mean"] <= 2.0  # rlvr's digits reward
         assert data["critic/score/max"] > data["critic/score/min"]
-        # rlvr's GRPO-SG policy loss ran inside verl (its weight metrics; bounds L=0.1, U=2)
-        w = [data[f"actor/rlvr_weight_{k}"] for k in ("min", "mean", "max")]
-        assert 0.1 <= w[0] <= w[1] <= w[2] <= 2.0
+        # rlvr's GRPO-SG loss ran inside verl (its weight metric; bounds L=0.1, U=2)
+        assert 0.1 <= data["actor/rlvr_weight_mean"] <= 2.0
+    # the calibration ran once, at step 1, and its values are kept for a resume
+    calibrated = {k: v for k, v in steps[1].items() if k.startswith("actor/rlvr_calibration/")}
+    assert sorted(calibrated) == [f"actor/rlvr_calibration/{k}" for k in ("alpha", "mu", "tau")]
+    assert calibrated["actor/rlvr_calibration/alpha"] > 0 < calibrated["actor/rlvr_calibration/tau"]
+    (saved,) = run_dir.rglob("rlvr_calibration.json")
+    assert set(json.loads(saved.read_text())["values"]) == {"alpha", "mu", "tau"}
     assert "no reward variance" not in output
 
 
@@ -325,6 +332,15 @@ def test_1_engine_workers_take_the_wrapped_helper():
     from verl.workers import engine_workers
 
     assert engine_workers.initialize_global_process_group_ray._rlvr_cpu
+
+
+def test_11_worker_groups_take_master_ports_below_the_ephemeral_range():
+    from verl.single_controller.ray.base import RayWorkerGroup
+
+    assert RayWorkerGroup.__init__._rlvr_cpu
+    low = int(cpu.EPHEMERAL.read_text().split()[0])
+    start, end = cpu.master_port_range(0)
+    assert end <= low and end - start == 100
 
 
 def test_5_the_reference_offload_policy_is_unpinned():

