@@ -21,10 +21,13 @@ from rlvr.repro import MODES, apply_kernel_mode
 #: name -> (module, one-line help). A new sub-command is one line here.
 COMMANDS: dict[str, tuple[str, str]] = {
     "sample": (
-        "rlvr.envs.cli",
+        "rlvr.sample_score",
         "sample tasks (prompts + ground truth) from an environment as JSONL",
     ),
-    "score": ("rlvr.envs.cli", "score responses from a JSONL file with an environment's reward"),
+    "score": (
+        "rlvr.sample_score",
+        "score responses from a JSONL file with an environment's reward",
+    ),
     "index": (
         "rlvr.envs.searchqa.cli",
         "build a FAISS search index (flat/hnsw/ivfpq) from a passage JSONL",

@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("training", ("rlvr.training",)),
     ("adapters", ("rlvr.integrations",)),
     ("reproduction", ("rlvr.reproduce",)),
-    ("commands", ("rlvr.cli", "rlvr.fetch_data", "rlvr.machine")),
+    ("commands", ("rlvr.cli", "rlvr.fetch_data", "rlvr.machine", "rlvr.sample_score")),
 ]
 #: A package's command-line entry point (``rlvr.eval.cli``: ``rlvr eval``) is a command: the top
 #: layer, whatever package it sits in.
@@ -177,7 +177,7 @@ def test_the_checks_see_imports_inside_functions_and_references():
     imports = import_graph()
     # `rlvr sample --model` reads a prompt format from inside a function; envs name their warm
     # starts by reference
-    assert "rlvr.models.prompt_formats" in imports["rlvr.envs.cli"]
+    assert "rlvr.models.prompt_formats" in imports["rlvr.sample_score"]
     assert "rlvr.envs.kk.traces" in imports["rlvr.envs"]
     assert layer_of("rlvr.eval.cli") == layer_of("rlvr.cli") > layer_of("rlvr.reproduce.runs")
     assert layer_of("rlvr.envs.kk.env") < layer_of("rlvr.agents.rollout.hf")

@@ -153,28 +153,9 @@ def test_evaluate_base_rows_from_the_shared_loop(micro):
     )
     assert [(r["group"], r["items"], r["k"]) for r in rows] == [("kk2", 2, 1), ("kk3", 2, 1)]
     assert all(r["reward"] == -3.0 and r["accuracy"] == 0.0 for r in rows)  # a random model
-    sampled = evaluate_base(
-        model,
-        tok,
-        "searchqa",
-        tiny_settings("searchqa"),
-        n=2,
-        k=2,
-        temperature=1.0,
-        max_new_tokens=12,
-        seed=1,
-    )
-    assert sampled == evaluate_base(
-        model,
-        tok,
-        "searchqa",
-        tiny_settings("searchqa"),
-        n=2,
-        k=2,
-        temperature=1.0,
-        max_new_tokens=12,
-        seed=1,
-    )
+    sampling = dict(n=2, k=2, temperature=1.0, max_new_tokens=12, seed=1)
+    sampled = evaluate_base(model, tok, "searchqa", tiny_settings("searchqa"), **sampling)
+    assert sampled == evaluate_base(model, tok, "searchqa", tiny_settings("searchqa"), **sampling)
     assert sampled[0]["items"] == 2 and "tool_calls" in sampled[0]
     with pytest.raises(ValueError, match="temperature"):
         evaluate_base(model, tok, "kk", tiny_settings("kk"), n=1, k=2)
