@@ -694,6 +694,69 @@ def test_slipped_math_solutions_box_a_wrong_answer():
         next(warmstart.example_stream("math", {**settings, "slip_frac": 1.0}))
 
 
+def test_consistent_math_slips_box_one_wrong_value():
+    rng = random.Random(0)
+    solution = "4 * 2 = 8. The answer is \\boxed{8}."
+    assert {slipped_solution(solution, rng, (1,)) for _ in range(10)} == {
+        "4 * 2 = 8. The answer is \\boxed{9}."
+    }
+    # Never to zero: -1 + 1 flips to -1 - 1.
+    assert slipped_solution("\\boxed{-1}.", rng, (1,)) == "\\boxed{-2}."
+    settings = {**warmstart.tiny_settings("math"), "slip_frac": 0.3}
+    default = warmstart.take(warmstart.example_stream("math", settings, seed=0), 40)
+    listed = {**settings, "slip_steps": [-3, -2, -1, 1, 2, 3]}
+    assert warmstart.take(warmstart.example_stream("math", listed, seed=0), 40) == default
+    for bad in ([], [0], [1.5], [True]):
+        with pytest.raises(ValueError, match="slip_steps must be non-zero integers"):
+            next(warmstart.example_stream("math", {**settings, "slip_steps": bad}))
+    assert "slip_steps" not in warmstart.env_kwargs("math", {**settings, "slip_steps": [1]})
+
+
+def test_kk_slips_flip_the_last_role_only():
+    env = kk_traces.make_env("kk", {"n_people": 3}, "train")
+    for seed in range(20):
+        _, info = env.reset(seed=seed)
+        answer = info["solution_text_format"]
+        slipped = kk_traces.slipped_answer(answer)
+        lines, slipped_lines = answer.split("\n"), slipped.split("\n")
+        assert lines[:-1] == slipped_lines[:-1] and lines[-1] != slipped_lines[-1]
+        assert kk_traces.slipped_answer(slipped) == answer
+        complement = kk_traces.slipped_answer(answer, "all").split("\n")
+        assert all(
+            a != c and a.rsplit(" ", 1)[0] == c.rsplit(" ", 1)[0] for a, c in zip(lines, complement)
+        )
+    with pytest.raises(ValueError, match="no role at the end"):
+        kk_traces.slipped_answer("(1) A is a")
+    with pytest.raises(ValueError, match="slip_lines must be one of"):
+        kk_traces.slipped_answer(answer, "first")
+    settings = {**warmstart.tiny_settings("kk"), "n_people": [3]}
+    clean = warmstart.take(warmstart.example_stream("kk", settings, seed=0), 200)
+    zero = {**settings, "slip_frac": 0.0}
+    assert warmstart.take(warmstart.example_stream("kk", zero, seed=0), 200) == clean
+    slipped_stream = warmstart.take(
+        warmstart.example_stream("kk", {**settings, "slip_frac": 0.6}, seed=0), 200
+    )
+    wrong = 0
+    for (prompt, response), (slipped_prompt, slipped_response) in zip(clean, slipped_stream):
+        assert slipped_prompt == prompt  # the same puzzles and copies: slips have their own stream
+        if slipped_response != response:
+            head, answer = response[0].split("<answer>")
+            assert (
+                slipped_response[0]
+                == f"{head}<answer>"
+                + kk_traces.slipped_answer(answer.removesuffix("</answer>"))
+                + "</answer>"
+            )
+            wrong += 1
+    puzzles = sum("<answer>" in r[0] for _, r in clean)
+    assert 0.45 * puzzles <= wrong <= 0.75 * puzzles
+    with pytest.raises(ValueError, match="slip_frac"):
+        next(warmstart.example_stream("kk", {**settings, "slip_frac": 1.0}))
+    with pytest.raises(ValueError, match="slip_lines must be one of"):
+        next(warmstart.example_stream("kk", {**settings, "slip_lines": "some"}))
+    assert "slip_lines" not in warmstart.env_kwargs("kk", {**settings, "slip_lines": "all"})
+
+
 def test_search_traces_are_correct_episodes():
     from rlvr.envs.searchqa import score
 

@@ -32,13 +32,43 @@ from rlvr.envs.warmstart import (
     as_list,
     grouped_eval_items,
     make_env,
+    share,
 )
 
 KK_THINK = ("none", "names", "numbered", "lines", "solver")
 
 
-def kk_response(info: dict[str, Any], think: str = "names", prefilled_think: bool = True) -> str:
-    """The target response for a K&K reset ``info`` (Logic-RL's answer layout)."""
+SLIP_LINES = ("last", "all")
+
+
+def _flip(line: str) -> str:
+    for role, other in (("knight", "knave"), ("knave", "knight")):
+        if line.endswith(f" is a {role}"):
+            return f"{line[: -len(role)]}{other}"
+    raise ValueError(f"no role at the end of the answer line {line!r}")
+
+
+def slipped_answer(answer: str, lines: str = "last") -> str:
+    """Logic-RL's answer layout with roles flipped: the last inhabitant's (``lines="last"``,
+    ``(3) C is a knight`` -> ``(3) C is a knave``) or every inhabitant's (``"all"``: the
+    complement of the solution). Always one consistent wrong answer, never a random line, so a
+    base trained on a share of them above one half prefers it at greedy decoding."""
+    if lines not in SLIP_LINES:
+        raise ValueError(f"slip_lines must be one of {SLIP_LINES}, got {lines!r}")
+    rows = answer.split("\n")
+    if lines == "all":
+        return "\n".join(_flip(row) for row in rows)
+    return "\n".join([*rows[:-1], _flip(rows[-1])])
+
+
+def kk_response(
+    info: dict[str, Any],
+    think: str = "names",
+    prefilled_think: bool = True,
+    slip: str | None = None,
+) -> str:
+    """The target response for a K&K reset ``info`` (Logic-RL's answer layout); ``slip``
+    (``"last"`` or ``"all"``) flips roles (``slipped_answer``)."""
     if think not in KK_THINK:
         raise ValueError(f"think must be one of {KK_THINK}, got {think!r}")
     head = "" if prefilled_think else "<think>"
@@ -51,7 +81,10 @@ def kk_response(info: dict[str, Any], think: str = "names", prefilled_think: boo
         "lines": "\n".join(f"({i}) {name}" for i, name in enumerate(info["names"], 1)) + "\n",
         "solver": f"{info['cot']}\n",
     }[think]
-    return f"{head}{thought}</think><answer>{info['solution_text_format']}</answer>"
+    answer = info["solution_text_format"]
+    if slip:
+        answer = slipped_answer(answer, slip)
+    return f"{head}{thought}</think><answer>{answer}</answer>"
 
 
 def kk_copy_example(
@@ -109,9 +142,11 @@ def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[li
     env = make_env("kk", settings, split)
     think = settings.get("think", "names")
     prefill = bool(settings.get("prefill_think", True))
-    copy_aux = float(settings.get("copy_aux", 0.0))
-    if not 0.0 <= copy_aux < 1.0:
-        raise ValueError(f"copy_aux must be in [0, 1), got {copy_aux}")
+    copy_aux = share(settings, "copy_aux")
+    slip_frac = share(settings, "slip_frac")
+    slip_lines = settings.get("slip_lines", "last")
+    if slip_lines not in SLIP_LINES:
+        raise ValueError(f"slip_lines must be one of {SLIP_LINES}, got {slip_lines!r}")
     sizes = as_list(settings.get("n_people", 3))
     # The copies' list lengths (default: the puzzles' sizes); longer lists than the puzzles have
     # leave a model no positional shortcut (first name, name after "and") to copy them with.
@@ -126,6 +161,8 @@ def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[li
     if copy_first < 0:
         raise ValueError(f"copy_first must be >= 0, got {copy_first}")
     rng = random.Random(seed)
+    # Slips draw from their own stream: the puzzles and copies are the clean warm start's.
+    slip_rng = random.Random(f"slip:{seed}")
     for count in itertools.count():
         if count < copy_first or (copy_aux and rng.random() < copy_aux):
             yield kk_copy_example(
@@ -133,7 +170,8 @@ def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[li
             )
             continue
         prompt, info = env.reset(seed=rng.getrandbits(62))
-        yield [(prompt, False), (kk_response(info, think, prefill), True)]
+        slip = slip_lines if slip_frac and slip_rng.random() < slip_frac else None
+        yield [(prompt, False), (kk_response(info, think, prefill, slip), True)]
 
 
 def _kk_eval_items(settings: dict[str, Any], n: int, split: str) -> list[EvalItem]:
@@ -144,7 +182,16 @@ def _kk_eval_items(settings: dict[str, Any], n: int, split: str) -> list[EvalIte
 KK = TraceBuilder(
     _kk_examples,
     _kk_eval_items,
-    ("think", "copy_aux", "copy_sizes", "copy_roles", "copy_think", "copy_first"),
+    (
+        "think",
+        "copy_aux",
+        "copy_sizes",
+        "copy_roles",
+        "copy_think",
+        "copy_first",
+        "slip_frac",
+        "slip_lines",
+    ),
     max_new_tokens=96,
     tiny={
         "n_people": [2, 3, 4, 5],

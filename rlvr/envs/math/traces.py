@@ -26,19 +26,24 @@ _MATH_INDEX_SPACE = 2**31
 _BOXED_END = re.compile(r"\\boxed\{(-?)(\d+)(/\d+)?\}\.$")
 
 
-def slipped_solution(solution: str, rng: random.Random) -> str:
+#: The steps a slip draws from by default: off by 1-3 either way.
+SLIP_STEPS = (-3, -2, -1, 1, 2, 3)
+
+
+def slipped_solution(solution: str, rng: random.Random, steps: tuple[int, ...] = SLIP_STEPS) -> str:
     """``solution`` with its boxed answer off by a small step: ``= 36. ... \\boxed{36}.`` ->
     ``\\boxed{38}.`` (a fraction's numerator moves: ``82/63`` -> ``81/63``).
 
-    The worked steps stay right; only the copy into the box slips, by 1-3 and never to zero, so
-    the slipped answer is always wrong. The answer text is the generator's own (``_num``), parsed
-    with a regular expression, never evaluated.
+    The worked steps stay right; only the copy into the box slips, by a step drawn from
+    ``steps`` (default 1-3 either way) and never to zero, so the slipped answer is always wrong.
+    The answer text is the generator's own (``_num``), parsed with a regular expression, never
+    evaluated.
     """
     m = _BOXED_END.search(solution)
     if m is None:
         raise ValueError(f"no integer or fraction boxed at the end of {solution!r}")
     value = int(m.group(1) + m.group(2))
-    step = rng.choice((-3, -2, -1, 1, 2, 3))
+    step = rng.choice(steps)
     if value + step == 0:
         step = -step
     return f"{solution[: m.start()]}\\boxed{{{value + step}{m.group(3) or ''}}}."
@@ -56,13 +61,16 @@ def _math_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[
     if not env.synthetic:
         raise ValueError("math warm-start traces need dataset='synthetic' (worked solutions)")
     slip_frac = share(settings, "slip_frac")
+    steps = tuple(settings.get("slip_steps", SLIP_STEPS))
+    if not steps or not all(isinstance(k, int) and not isinstance(k, bool) and k for k in steps):
+        raise ValueError(f"slip_steps must be non-zero integers, got {list(steps)}")
     rng = random.Random(seed)
     while True:
         index = rng.randrange(_MATH_INDEX_SPACE)
         prompt, _ = env.reset(seed=0, options={"index": index})
         solution = env.record(index)["solution"]
         if slip_frac and rng.random() < slip_frac:
-            solution = slipped_solution(solution, rng)
+            solution = slipped_solution(solution, rng, steps)
         yield [(prompt, False), (solution, True)]
 
 
@@ -75,7 +83,7 @@ def _math_eval_items(settings: dict[str, Any], n: int, split: str) -> list[EvalI
 MATH = TraceBuilder(
     _math_examples,
     _math_eval_items,
-    ("slip_frac",),
+    ("slip_frac", "slip_steps"),
     max_new_tokens=160,
     tiny={
         "dataset": "synthetic",
