@@ -41,6 +41,12 @@ KK_THINK = ("none", "names", "numbered", "lines", "solver")
 SLIP_LINES = ("last", "all")
 
 
+def _slip_lines(lines: str) -> str:
+    if lines not in SLIP_LINES:
+        raise ValueError(f"slip_lines must be one of {SLIP_LINES}, got {lines!r}")
+    return lines
+
+
 def _flip(line: str) -> str:
     for role, other in (("knight", "knave"), ("knave", "knight")):
         if line.endswith(f" is a {role}"):
@@ -53,10 +59,8 @@ def slipped_answer(answer: str, lines: str = "last") -> str:
     ``(3) C is a knight`` -> ``(3) C is a knave``) or every inhabitant's (``"all"``: the
     complement of the solution). Always one consistent wrong answer, never a random line, so a
     base trained on a share of them above one half prefers it at greedy decoding."""
-    if lines not in SLIP_LINES:
-        raise ValueError(f"slip_lines must be one of {SLIP_LINES}, got {lines!r}")
     rows = answer.split("\n")
-    if lines == "all":
+    if _slip_lines(lines) == "all":
         return "\n".join(_flip(row) for row in rows)
     return "\n".join([*rows[:-1], _flip(rows[-1])])
 
@@ -144,9 +148,7 @@ def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[li
     prefill = bool(settings.get("prefill_think", True))
     copy_aux = share(settings, "copy_aux")
     slip_frac = share(settings, "slip_frac")
-    slip_lines = settings.get("slip_lines", "last")
-    if slip_lines not in SLIP_LINES:
-        raise ValueError(f"slip_lines must be one of {SLIP_LINES}, got {slip_lines!r}")
+    slip_lines = _slip_lines(settings.get("slip_lines", "last"))
     sizes = as_list(settings.get("n_people", 3))
     # The copies' list lengths (default: the puzzles' sizes); longer lists than the puzzles have
     # leave a model no positional shortcut (first name, name after "and") to copy them with.
