@@ -18,11 +18,12 @@ import torch
 
 from rlvr.config import ConfigError
 from rlvr.envs import warmstart
+from rlvr.envs.kk import reward as kk_reward
 from rlvr.envs.kk import traces as kk_traces
 from rlvr.envs.kk.render import join_names
 from rlvr.envs.math.traces import slipped_solution
 from rlvr.envs.searchqa import traces as sq_traces
-from rlvr.models import accept, load_model
+from rlvr.models import accept, evaluate, load_model
 from rlvr.models.accept import DRAW_STRIDE, AcceptConfig
 from rlvr.models.build import (
     BuildConfig,
@@ -359,8 +360,9 @@ def test_an_acceptance_check_draws_again_until_a_draw_passes_and_resumes_after_a
     scores = iter([0.0, "kill", 0.5])
     calls = []
 
-    def scripted(model, tokenizer, task, settings, *, n, split):
+    def scripted(model, tokenizer, task, settings, *, n, split, read):
         assert split == "train" and settings["n_people"] == [2, 3] and n == 2
+        assert read is kk_traces.unslipped
         calls.append(next(scores))
         if calls[-1] == "kill":
             raise KeyboardInterrupt
@@ -712,7 +714,7 @@ def test_consistent_math_slips_box_one_wrong_value():
     assert "slip_steps" not in warmstart.env_kwargs("math", {**settings, "slip_steps": [1]})
 
 
-def test_kk_slips_flip_the_last_role_only():
+def test_kk_slips_are_one_consistent_wrong_answer():
     env = kk_traces.make_env("kk", {"n_people": 3}, "train")
     for seed in range(20):
         _, info = env.reset(seed=seed)
@@ -721,13 +723,22 @@ def test_kk_slips_flip_the_last_role_only():
         lines, slipped_lines = answer.split("\n"), slipped.split("\n")
         assert lines[:-1] == slipped_lines[:-1] and lines[-1] != slipped_lines[-1]
         assert kk_traces.slipped_answer(slipped) == answer
-        complement = kk_traces.slipped_answer(answer, "all").split("\n")
+        complement = kk_traces.slipped_answer(answer, "roles").split("\n")
         assert all(
             a != c and a.rsplit(" ", 1)[0] == c.rsplit(" ", 1)[0] for a, c in zip(lines, complement)
         )
+        # The name slip keeps the last line's role and names the inhabitant before it.
+        renamed = kk_traces.slipped_answer(answer, "name").split("\n")
+        assert renamed[:-1] == lines[:-1]
+        assert renamed[-1] == "(3) {} is a {}".format(info["names"][1], lines[-1].split()[-1])
+        for kind in kk_traces.SLIPS:
+            text = f"<think>x</think><answer>{kk_traces.slipped_answer(answer, kind)}</answer>"
+            assert kk_reward.score(text, answer).components["answer"] < 0, kind
     with pytest.raises(ValueError, match="no role at the end"):
         kk_traces.slipped_answer("(1) A is a")
-    with pytest.raises(ValueError, match="slip_lines must be one of"):
+    with pytest.raises(ValueError, match="a name slip needs two answer lines"):
+        kk_traces.slipped_answer("(1) A is a knight", "name")
+    with pytest.raises(ValueError, match="slip must be one of"):
         kk_traces.slipped_answer(answer, "first")
     settings = {**warmstart.tiny_settings("kk"), "n_people": [3]}
     clean = warmstart.take(warmstart.example_stream("kk", settings, seed=0), 200)
@@ -752,9 +763,32 @@ def test_kk_slips_flip_the_last_role_only():
     assert 0.45 * puzzles <= wrong <= 0.75 * puzzles
     with pytest.raises(ValueError, match="slip_frac"):
         next(warmstart.example_stream("kk", {**settings, "slip_frac": 1.0}))
-    with pytest.raises(ValueError, match="slip_lines must be one of"):
-        next(warmstart.example_stream("kk", {**settings, "slip_lines": "some"}))
-    assert "slip_lines" not in warmstart.env_kwargs("kk", {**settings, "slip_lines": "all"})
+    with pytest.raises(ValueError, match="slip must be one of"):
+        next(warmstart.example_stream("kk", {**settings, "slip": "some"}))
+    assert "slip" not in warmstart.env_kwargs("kk", {**settings, "slip": "name"})
+
+
+def test_the_acceptance_check_reads_a_name_slip_back():
+    """A base taught the name slip is checked on what it can do with the slip read back: its
+    slipped answers score as right when their roles are, and nothing else is read back."""
+    named = {**warmstart.tiny_settings("kk"), "slip_frac": 0.6, "slip": "name"}
+    for n in (2, 3, 5):
+        env = kk_traces.make_env("kk", {**named, "n_people": n}, "train")
+        for index in range(5):
+            _, info = env.reset(seed=0, options={"index": index})
+            ground_truth = kk_reward.normalize_ground_truth(info["ground_truth"])
+            clean = kk_traces.kk_response(info)
+            slipped = kk_traces.kk_response(info, slip="name")
+            assert kk_traces.unslipped(slipped, ground_truth, named) == clean
+            assert kk_traces.unslipped(clean, ground_truth, named) == clean
+            for other in ({**named, "slip": "role"}, {**named, "slip_frac": 0}):
+                assert kk_traces.unslipped(slipped, ground_truth, other) == slipped
+            read = evaluate._Read(env, kk_traces.unslipped, ground_truth, named)
+            assert read.step(slipped)[4]["correct"] and not env.step(slipped)[4]["correct"]
+            wrong = kk_traces.kk_response(info, slip="role")
+            assert kk_traces.unslipped(wrong, ground_truth, named) == wrong
+    with pytest.raises(ValueError, match="read: searchqa is multi-turn"):
+        evaluate.evaluate_base(None, None, "searchqa", {}, read=kk_traces.unslipped)
 
 
 def test_search_traces_are_correct_episodes():

@@ -64,6 +64,10 @@ class TraceBuilder:
     options: tuple[str, ...] = ()
     max_new_tokens: int = 256
     tiny: Mapping[str, Any] = field(default_factory=dict)
+    #: ``unslip(response, ground_truth, settings)``: the response with the planted slip of a
+    #: slipped warm start read back (the K&K name slip), so a base draw's acceptance check
+    #: (``rlvr.models.accept``) measures what the draw can do, not the slip it was taught.
+    unslip: Callable[[str, Any, dict[str, Any]], str] | None = None
 
 
 def tasks() -> list[str]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.envs import env_spec
+from rlvr.envs.warmstart import builder
 from rlvr.files import RecordError, read_json, write_json_atomic
 from rlvr.models.evaluate import evaluate_base
 
@@ -60,7 +61,13 @@ def check(model, tokenizer, task: str, data: dict[str, Any], accept: AcceptConfi
     if not key:
         raise ValueError(f"task {task!r} has no item groups to check a base draw on")
     rows = evaluate_base(
-        model, tokenizer, task, {**data, key: list(accept.groups)}, n=accept.items, split="train"
+        model,
+        tokenizer,
+        task,
+        {**data, key: list(accept.groups)},
+        n=accept.items,
+        split="train",
+        read=builder(task).unslip,
     )
     accuracy = {row["group"]: row["accuracy"] for row in rows}
     passed = all(accept.low <= a <= accept.high for a in accuracy.values())

@@ -16,11 +16,23 @@ from rlvr.agents.rollout.jobs import plan, play, task_runs
 from rlvr.envs import env_spec, warmstart
 
 
-def _item_envs(task: str, settings: dict[str, Any], items: list, split: str):
+class _Read:
+    """A single-turn env that scores ``read(response, ground_truth, settings)`` in place of each
+    response (``TraceBuilder.unslip``)."""
+
+    def __init__(self, env, read, ground_truth, settings: dict[str, Any]):
+        self.env, self.read, self.ground_truth, self.settings = env, read, ground_truth, settings
+
+    def step(self, response: str):
+        return self.env.step(self.read(response, self.ground_truth, self.settings))
+
+
+def _item_envs(task: str, settings: dict[str, Any], items: list, split: str, read=None):
     """``envs_for`` over ``items``: an env reset to each job's item (``warmstart.eval_items`` draws
     item ``i`` of a group with ``reset(seed=0, options={"index": i})``). Single-turn jobs of one
     item share an env, which scores any number of responses after one ``reset``; a multi-turn
-    episode needs an env of its own. Items are told apart by the env's ``group_key``."""
+    episode needs an env of its own. Items are told apart by the env's ``group_key``. ``read``:
+    what each env scores in place of a response (single-turn tasks)."""
     spec = env_spec(task)
     key = spec.group_key or None
     index: list[int] = []
@@ -38,6 +50,8 @@ def _item_envs(task: str, settings: dict[str, Any], items: list, split: str):
                 if n == 0 or spec.multi_turn:
                     env = warmstart.make_env(task, kwargs, split)
                     env.reset(seed=0, options={"index": index[j]})
+                    if read is not None:
+                        env = _Read(env, read, items[j].ground_truth, kwargs)
                 envs.append(env)
                 prompts.append(items[j].prompt)
         return envs, prompts
@@ -65,13 +79,18 @@ def evaluate_base(
     seed: int = 0,
     max_new_tokens: int | None = None,
     batch_size: int = 64,
+    read=None,
 ) -> list[dict[str, Any]]:
-    """One row per item group (K&K: per size): accuracy (avg@k), format rate, mean length."""
+    """One row per item group (K&K: per size): accuracy (avg@k), format rate, mean length.
+    ``read(response, ground_truth, settings)``: what the env scores in place of each response
+    (the acceptance check's ``TraceBuilder.unslip``; single-turn tasks only)."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     if k > 1 and temperature == 0:
         raise ValueError("k > 1 samples need temperature > 0 (greedy samples are identical)")
     spec = env_spec(task)
+    if read is not None and spec.multi_turn:
+        raise ValueError(f"read: {task} is multi-turn; only a single-turn response can be read")
     items = warmstart.eval_items(task, settings, n, split)
     budget = max_new_tokens or warmstart.builder(task).max_new_tokens
     params = SamplingParams(max_new_tokens=budget, temperature=temperature, stop=spec.stop)
@@ -84,7 +103,7 @@ def evaluate_base(
         make_backend("hf", model, tokenizer),
         tokenizer,
         jobs,
-        envs_for=_item_envs(task, settings, items, split),
+        envs_for=_item_envs(task, settings, items, split, read),
         params={mode: params},
         seed_of=lambda c: seed + c,
         max_response_tokens=budget,

@@ -38,13 +38,17 @@ from rlvr.envs.warmstart import (
 KK_THINK = ("none", "names", "numbered", "lines", "solver")
 
 
-SLIP_LINES = ("last", "all")
+#: What a slipped answer gets wrong (``data.slip``): ``role``, the last inhabitant's role
+#: flipped; ``roles``, every role flipped (the complement of the solution); ``name``, the last
+#: line names the inhabitant before it (``(3) B is a knave`` for C's line), the miscopy a base
+#: warm-started on plain copies made from 4 people on (docs/tiny_models.md, "K&K by puzzle size").
+SLIPS = ("role", "roles", "name")
 
 
-def _slip_lines(lines: str) -> str:
-    if lines not in SLIP_LINES:
-        raise ValueError(f"slip_lines must be one of {SLIP_LINES}, got {lines!r}")
-    return lines
+def _slip(kind: str) -> str:
+    if kind not in SLIPS:
+        raise ValueError(f"slip must be one of {SLIPS}, got {kind!r}")
+    return kind
 
 
 def _flip(line: str) -> str:
@@ -54,15 +58,43 @@ def _flip(line: str) -> str:
     raise ValueError(f"no role at the end of the answer line {line!r}")
 
 
-def slipped_answer(answer: str, lines: str = "last") -> str:
-    """Logic-RL's answer layout with roles flipped: the last inhabitant's (``lines="last"``,
-    ``(3) C is a knight`` -> ``(3) C is a knave``) or every inhabitant's (``"all"``: the
-    complement of the solution). Always one consistent wrong answer, never a random line, so a
+def _renamed(line: str, before: str) -> str:
+    """``line`` (``(3) C is a knave``) with the name of ``before`` (``(2) B is a knight``)."""
+    number, _, rest = line.partition(") ")
+    name = before.partition(") ")[2].rpartition(" is a ")[0]
+    if not rest or not name:
+        raise ValueError(f"not answer lines: {before!r}, {line!r}")
+    return f"{number}) {name} is a {rest.rpartition(' is a ')[2]}"
+
+
+def slipped_answer(answer: str, kind: str = "role") -> str:
+    """Logic-RL's answer layout with one consistent mistake (``SLIPS``), never a random line, so a
     base trained on a share of them above one half prefers it at greedy decoding."""
     rows = answer.split("\n")
-    if _slip_lines(lines) == "all":
+    if _slip(kind) == "roles":
         return "\n".join(_flip(row) for row in rows)
+    if kind == "name":
+        if len(rows) < 2:
+            raise ValueError("a name slip needs two answer lines or more")
+        return "\n".join([*rows[:-1], _renamed(rows[-1], rows[-2])])
     return "\n".join([*rows[:-1], _flip(rows[-1])])
+
+
+def unslipped(response: str, ground_truth: dict[str, str], settings: dict[str, Any]) -> str:
+    """``response`` with a name slip read back (``TraceBuilder.unslip``): under ``slip=name``,
+    a last answer line that names the inhabitant before the last, as the line before it does,
+    is read as the last inhabitant's. Any other response, or another slip, is left as it is."""
+    if not share(settings, "slip_frac") or _slip(settings.get("slip", "role")) != "name":
+        return response
+    names = list(ground_truth)
+    lines = response.split("\n")
+    n = len(names)
+    if n < 2 or len(lines) < 2:
+        return response
+    last, before = f"({n}) {names[-2]} is a ", f"({n - 1}) {names[-2]} is a "
+    if lines[-1].startswith(last) and before in lines[-2]:
+        lines[-1] = f"({n}) {names[-1]} is a {lines[-1][len(last) :]}"
+    return "\n".join(lines)
 
 
 def kk_response(
@@ -71,8 +103,8 @@ def kk_response(
     prefilled_think: bool = True,
     slip: str | None = None,
 ) -> str:
-    """The target response for a K&K reset ``info`` (Logic-RL's answer layout); ``slip``
-    (``"last"`` or ``"all"``) flips roles (``slipped_answer``)."""
+    """The target response for a K&K reset ``info`` (Logic-RL's answer layout); ``slip`` (one of
+    ``SLIPS``) makes its answer a near miss (``slipped_answer``)."""
     if think not in KK_THINK:
         raise ValueError(f"think must be one of {KK_THINK}, got {think!r}")
     head = "" if prefilled_think else "<think>"
@@ -148,7 +180,7 @@ def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[li
     prefill = bool(settings.get("prefill_think", True))
     copy_aux = share(settings, "copy_aux")
     slip_frac = share(settings, "slip_frac")
-    slip_lines = _slip_lines(settings.get("slip_lines", "last"))
+    slip_kind = _slip(settings.get("slip", "role"))
     sizes = as_list(settings.get("n_people", 3))
     # The copies' list lengths (default: the puzzles' sizes); longer lists than the puzzles have
     # leave a model no positional shortcut (first name, name after "and") to copy them with.
@@ -172,7 +204,7 @@ def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[li
             )
             continue
         prompt, info = env.reset(seed=rng.getrandbits(62))
-        slip = slip_lines if slip_frac and slip_rng.random() < slip_frac else None
+        slip = slip_kind if slip_frac and slip_rng.random() < slip_frac else None
         yield [(prompt, False), (kk_response(info, think, prefill, slip), True)]
 
 
@@ -192,7 +224,7 @@ KK = TraceBuilder(
         "copy_think",
         "copy_first",
         "slip_frac",
-        "slip_lines",
+        "slip",
     ),
     max_new_tokens=96,
     tiny={
@@ -202,4 +234,5 @@ KK = TraceBuilder(
         "system_prompt": "",
         "think": "names",
     },
+    unslip=unslipped,
 )
