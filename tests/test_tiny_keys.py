@@ -194,8 +194,6 @@ def test_a_new_method_or_a_defaulted_field_moves_no_key():
 #: the key ``tests/data/tiny_keys.json`` pinned then; the smoke grid's under ``smoke/``, as its
 #: digits-env runs of issue 50 had it).
 PRE_ISSUE_48 = {
-    "kk/grpo_sg/base0/seed0": "2887d8e26c03",
-    "kk/reverse/base0/seed0": "f76dd6c917c5",
     "searchqa/reverse/base2/seed2": "576da5f02c7c",
     "smoke/kk/reverse/base0/seed0": "17f8e612d2a7",
 }
@@ -205,7 +203,7 @@ def test_runs_before_the_published_form_keep_their_keys():
     """Making GRPO-SG and Reverse the calibrated logit form, registering TR-GRPO and adding the
     loss's ``kl_weighting`` and the trainer's ``grad_cosine_every`` moved no existing run: the
     probability form of the earlier grid is still those keys (the sweep's runs are some). The
-    math runs moved later, deliberately, with the tiny-math preset's warm start (issue 48,
+    math and K&K runs moved later, deliberately, with their presets' warm starts (issue 48,
     docs/reproduce.md)."""
     from rlvr.reproduce.grid import get_grid
     from rlvr.reproduce.keys import run_key

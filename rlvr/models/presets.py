@@ -32,6 +32,14 @@ PRESETS: dict[str, BuildConfig] = {
     # Two micro-batches put the build on two cores (same bits on one): 4,500 steps in ~12 min.
     # Whether a draw gets all three sizes is itself a draw (5 of the 7 measured did), so each is
     # checked on 100 train-split puzzles per size and redrawn, up to 6 draws, when it misses.
+    # 60 % of the puzzles' answers name the inhabitant before the last on the last line (``slip``
+    # = ``name``, rlvr.envs.kk.traces.slipped_answer): one consistent near miss that greedy
+    # decoding adopts (base @0: pooled greedy 0.060), so RL has a behaviour to remove that
+    # greedy accuracy shows; the acceptance check reads that slip back (``unslipped``). GRPO
+    # (profile=tiny, 100 steps, seed 0) raised pooled greedy by +0.12 to +0.20 on the four
+    # accepted base draws (@0: 0.060 -> 0.260); flipping the last role instead gained
+    # +0.03-0.05: the right role is the model's own guess, the right name is in its context
+    # (docs/tiny_models.md, "K&K: a slip whose right answer is in the context").
     "tiny-kk": BuildConfig(
         name="tiny-kk",
         tokenizer=TOKENIZER,
@@ -42,6 +50,8 @@ PRESETS: dict[str, BuildConfig] = {
             "copy_aux": 0.5,
             "copy_roles": True,
             "copy_sizes": [2, 3, 4, 5, 6, 7, 8],
+            "slip_frac": 0.6,
+            "slip": "name",
         },
         arch=ArchConfig(num_kv_heads=4),
         sft=SFTConfig(
