@@ -24,7 +24,7 @@ GOLDEN = Path(__file__).resolve().parent / "data" / "tiny_keys.json"
 DEFAULTS = Path(__file__).resolve().parent / "data" / "key_defaults.json"
 #: Draws enumerated: the profile's own plus the wider grids a reproduction may pass
 #: (``--seeds 3``), so that every run a tiny reproduction can ask for is pinned.
-DRAWS = {"tiny": (3, 3), "smoke": (1, 1)}
+DRAWS = {"tiny": (3, 5), "smoke": (1, 1)}
 
 
 def _tag(algo: str, extra: dict) -> str:

@@ -117,7 +117,7 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
         "--base-seeds",
         type=int,
         default=None,
-        help="base builds per task, each trained on with every seed (default: the grid's; tiny: 3)",
+        help="base builds per task, each trained on with every seed (default: the grid's; tiny: 5)",
     )
     parser.add_argument(
         "--smoke",
