@@ -348,10 +348,10 @@ def test_every_method_is_planned_on_every_base(tmp_path):
     from rlvr.reproduce.runs import train_config
 
     g = grid.tiny_grid()
-    assert (g.base_seeds, g.seeds) == (3, 1)
-    ctx = Context(g, tmp_path, tmp_path, [0], base_seeds=[0, 1, 2])
+    assert (g.base_seeds, g.seeds) == (5, 2)  # issue 48, item 5
+    ctx = Context(g, tmp_path, tmp_path, [0, 1], base_seeds=list(range(5)))
     plan = required_runs(ctx, ["fig2"])
     assert {algo for (_, algo, _), _ in plan} == {"grpo", "grpo_sg", "tr_grpo", "reverse"}
-    assert all(units == [(0, 0), (1, 0), (2, 0)] for _, units in plan)
+    assert all(units == [(b, s) for b in range(5) for s in (0, 1)] for _, units in plan)
     models = {train_config(g.settings["kk"], "grpo", s, base_seed=b).model for b, s in plan[0][1]}
-    assert models == {"tiny-kk", "tiny-kk@1", "tiny-kk@2"}
+    assert models == {"tiny-kk", *(f"tiny-kk@{b}" for b in range(1, 5))}
