@@ -7,7 +7,9 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import rlvr  # noqa: F401  (registers the ids)
-from rlvr.envs.kk import SHORT_SYSTEM_PROMPT, KnightsKnavesEnv
+from rlvr.envs.kk import SHORT_SYSTEM_PROMPT, KnightsKnavesEnv, compute_score
+from rlvr.envs.kk.reward import row_options
+from rlvr.envs.kk.traces import KK
 
 
 def answer_for(info) -> str:
@@ -94,6 +96,32 @@ def test_templates_prefill_and_system_prompt():
     assert env.step(f"<think> r </think><answer>{answer_for(info)}</answer>")[1] == 3.0
     bare, _ = KnightsKnavesEnv(template="none").reset(seed=1)
     assert "<|im_start|>" not in bare and bare.endswith("\n<think>")
+
+
+def test_an_answer_prefill_starts_the_turn_and_is_scored_in_front():
+    """``answer_prefill`` follows ``<think>``: a model answers at once in the rewarded layout,
+    and the response is scored with both in front (as verl's reward and ``rlvr score`` read
+    the row)."""
+    prefill = "</think><answer>(1)"
+    env = KnightsKnavesEnv(n_people=2, template="plain", answer_prefill=prefill)
+    prompt, info = env.reset(seed=1)
+    assert prompt.endswith("Assistant: <think>" + prefill)
+    assert info["prefill"] == "<think>" + prefill
+    rest = answer_for(info).removeprefix("(1)") + "</answer>"
+    assert env.step(rest)[1] == 3.0
+    env.reset(seed=1)
+    assert env.step(f"<think> r </think><answer>{answer_for(info)}</answer>")[1] < 0
+    options = row_options({"answer_prefill": prefill}, prompt)
+    assert options == {"prefilled_think": True, "answer_prefill": prefill}
+    assert compute_score("kk_logic", rest, info["ground_truth"], options)["score"] == 3.0
+    assert row_options({}, prompt) == {"prefilled_think": False}  # the prompt ends otherwise
+    with pytest.raises(ValueError, match="answer_prefill"):
+        KnightsKnavesEnv(answer_prefill=1)
+
+
+def test_warm_start_traces_refuse_an_answer_prefill():
+    with pytest.raises(ValueError, match="answer_prefill"):
+        next(KK.examples({**KK.tiny, "answer_prefill": "</think>"}, 0, "train"))
 
 
 @pytest.mark.parametrize(

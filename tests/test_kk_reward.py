@@ -198,6 +198,23 @@ def test_no_text_crashes_score(text, prefilled):
     assert s.correct == (s.reward == 3.0)
 
 
+def test_an_answer_prefill_is_scored_in_front_of_the_response():
+    """``answer_prefill``: the env's text after ``<think>`` (an answer-only layout for small
+    models)."""
+    prefill = "</think><answer>(1)"
+    rest = GOLD.removeprefix("(1)") + "</answer>"
+    assert GOLD.startswith("(1)")
+    assert score(
+        rest, {"solution_text_format": GOLD}, prefilled_think=True, answer_prefill=prefill
+    ).correct
+    missing = score(rest, {"solution_text_format": GOLD}, prefilled_think=True)
+    assert not missing.correct and missing.reward == -3.0  # no </think>: the format fails
+    out = compute_score(
+        "kk_logic", rest, {"solution_text_format": GOLD}, {"answer_prefill": prefill}
+    )
+    assert out["score"] == 3.0
+
+
 def test_verl_compute_score_counts_prefill_by_default():
     gt = {"solution_text_format": GOLD}
     out = compute_score("kk_logic", f" r </think><answer>{GOLD}</answer>", gt, None)

@@ -97,6 +97,7 @@ def test_eval_of_a_tiny_base_by_folder_prompts_it_as_the_grid_does(tmp_path, cap
         "template": "plain",
         "system_prompt": "",
         "prefill_think": True,
+        "answer_prefill": "",
         "source": f"model: {base / 'build.json'}",
     }
     assert "prompt format: template='plain'" in capsys.readouterr().out

@@ -36,7 +36,11 @@ def right_answer(env: str, row: dict) -> str:
     """A response that solves the sampled ``row`` in the form its env rewards most."""
     gt = row["ground_truth"]
     if env == "kk":  # Logic-RL's layout; the prefilled <think> is counted, not repeated
-        return f"{'' if row['prefilled_think'] else '<think>'}solved</think><answer>{gt}</answer>"
+        text = f"{'' if row['prefilled_think'] else '<think>'}solved</think><answer>{gt}</answer>"
+        prefill = row.get("answer_prefill", "")
+        if prefill:  # the env's prefill ends the prompt: the response goes on from it
+            assert text.startswith("solved" + prefill)
+        return text.removeprefix("solved" + prefill)
     if env == "math":
         answer = f"\\boxed{{{gt}}}"
         if row.get("prefill"):
@@ -53,6 +57,7 @@ def right_answer(env: str, row: dict) -> str:
 CASES = [
     ("kk", ["n_people=3"], 3.0),
     ("kk", ["n_people=2", "template=plain", "prefill_think=false"], 3.0),
+    ("kk", ["n_people=2", "template=chat", "answer_prefill=</think><answer>"], 3.0),
     ("math", ["dataset=synthetic"], 1.0),
     ("math", ["dataset=synthetic", "prefill=\\boxed{", "template=plain"], 1.0),
     ("math", ["dataset=synthetic", "require_think=true", "answer_form=number"], 1.0),

@@ -66,8 +66,8 @@ def register_all() -> None:
             min_reward=-3.0,  # format -1 + answer -2 (docs/design.md §4)
             group_key="n_people",
             record_keys=("n_people",),
-            prompt_keys=("template", "system_prompt", "prefill_think"),
-            options={"prefilled_think": bool},
+            prompt_keys=("template", "system_prompt", "prefill_think", "answer_prefill"),
+            options={"prefilled_think": bool, "answer_prefill": str},
             row_options="rlvr.envs.kk.reward:row_options",
             gold="rlvr.envs.kk.reward:gold_text",
             traces="rlvr.envs.kk.traces:KK",

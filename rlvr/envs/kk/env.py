@@ -16,7 +16,7 @@ from rlvr.envs.kk.cot import solver_cot
 from rlvr.envs.kk.data import load_dataset
 from rlvr.envs.kk.generator import DEFAULT_TEST_SIZE, SPLITS, check_params, puzzle_at
 from rlvr.envs.kk.logic import MAX_PEOPLE
-from rlvr.envs.kk.prompts import THINK_PREFILL, kk_prompt
+from rlvr.envs.kk.prompts import assistant_prefill, kk_prompt
 from rlvr.envs.kk.reward import answer_status, score
 from rlvr.envs.prompts import TEMPLATES
 
@@ -47,6 +47,7 @@ class KnightsKnavesEnv(SingleTurnEnv):
         template: str = "qwen",
         prefill_think: bool = True,
         system_prompt: str | None = None,
+        answer_prefill: str = "",
         base_seed: int = 0,
         test_size: int = DEFAULT_TEST_SIZE,
         max_prompt_chars: int = 20_000,
@@ -61,6 +62,11 @@ class KnightsKnavesEnv(SingleTurnEnv):
             raise ValueError(f"test_size must be a positive int, got {test_size!r}")
         self.depth, self.width, self.split, self.template = depth, width, split, template
         self.prefill_think, self.system_prompt = bool(prefill_think), system_prompt
+        if not isinstance(answer_prefill, str):
+            raise ValueError(f"answer_prefill must be a string, got {answer_prefill!r}")
+        #: Text after ``<think>`` that starts the assistant turn (``assistant_prefill``); the
+        #: response is scored with it in front.
+        self.answer_prefill = answer_prefill
         self.base_seed, self.test_size, self.dataset = base_seed, test_size, dataset
         if dataset is None:
             self.sizes = _sizes(n_people, DEFAULT_N_PEOPLE)
@@ -115,6 +121,7 @@ class KnightsKnavesEnv(SingleTurnEnv):
             template=self.template,
             prefill_think=self.prefill_think,
             system_prompt=self.system_prompt,
+            answer_prefill=self.answer_prefill,
         )
 
     def _sample_task(self, rng, options: dict[str, Any]):
@@ -130,7 +137,7 @@ class KnightsKnavesEnv(SingleTurnEnv):
             "names": list(task["names"]),
             "n_people": task["n_people"],
             "messages": messages,
-            "prefill": THINK_PREFILL if self.prefill_think else "",
+            "prefill": assistant_prefill(self.prefill_think, self.answer_prefill),
             "quiz": task["quiz"],
             "cot": task["cot"],
             "solution_text_format": task["solution_text_format"],
@@ -140,7 +147,12 @@ class KnightsKnavesEnv(SingleTurnEnv):
         return prompt, dict(task["ground_truth"]), info
 
     def _score(self, response: str, ground_truth: Any) -> Score:
-        return score(response, ground_truth, prefilled_think=self.prefill_think)
+        return score(
+            response,
+            ground_truth,
+            prefilled_think=self.prefill_think,
+            answer_prefill=self.answer_prefill,
+        )
 
     def step(self, action):
         obs, reward, terminated, truncated, info = super().step(action)

@@ -39,11 +39,20 @@ def kk_prompt(
     template: str = "qwen",
     prefill_think: bool = True,
     system_prompt: str | None = None,
+    answer_prefill: str = "",
 ) -> tuple[str, list[dict[str, str]]]:
-    """(prompt text, chat messages) for one quiz; ``system_prompt=None`` means Logic-RL's."""
+    """(prompt text, chat messages) for one quiz; ``system_prompt=None`` means Logic-RL's. The
+    assistant turn starts with ``assistant_prefill(prefill_think, answer_prefill)``."""
     system = LOGIC_RL_SYSTEM_PROMPT if system_prompt is None else system_prompt
     user = user_message(quiz)
     prompt = render_prompt(
-        system, user, template=template, prefill=THINK_PREFILL if prefill_think else ""
+        system, user, template=template, prefill=assistant_prefill(prefill_think, answer_prefill)
     )
     return prompt, chat_messages(system, user)
+
+
+def assistant_prefill(prefill_think: bool, answer_prefill: str = "") -> str:
+    """The text that starts the assistant turn: Logic-RL's ``<think>`` (``prefill_think``), then
+    ``answer_prefill`` (e.g. ``"</think><answer>(1)"``: a model too small to reason answers at
+    once, in the rewarded layout)."""
+    return (THINK_PREFILL if prefill_think else "") + answer_prefill

@@ -108,9 +108,12 @@ def parse_answer(answer_text: str, names: list[str]) -> tuple[dict[str, str] | N
     return out, ""
 
 
-def score(response: Any, ground_truth: Any, *, prefilled_think: bool = False) -> Score:
-    """Score one response; never raises. ``prefilled_think``: the prompt ended with ``<think>``."""
-    text = coerce_text(response)
+def score(
+    response: Any, ground_truth: Any, *, prefilled_think: bool = False, answer_prefill: str = ""
+) -> Score:
+    """Score one response; never raises. ``prefilled_think``: the prompt ended with ``<think>``,
+    then ``answer_prefill`` (the env's): both are scored in front of the response."""
+    text = coerce_text(answer_prefill) + coerce_text(response)
     processed = THINK_OPEN + text if prefilled_think else text
     format_ok, format_reason = check_format(processed)
     format_score = FORMAT_REWARD if format_ok else -FORMAT_REWARD
@@ -161,9 +164,12 @@ def compute_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None
 ) -> dict:
     """verl's reward signature. verl passes the response alone, and Logic-RL's prompts end with
-    ``<think>``, so the prefill is counted unless ``extra_info["prefilled_think"]`` is False."""
-    prefilled = bool((extra_info or {}).get("prefilled_think", True))
-    result = score(solution_str, ground_truth, prefilled_think=prefilled)
+    ``<think>``, so the prefill is counted unless ``extra_info["prefilled_think"]`` is False;
+    ``extra_info["answer_prefill"]``: the env's text after it (``row_options``)."""
+    info = extra_info or {}
+    prefilled = bool(info.get("prefilled_think", True))
+    after = str(info.get("answer_prefill") or "")
+    result = score(solution_str, ground_truth, prefilled_think=prefilled, answer_prefill=after)
     return {"score": result.reward, "acc": float(result.correct), **result.components}
 
 
@@ -180,7 +186,16 @@ def gold_text(info: Mapping[str, Any]) -> str:
     )
 
 
-def row_options(env_kwargs: Mapping[str, Any], prompt: str | None) -> dict[str, bool]:
-    """``prefilled_think``: whether the exported prompt ends with ``<think>`` (a chat export,
-    ``prompt=None``, is rendered by the consumer's chat template and never is)."""
-    return {"prefilled_think": prompt is not None and prompt.rstrip().endswith(THINK_OPEN)}
+def row_options(env_kwargs: Mapping[str, Any], prompt: str | None) -> dict[str, Any]:
+    """``prefilled_think``: whether the exported prompt ends with ``<think>``, before the env's
+    ``answer_prefill`` when it ends with that too (then ``answer_prefill`` is set, so that
+    ``rlvr score`` and verl's reward score a row's response as the env did); a chat export,
+    ``prompt=None``, is rendered by the consumer's chat template and has neither."""
+    if prompt is None:
+        return {"prefilled_think": False}
+    after = str(env_kwargs.get("answer_prefill") or "")
+    out: dict[str, Any] = {}
+    if after and prompt.endswith(after):
+        prompt = prompt[: -len(after)]
+        out["answer_prefill"] = after
+    return {"prefilled_think": prompt.rstrip().endswith(THINK_OPEN), **out}

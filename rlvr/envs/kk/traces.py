@@ -175,6 +175,10 @@ def kk_copy_example(
 
 
 def _kk_examples(settings: dict[str, Any], seed: int, split: str) -> Iterator[list[Segment]]:
+    if settings.get("answer_prefill"):
+        raise ValueError(
+            "K&K warm-start traces write the whole answer: build without answer_prefill"
+        )
     env = make_env("kk", settings, split)
     think = settings.get("think", "names")
     prefill = bool(settings.get("prefill_think", True))
