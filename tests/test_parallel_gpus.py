@@ -6,9 +6,13 @@ are real spawned processes that report the ``CUDA_VISIBLE_DEVICES`` they were gi
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from rlvr.reproduce import pool
@@ -82,3 +86,56 @@ def test_a_task_s_follow_ups_run_after_it_and_repeats_run_once(tmp_path: Path):
     }
     assert sorted(when) == ["a", "b", "c", "d"]
     assert when["a"] < when["b"] and when["a"] < when["c"]
+
+
+_ORPHAN_PROBE = """
+import os, sys, time
+from pathlib import Path
+from rlvr.reproduce import pool
+from rlvr.reproduce.common import Context
+from rlvr.reproduce.grid import tiny_grid
+sys.path.insert(0, {tests!r})
+from test_parallel_gpus import _write_pid_then_sleep
+if __name__ == "__main__":
+    out = Path({out!r})
+    ctx = Context(tiny_grid(smoke=True), out, out, [0], progress=False)
+    pool._pool_map(ctx, 1, [(_write_pid_then_sleep, (str(out / "worker.pid"),), [])], "probe")
+"""
+
+
+def _write_pid_then_sleep(path: str) -> str:
+    Path(path).write_text(str(os.getpid()))
+    time.sleep(120)
+    return "slept"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")  # a zombie is gone for our purpose
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_reproduction_takes_its_workers_along(tmp_path: Path):
+    """``kill -9`` of ``rlvr reproduce --jobs N`` left its spawned workers training on (found in
+    use: a killed regeneration's two base builds ran on for minutes); now they end with it."""
+    probe = _ORPHAN_PROBE.format(tests=str(Path(__file__).parent), out=str(tmp_path))
+    parent = subprocess.Popen([sys.executable, "-c", probe])
+    pid_file = tmp_path / "worker.pid"
+    deadline = time.monotonic() + 180  # two interpreters import torch, on a busy machine too
+    while not pid_file.exists() and parent.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pid_file.exists(), "the worker never started"
+    worker = int(pid_file.read_text())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = _alive(worker)
+    if alive:
+        os.kill(worker, signal.SIGKILL)
+    assert not alive, "the worker outlived the killed reproduction"
