@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "rlvr.device",
             "rlvr.data_paths",
             "rlvr.locks",
+            "rlvr.lifetime",
             "rlvr.blas",
             "rlvr.repro",
             "rlvr.prompt_format",

@@ -17,16 +17,14 @@ training run per GPU, never several on GPU 0. ``--jobs`` above the number of GPU
 with a message.
 
 A worker ends with the reproduction that started it: killed or stopped by a signal, the parent
-takes its workers along (``die_with_parent``), so a rerun that resumes from the cache never races
-an orphan still training into the same folders.
+takes its workers along (``rlvr.lifetime.die_with_parent``), so a rerun that resumes from the
+cache never races an orphan still training into the same folders.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
-import sys
 from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
@@ -34,6 +32,7 @@ from pathlib import Path
 
 from rlvr.device import resolve_device
 from rlvr.envs import env_spec
+from rlvr.lifetime import die_with_parent
 from rlvr.models.build import ensure_built, models_dir
 from rlvr.models.presets import parse_spec, preset_config
 from rlvr.repro import set_threads
@@ -70,24 +69,9 @@ def worker_gpus(jobs: int, gpus: list[str], uses_gpu: bool) -> tuple[int, list[s
 
 
 # -- worker entry points (top level, so the spawn context can pickle them) ----------------------
-#: ``prctl`` option: the signal this process gets when its parent ends (linux/prctl.h).
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(parent: int) -> None:
-    """Have the kernel send this process SIGTERM when ``parent`` ends (``prctl(PR_SET_PDEATHSIG)``,
-    Linux); a parent already gone by now ends it at once. ProcessPoolExecutor's workers outlive
-    a parent that is killed (SIGTERM, SIGKILL), and keep training into the run cache."""
-    if sys.platform != "linux":
-        return
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent:
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
 def _init_worker(threads: int, gpu_queue=None, parent: int | None = None) -> None:
     if parent is not None:
-        die_with_parent(parent)
+        die_with_parent(parent, signal.SIGTERM)
     if gpu_queue is not None:  # before torch initialises CUDA in this process
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu_queue.get(timeout=60)
     from transformers.utils import logging as hf_logging

@@ -16,11 +16,8 @@ import json
 import os
 import signal
 import sys
-import threading
-import time
 
-#: ``prctl`` option: the signal the kernel sends this process when its parent dies (linux/prctl.h).
-_PR_SET_PDEATHSIG = 1
+from rlvr.lifetime import die_with_parent
 
 
 def _limit_memory(megabytes: int) -> None:
@@ -35,35 +32,6 @@ def _limit_memory(megabytes: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     except (ImportError, ValueError, OSError):
         pass  # not POSIX, or the hard limit is lower: keep the default
-
-
-def _die_with_parent(parent: int) -> None:
-    """Exit when ``parent`` dies, also in the middle of a long computation.
-
-    On Linux the kernel delivers SIGKILL (``PR_SET_PDEATHSIG``): it works while sympy holds the
-    GIL in one C call for minutes, where no Python-level check could run. Elsewhere a daemon
-    thread polls the parent id. Either way, a parent that died before this point is caught by the
-    first ``getppid`` check.
-    """
-    armed = False
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
-        except (OSError, AttributeError):
-            armed = False
-    if parent and os.getppid() != parent:
-        os._exit(1)
-    if not armed and parent:
-
-        def watch() -> None:
-            while os.getppid() == parent:
-                time.sleep(0.2)
-            os._exit(1)
-
-        threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
 def _items(line: str):
@@ -82,7 +50,7 @@ def _items(line: str):
 
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and closes us
-    _die_with_parent(int(argv[1]) if len(argv) > 1 else 0)
+    die_with_parent(int(argv[1]) if len(argv) > 1 else 0)
     protocol = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)
     from rlvr.envs.math.verify import verify_answer  # heavy import before the memory cap
