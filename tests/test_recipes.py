@@ -92,11 +92,13 @@ def test_grid_models_are_their_training_profiles_models():
 
 
 def test_grid_names_and_smoke():
-    assert grid.grid_names() == ["tiny", "paper"]
+    assert grid.grid_names() == ["tiny", "paper", "smol"]
     assert grid.get_grid("tiny", smoke=True).name == "tiny"
     with pytest.raises(ConfigError, match="--smoke runs the tiny grid"):
         grid.get_grid("paper", smoke=True)
-    with pytest.raises(ConfigError, match=r"--grid: 'huge' is not one of \['tiny', 'paper'\]"):
+    with pytest.raises(
+        ConfigError, match=r"--grid: 'huge' is not one of \['tiny', 'paper', 'smol'\]"
+    ):
         grid.get_grid("huge")
 
 
@@ -131,6 +133,9 @@ settings:
         (GOOD.replace("arch: m", "arch: n"), r"x\.yaml: settings\.kk\.arch: 'n' is not in"),
         (GOOD.replace("H100-80GB", "A100"), r"x\.yaml: settings\.kk\.gpu: 'A100' is not one of"),
         ("seeds: 1\n", r"x\.yaml: settings: a grid needs a mapping"),
+        ("methods: [grpo, grpo_sg, chess]\n" + GOOD, r"x\.yaml: methods: \['chess'\] not among"),
+        ("methods: [grpo, grpo_sg]\n" + GOOD, None),
+        ("methods: [grpo, tr_grpo]\n" + GOOD, r"x\.yaml: methods: needs \['grpo_sg'\]"),
     ],
 )
 def test_grids_are_checked_strictly_in_one_line(grids, text, error):

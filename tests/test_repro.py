@@ -355,3 +355,46 @@ def test_every_method_is_planned_on_every_base(tmp_path):
     assert all(units == [(b, s) for b in range(5) for s in (0, 1)] for _, units in plan)
     models = {train_config(g.settings["kk"], "grpo", s, base_seed=b).model for b, s in plan[0][1]}
     assert models == {"tiny-kk", *(f"tiny-kk@{b}" for b in range(1, 5))}
+
+
+def test_the_held_out_curve_reads_the_periodic_evaluations():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from rlvr.reproduce.curve import curve, verdict
+
+    def run(values, every=4):
+        metrics = [{"reward/mean": 0.0} for _ in range(every * len(values))]
+        for i, v in enumerate(values):
+            metrics[every * (i + 1) - 1]["eval/greedy_accuracy"] = v
+        return SimpleNamespace(metrics=metrics)
+
+    steps, values = curve([run([0.1, 0.3, 0.40]), run([0.2, 0.3, 0.42])], "eval/greedy_accuracy")
+    assert steps.tolist() == [4, 8, 12] and values.shape == (2, 3)
+    word, change = verdict(steps, values)
+    assert word == "still rising" and np.isclose(change, 0.11)
+    # a change inside half the runs' range at the last point is flat
+    steps, values = curve([run([0.1, 0.30, 0.32]), run([0.2, 0.4, 0.48])], "eval/greedy_accuracy")
+    assert verdict(steps, values)[0] == "flat"
+    assert verdict(*curve([run([0.5]), run([0.4])], "eval/greedy_accuracy"))[0].startswith("one")
+    # only the steps every run evaluated (a run cut short has fewer points)
+    steps, values = curve([run([0.1, 0.2]), run([0.1])], "eval/greedy_accuracy")
+    assert steps.tolist() == [4] and values.tolist() == [[0.1], [0.1]]
+    assert curve([run([])], "eval/greedy_accuracy")[0].size == 0
+
+
+def test_the_smol_grid_trains_its_three_methods_on_two_tasks(tmp_path):
+    from rlvr.reproduce import grid
+    from rlvr.reproduce.common import Context
+    from rlvr.reproduce.figures import plan_for
+
+    g = grid.get_grid("smol")
+    assert g.methods == ["grpo", "grpo_sg", "tr_grpo"] and not g.sft_reference
+    assert grid.validate(g) == 6  # 2 settings x 3 methods
+    plan = plan_for(Context(g, tmp_path, tmp_path, [0, 1, 2]), ["all"])
+    arms = {(r.setting, r.algo, tuple(r.extra)) for r in plan.runs.values()}
+    assert arms == {(s, m, ()) for s in ("kk", "math") for m in g.methods}
+    assert len(plan.runs) == 18 and not plan.references["sft"]
+    for s in g.settings.values():  # at least 200 held-out items, and the test split holds them
+        assert s.n_items >= 200 and s.model == "smollm2-135m-instruct"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -42,6 +43,7 @@ def test_run_cache_reuses_and_resumes(tmp_path, monkeypatch):
 
 
 EXPECTED = {
+    "curve": (".md",),
     "fig1": (".png", ".csv"),
     "fig2": (".png", ".csv", ".md"),
     "fig3": (".png", ".csv", "_variability.csv"),
@@ -96,6 +98,27 @@ def test_reproduce_all_smoke(tmp_path):
     index = (out / "runs.csv").read_text().splitlines()
     assert len(index) == 1 + len(trained)
     assert {p.stem for p in (out / "runs").glob("*.yaml")} == trained  # stale configs removed
+    # The smoke profile evaluates only at the end: the curve figure says there is no curve.
+    assert "No held-out curve" in (out / "curve.md").read_text()
+
+    # A grid that trains fewer methods (the smol grid: GRPO, GRPO-SG, TR-GRPO) shows only
+    # those, and decides only the claims between two of them; from the same cache, so nothing
+    # is trained again.
+    from rlvr.reproduce.figures import FIGURES, plan_for
+
+    few = dataclasses.replace(g, methods=["grpo", "grpo_sg"])
+    ctx = Context(few, tmp_path / "few", out / ".cache", [0], smoke=True)
+    names = ("table_kk", "fig2", "mechanism", "table_math")
+    ctx.plan = plan_for(ctx, names)
+    metas = {n: FIGURES[n].run(ctx) for n in names}
+    assert {p.name for p in (out / ".cache" / "runs").iterdir()} == trained
+    kk = (tmp_path / "few" / "table_kk.md").read_text()
+    rows = {line.split("|")[1].strip() for line in kk.splitlines() if line.startswith("| ")}
+    assert {"GRPO", "GRPO-SG"} <= rows and not rows & {"Lopti", "AR", "TR-GRPO", "Reverse"}
+    claims = [c["claim"] for m in metas.values() for c in m["claims"]]
+    assert "GRPO-SG beats GRPO" in claims
+    assert not [c for c in claims if "TR-GRPO" in c or "Reverse" in c]
+    assert "| GRPO-SG | alpha " in (tmp_path / "few" / "mechanism.md").read_text()
 
 
 @pytest.mark.slow

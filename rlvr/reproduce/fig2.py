@@ -36,16 +36,16 @@ RL_METHODS = ("grpo", "grpo_sg", "tr_grpo", "reverse")
 def needs(ctx: Context) -> list[Need]:
     """The base, continued SFT (when the grid has it) and the RL methods on K&K."""
     refs = ("base", "sft") if ctx.grid.sft_reference else ("base",)
-    return [Need.of("kk", m) for m in (*refs, *RL_METHODS)]
+    return [Need.of("kk", m) for m in (*refs, *ctx.grid.arms(RL_METHODS))]
 
 
 def collect(ctx: Context, out: Output) -> dict[str, list]:
     """Evaluations per method (``base``, ``sft``, then the RL methods), one per seed."""
     evs = {"base": base_evals(ctx, out, "kk")}
-    runs = {m: runs_for(ctx, out, "kk", m) for m in RL_METHODS}
+    runs = {m: runs_for(ctx, out, "kk", m) for m in ctx.grid.arms(RL_METHODS)}
     if ctx.grid.sft_reference:
         evs["sft"] = sft_evals(ctx, out, "kk", runs["grpo"])
-    for m in RL_METHODS:
+    for m in runs:
         evs[m] = evals_for(ctx, out, "kk", runs[m])
     return evs
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from rlvr import registries
 from rlvr.reproduce import (
+    curve,
     fig1,
     fig2,
     fig3,
@@ -56,7 +57,7 @@ def register_figure(figure: Figure) -> Figure:
     return registries.add(FIGURES, figure.name, figure, "figure")
 
 
-for _module in (table_kk, fig2, fig1, fig3, fig4, mechanism, table_math, table_qa, sweep):
+for _module in (table_kk, fig2, curve, fig1, fig3, fig4, mechanism, table_math, table_qa, sweep):
     register_figure(Figure.of(_module))
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,17 @@ class Grid:
     #: gained at least this much over the base, its interval above 0; elsewhere the claim is
     #: "not testable at this scale" (issue 48: RL must move what the methods are compared on).
     min_grpo_gain: float = 0.05
+    #: The RL methods the grid trains (algorithm names; GRPO and GRPO-SG always among them);
+    #: empty: every method a figure or table names. A figure shows the ones it names that the
+    #: grid trains, and decides only the claims between two of them.
+    methods: list[str] = field(default_factory=list)
+
+    def arms(self, methods: Iterable[str]) -> tuple[str, ...]:
+        """``methods`` that the grid trains, in their order; the references ``base`` and
+        ``sft`` are kept (the figure decides whether it has them)."""
+        return tuple(
+            m for m in methods if not self.methods or m in self.methods or m in ("base", "sft")
+        )
 
 
 # -- the grids -----------------------------------------------------------------------------------
@@ -170,6 +182,7 @@ def load_grid(stem: str, name: str | None = None) -> Grid:
         grid = merge(Grid(name or stem, {}), data)
         for key, raw in raw_settings.items():
             grid.settings[str(key)] = _setting(str(key), raw, archs)
+        _check_methods(grid)
         grid.ablations = {str(k): _ablation(str(k), v, grid) for k, v in grid.ablations.items()}
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
@@ -199,16 +212,27 @@ def _setting(key: str, raw: Any, archs: dict[str, Any]) -> Setting:
     return merge(base, values, prefix=prefix)
 
 
+def _check_methods(grid: Grid) -> None:
+    unknown = [m for m in grid.methods if m not in algorithm_names()]
+    if unknown:
+        raise ConfigError(f"methods: {unknown} not among {algorithm_names()}")
+    missing = [m for m in ("grpo", "grpo_sg") if grid.methods and m not in grid.methods]
+    if missing:
+        raise ConfigError(f"methods: needs {missing} (the figures compare GRPO-SG with GRPO)")
+
+
 def _ablation(name: str, raw: Any, grid: Grid) -> Ablation:
     prefix = f"ablations.{name}."
     if not isinstance(raw, dict) or not isinstance(raw.get("algo"), str):
         raise ConfigError(f"ablations.{name}: a mapping with algo, label, train, claim, a, b")
     ab = merge(Ablation(raw["algo"], str(raw.get("label", name))), raw, prefix=prefix)
-    if ab.algo not in algorithm_names():
-        raise ConfigError(f"{prefix}algo: {ab.algo!r} is not one of {algorithm_names()}")
+    if ab.algo not in (grid.methods or algorithm_names()):
+        raise ConfigError(
+            f"{prefix}algo: {ab.algo!r} is not one of {grid.methods or algorithm_names()}"
+        )
     if ab.setting not in grid.settings:
         raise ConfigError(f"{prefix}setting: {ab.setting!r} is not a setting of the grid")
-    arms = {*algorithm_names(), *(grid.ablations or {})}
+    arms = {*grid.arms(algorithm_names()), *(grid.ablations or {})}
     for side in ("a", "b"):
         if ab.claim and getattr(ab, side) not in arms:
             raise ConfigError(f"{prefix}{side}: {getattr(ab, side)!r} names no method or ablation")
@@ -282,11 +306,11 @@ def setting_overrides(
 
 
 def validate(grid: Grid, algos: tuple[str, ...] | None = None) -> int:
-    """Load every training config of ``grid`` (every registered algorithm by default) through
+    """Load every training config of ``grid`` (the methods it trains by default) through
     the trainer's typed config (errors name the bad key); returns how many were checked."""
     count = 0
     for key, s in grid.settings.items():
-        for algo in algos or algorithm_names():
+        for algo in algos or grid.arms(algorithm_names()):
             try:
                 load_train_config(nest(setting_overrides(s, algo, 0, {"out": "validate"})))
             except ConfigError as e:

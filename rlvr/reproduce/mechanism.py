@@ -46,7 +46,7 @@ KEYS = (*QUANTILES, *SHARES, KEPT, *PROBE)
 
 def needs(ctx: Context) -> list[Need]:
     """The training metrics (no evaluation) of the weighted methods in each setting."""
-    return [Need.of(s, m, evaluate=False) for s in settings(ctx) for m in METHODS]
+    return [Need.of(s, m, evaluate=False) for s in settings(ctx) for m in ctx.grid.arms(METHODS)]
 
 
 def _mean_curve(runs: list[dict[str, np.ndarray]], key: str) -> np.ndarray:
@@ -72,7 +72,7 @@ def collect(ctx: Context, out: Output):
     data = {}
     for s in settings(ctx):
         data[s] = {}
-        for m in METHODS:
+        for m in ctx.grid.arms(METHODS):
             runs = runs_for(ctx, out, s, m)
             curves = [{k: series(r, k) for k in KEYS} for r in runs]
             data[s][m] = (curves, [read_calibration(r.path) or {} for r in runs])

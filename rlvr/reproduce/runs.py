@@ -281,10 +281,16 @@ def ensure_eval(ecfg: EvalConfig, cache: Path, *, say=print, progress: bool = Tr
 def base_weights(model: str) -> dict[str, str]:
     """``{"build": <build dir name>, "weights_sha256": ...}`` of a preset base (the hash empty
     when it is not built here: nothing is built to record it), with the seed of the draw kept
-    and those rejected when its acceptance check drew again; ``{}`` for other models."""
+    and those rejected when its acceptance check drew again; for a pretrained model
+    (``rlvr.models.pretrained``) its converted folder and weights; ``{}`` for other models."""
     from rlvr.models.build import models_dir
     from rlvr.models.presets import parse_spec
+    from rlvr.models.pretrained import PRETRAINED, pretrained_dir
 
+    if model in PRETRAINED:
+        folder = pretrained_dir(model, progress=False)
+        record = read_json_object(folder / "build.json")
+        return {"build": folder.name, "weights_sha256": record["weights_sha256"]}
     if parse_spec(model) is None:
         return {}
     base_dir = models_dir() / preset_build_key(model)

@@ -48,7 +48,7 @@ def needs(ctx: Context) -> list[Need]:
     """The base, the methods and the ablations on every K&K setting."""
     out = []
     for key in kk_settings(ctx):
-        out += [Need.of(key, m) for m in ("base", *KK_METHODS)]
+        out += [Need.of(key, m) for m in ("base", *ctx.grid.arms(KK_METHODS))]
         out += [Need.of(key, ab.algo, ab.train) for ab in ablations(ctx, key).values()]
     return out
 
@@ -87,7 +87,9 @@ def _setting_table(ctx: Context, out: Output, key: str, csv_rows: list) -> tuple
     """The greedy and avg@k tables of one K&K setting as markdown lines (rows added to
     ``csv_rows``), and its evaluations per method."""
     setting = ctx.grid.settings[key]
-    evs = {m: evals_for(ctx, out, key, runs_for(ctx, out, key, m)) for m in KK_METHODS}
+    evs = {
+        m: evals_for(ctx, out, key, runs_for(ctx, out, key, m)) for m in ctx.grid.arms(KK_METHODS)
+    }
     labels = dict(METHOD_LABELS)
     for name, ab in ablations(ctx, key).items():
         runs = runs_for(ctx, out, key, ab.algo, ab.train, tag=name)
@@ -158,6 +160,8 @@ def _claims(ctx: Context, out: Output, evs: dict, where: str, key: str):
     labels = {**METHOD_LABELS, **{n: ab.label for n, ab in ablations(ctx, key).items()}}
     for mode, group in (("greedy", claims), ("sample", sampled)):
         for name, claim, a, b, kw in group:
+            if a not in evs or b not in evs:  # a method the grid does not train
+                continue
             label = f"{labels[a]} - {labels[b]}"
             d = compare(
                 out, claim, where, evs[a], evs[b], label=label, mode=mode, **kw, endpoint=endpoint

@@ -41,13 +41,13 @@ def needs(ctx: Context, setting_key: str) -> list[Need]:
     if setting_key not in ctx.grid.settings:
         return []
     sft = ("sft",) if has_sft_row(ctx, setting_key) else ()
-    return [Need.of(setting_key, m) for m in (*METHODS, *sft)]
+    return [Need.of(setting_key, m) for m in (*ctx.grid.arms(METHODS), *sft)]
 
 
 def column_evals(ctx: Context, out: Output, setting_key: str):
     """``column -> method -> [evaluation per seed]`` and the summary group of each column."""
     setting = ctx.grid.settings[setting_key]
-    runs = {m: runs_for(ctx, out, setting_key, m) for m in METHODS if m != "base"}
+    runs = {m: runs_for(ctx, out, setting_key, m) for m in ctx.grid.arms(METHODS) if m != "base"}
     if setting.eval_sets:
         cols = {}
         for name, kwargs in setting.eval_sets.items():
@@ -114,8 +114,8 @@ def build(
             "",
         ]
     # One paired comparison over every item of every column, where GRPO moved them.
-    tagged = {m: _tagged([ev for evs in _distinct(cols, m) for ev in evs]) for m in METHODS}
-    for method in ("grpo_sg", "tr_grpo"):
+    tagged = {m: _tagged([ev for evs in _distinct(cols, m) for ev in evs]) for m in first}
+    for method in ctx.grid.arms(("grpo_sg", "tr_grpo")):
         label = METHOD_LABELS[method]
         compare(
             out,
