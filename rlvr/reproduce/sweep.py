@@ -33,7 +33,10 @@ def sweep_seeds(ctx: Context) -> list[int]:
 
 
 def needs(ctx: Context) -> list[Need]:
-    """GRPO-SG on K&K at its defaults and at every sweep point, on the sweep's seeds."""
+    """GRPO-SG on K&K at its defaults and at every sweep point, on the sweep's seeds (nothing
+    for a grid without a sweep)."""
+    if not ctx.grid.sweep:
+        return []
     units = tuple((b, s) for b in ctx.base_seeds for s in sweep_seeds(ctx))
     points = [{}] + [
         {f"weights.{param}": float(v)} for param, values in ctx.grid.sweep.items() for v in values
@@ -55,6 +58,9 @@ def defaults(ctx: Context) -> dict[str, float]:
 
 def run(ctx: Context) -> dict:
     out = Output(ctx, NAME)
+    if not ctx.grid.sweep:
+        out.write_md(f"No sensitivity sweep in the {ctx.grid.name} grid (`sweep` is empty).")
+        return out.finish()
     base = defaults(ctx)
     seeds = sweep_seeds(ctx)
     point_ctx = dataclasses.replace(ctx, seeds=seeds)
