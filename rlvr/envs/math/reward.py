@@ -10,7 +10,7 @@ only the math-verify comparison goes to the worker pool, which enforces the dead
 (``extract.written_value``: ``-14``, or ``21 - 35 = -14``), and verifies that number alone:
 math-verify compares values, so ``\\boxed{21 - 35}`` verifies against ``-14``, and a policy
 asked to compute an expression can earn the reward by restating it (measured on SmolLM2-135M:
-results/smollm2/README.md). The default ``"any"`` is the paper's reward.
+results/smollm2/history/README.md). The default ``"any"`` is the paper's reward.
 
 Components: ``answer`` (1/0, equals the reward) and ``format`` (1 when a final boxed answer was
 found where the rules want it, else 0). Reasons: "" (correct), ``wrong``, ``empty``,

@@ -1,6 +1,6 @@
 """The SmolLM2 evaluation table from the folders ``eval.sh`` wrote (no model is run here).
 
-    python results/smollm2/summarize.py [results/smollm2/eval]
+    python results/smollm2/history/summarize.py [results/smollm2/history/eval]
 
 Writes ``eval.md`` and ``eval.json`` beside the folder: per set the greedy accuracy with its
 Wilson 95% interval (Wilson 1927; it stays informative at 0 or 1 correct out of 20, where a

@@ -1,6 +1,6 @@
 """Curves of the SmolLM2 RL runs (``profile=smol env=math``) from their ``metrics.jsonl``.
 
-    python results/smollm2/plot.py RUNS_DIR [BASE_EVAL_DIR] [NAME] [TITLE]
+    python results/smollm2/history/plot.py RUNS_DIR [BASE_EVAL_DIR] [NAME] [TITLE]
 
 ``RUNS_DIR`` holds one folder per algorithm (``grpo``, ``grpo_sg``) as ``rlvr train`` wrote
 them; ``BASE_EVAL_DIR`` is the ``rlvr eval`` of the base on the same held-out tasks

@@ -3,13 +3,13 @@
 # de-quantized to float32) on five task families, greedy, its own chat template (env_kwargs.template=chat)
 # and EOS, the default (reproducible) kernel mode, one thread. Sized for a 2-core CPU shared with
 # other work: the first N items of each set (the sets' own order), not the full sets.
-#   RLVR_SHARED_DATA=../shared/data bash results/smollm2/eval.sh [OUT] [SET ...]
-#   (default OUT results/smollm2/eval; sets gsm8k math500 kk searchqa synthetic1
+#   RLVR_SHARED_DATA=../shared/data bash results/smollm2/history/eval.sh [OUT] [SET ...]
+#   (default OUT results/smollm2/history/eval; sets gsm8k math500 kk searchqa synthetic1
 #   synthetic1_prefill; synthetic1_value on request)
-#   MODEL=runs/smol/grpo/final bash results/smollm2/eval.sh OUT synthetic1_prefill   (a checkpoint)
-# then `python results/smollm2/summarize.py OUT` writes OUT/../eval.md.
+#   MODEL=runs/smol/grpo/final bash results/smollm2/history/eval.sh OUT synthetic1_prefill   (a checkpoint)
+# then `python results/smollm2/history/summarize.py OUT` writes OUT/../eval.md.
 set -euo pipefail
-OUT="${1:-results/smollm2/eval}"
+OUT="${1:-results/smollm2/history/eval}"
 shift || true
 SETS=("${@:-gsm8k math500 kk searchqa synthetic1 synthetic1_prefill}")
 export HF_HUB_OFFLINE=1
