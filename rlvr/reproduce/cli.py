@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 #: What ``--help`` lists without importing the figure registry (``rlvr.reproduce.figures``, which
 #: loads what draws them); ``tests/test_progress.py`` keeps both equal to the registry's.
-FIGURE_HELP = "fig1, fig2, fig3, fig4, mechanism, table_kk, table_math, table_qa, sweep"
+FIGURE_HELP = "fig1, fig2, curve, fig3, fig4, mechanism, table_kk, table_math, table_qa, sweep"
 TARGET_HELP = 0.03  # rlvr.reproduce.precision.TARGET
 
 
