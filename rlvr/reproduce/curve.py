@@ -44,8 +44,8 @@ def points(run, key: str) -> tuple[np.ndarray, np.ndarray]:
 
 def curve(runs, key: str) -> tuple[np.ndarray, np.ndarray]:
     """``(steps, [run x step] values)`` over the evaluation steps every run logged."""
-    per_run = [dict(zip(*map(np.ndarray.tolist, points(r, key)))) for r in runs]
-    common = sorted(set.intersection(*(set(p) for p in per_run))) if per_run else []
+    per_run = [dict(zip(*(a.tolist() for a in points(r, key)))) for r in runs]
+    common = sorted(set.intersection(*map(set, per_run))) if per_run else []
     return np.array(common, dtype=int), np.array([[p[s] for s in common] for p in per_run])
 
 
@@ -64,12 +64,19 @@ def verdict(steps: np.ndarray, values: np.ndarray) -> tuple[str, float]:
 
 def run(ctx: Context) -> dict:
     out = Output(ctx, NAME)
-    data = {s: {m: runs_for(ctx, out, s, m) for m in ctx.grid.arms(METHODS)} for s in settings(ctx)}
+    # setting -> method -> metric key -> (steps, [run x step] values), read once
+    data = {
+        s: {
+            m: {key: curve(runs, key) for key, _ in METRICS}
+            for m, runs in ((m, runs_for(ctx, out, s, m)) for m in ctx.grid.arms(METHODS))
+        }
+        for s in settings(ctx)
+    }
     rows, table = [], []
     for s, by_method in data.items():
-        for m, runs in by_method.items():
+        for m, curves in by_method.items():
             for key, label in METRICS:
-                steps, values = curve(runs, key)
+                steps, values = curves[key]
                 for i, step in enumerate(steps.tolist()):
                     rows += [
                         {
@@ -92,7 +99,7 @@ def run(ctx: Context) -> dict:
                             f"{int(steps[-1])}",
                             f"{change:+.3f}" if np.isfinite(change) else "n/a",
                             word,
-                            len(runs),
+                            values.shape[0],
                         ]
                     )
     if not rows:
@@ -136,8 +143,8 @@ def _plot(ctx: Context, data, out: Output) -> None:
     for j, (s, by_method) in enumerate(data.items()):
         for i, (key, label) in enumerate(METRICS):
             ax = axes[i][j]
-            for m, runs in by_method.items():
-                steps, values = curve(runs, key)
+            for m, curves in by_method.items():
+                steps, values = curves[key]
                 if not steps.size:
                     continue
                 color = METHOD_COLORS[m]

