@@ -422,8 +422,63 @@ def test_the_report_opens_with_its_bottom_line_and_is_rewritten_from_its_files(t
     again = (folder / "REPORT.md").read_text()
     assert others() == before
     assert again.splitlines()[:8] == head[:8]
-    assert "the 2 training runs took 1.5 h of compute" in again and "this invocation" not in again
+    assert "training 1.5 h (2 runs)" in again and "this invocation" not in again
     assert "nothing rerun" in again and str(tmp_path) not in again
+
+
+def test_cost_lists_every_piece_of_compute_the_folder_used(tmp_path, monkeypatch):
+    """cost.csv has a row for each training run's rollouts and updates and its held-out curve,
+    each evaluation, continued-SFT reference and base build the metas name, with the seconds
+    of its own record; REPORT.md's line sums them by kind, and ``--report`` reads them back
+    (issue 49, item 4: the CPU hours)."""
+    import csv
+
+    from rlvr.files import write_json_atomic as write_json
+    from rlvr.reproduce import cost
+
+    def write_json_atomic(path, record):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, record)
+
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path / "home"))
+    cache = tmp_path / "cache"
+    write_json_atomic(cache / "evals" / "e1" / "summary.json", {"summary": {}, "seconds": 1800.0})
+    write_json_atomic(cache / "evals" / "e2" / "summary.json", {"summary": {}, "seconds": 900.0})
+    write_json_atomic(cache / "evals" / "e3" / "summary.json", {"summary": {}})  # no seconds
+    write_json_atomic(cache / "sft" / "s1" / "sft.json", {"seconds": 360.0})
+    build = tmp_path / "home" / "models" / "tiny-kk-abc"
+    write_json_atomic(build / "build.json", {"seconds": 5400.0, "torch_threads": 1})
+    metas = {
+        "table_kk": {
+            "train_runs": {"kk/grpo/seed0": "r1"},
+            "evaluations": {"r1": "e1", "base": "e2", "sft": "e3"},
+            "run_records": {"kk/grpo/seed0": {"key": "r1"}, "kk/sft/seed0": {"key": "s1"}},
+            "bases": {"tiny-kk": {"build": "tiny-kk-abc"}, "other": {}},
+        },
+        "fig2": {"train_runs": {"kk/grpo/seed0": "r1"}, "evaluations": {"r1": "e1"}},
+    }
+    runs = [{"config_hash": "r1", "compute_seconds": "7200", "machine": "AMD, x, 1 thread(s)"}]
+    rows = cost.cost_rows(cache, metas, runs, {"r1": 720.0})
+    assert [(r["kind"], r["key"], r["seconds"]) for r in rows] == [
+        ("training", "r1", 7200.0),
+        ("held-out curve", "r1", 720.0),
+        ("evaluation", "e1", 1800.0),
+        ("evaluation", "e2", 900.0),
+        ("continued SFT", "s1", 360.0),
+        ("base build", "tiny-kk-abc", 5400.0),
+    ]
+    assert {r["threads"] for r in rows if r["kind"] in ("training", "base build")} == {"1"}
+    cost.write_cost(tmp_path, rows)
+    back = cost.read_cost(tmp_path, [])
+    assert [r["key"] for r in back] == [r["key"] for r in rows]
+    line = cost.cost_line(back, None)
+    assert line.startswith("- cost: 4.6 process-hours in all (cost.csv): training 2.0 h (1 run)")
+    assert "held-out curve 0.2 h (1 run), evaluation 0.8 h (2 evaluations)" in line
+    assert "continued SFT 0.1 h (1 reference), base build 1.5 h (1 base)" in line
+    assert "not in the files" in line
+    assert "this invocation 2.0 min" in cost.cost_line(back, 120.0)
+    with open(tmp_path / "cost.csv") as f:
+        assert next(csv.reader(f)) == cost.COLUMNS
 
 
 def test_a_new_figure_is_one_registration(tmp_path, capsys):

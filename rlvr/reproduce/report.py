@@ -2,12 +2,12 @@
 versions, compute time, and each of the paper's claims with the verdict the statistics gave. It
 opens with its bottom line: the main claim's intervals and the count of each verdict.
 
-Built only from the files the scripts wrote (``<name>.meta.json``, ``.md``, ``.png``, and
-``runs.csv``), so it can be regenerated at any time without rerunning anything (``rlvr reproduce
---report DIR``). It names no path of the machine that made it. Verdicts come from the scripts'
-paired differences; nothing here decides a claim. A hand-written ``CHANGES.md`` in the folder
-(why verdicts moved against the previous results; ``rlvr reproduce --compare`` lists which) is
-included as its own section.
+Built only from the files the scripts wrote (``<name>.meta.json``, ``.md``, ``.png``,
+``runs.csv`` and ``cost.csv``), so it can be regenerated at any time without rerunning anything
+(``rlvr reproduce --report DIR``). It names no path of the machine that made it. Verdicts come
+from the scripts' paired differences; nothing here decides a claim. A hand-written
+``CHANGES.md`` in the folder (why verdicts moved against the previous results; ``rlvr reproduce
+--compare`` lists which) is included as its own section.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from rlvr.files import atomic_write, read_text, write_text_atomic
 from rlvr.prompt_format import describe
 from rlvr.reproduce import paper_numbers
 from rlvr.reproduce.common import Context, markdown_table
+from rlvr.reproduce.cost import cost_line, cost_rows, read_cost, write_cost
 from rlvr.reproduce.figures import FIGURES, report_order
 from rlvr.reproduce.precision import CLAIMS_HEADER, claims_rows, restate
 from rlvr.reproduce.records import load_meta
@@ -106,23 +107,7 @@ def bottom_line(claims: list[dict]) -> list[str]:
     return ["## Bottom line", "", text + " (the claims table below).", ""]
 
 
-def time_line(runs: list[dict], wall_s: float | None) -> str:
-    """What the training cost, as the files know it: the runs' own compute (``runs.csv``) and,
-    for a live invocation, its wall time (which a resumed or cached invocation makes small)."""
-    compute = sum(float(r.get("compute_seconds") or 0) for r in runs) / 3600
-    text = (
-        f"- time: the {len(runs)} training runs took {compute:.1f} h of compute (rollout + update, "
-    )
-    text += "one process each: runs.csv; base builds and evaluations not included)"
-    if wall_s is None:
-        return text + "; the wall time of the invocations that made them is not in the files"
-    return text + (
-        f"; this invocation {wall_s / 60:.1f} min of wall time (runs it found in the run cache "
-        "cost it nothing)"
-    )
-
-
-def header_lines(metas: dict[str, dict], runs: list[dict], generated: str, wall_s) -> list[str]:
+def header_lines(metas: dict[str, dict], cost: list[dict], generated: str, wall_s) -> list[str]:
     """Where the numbers come from, read from the metas: command, draws, time, versions,
     machine, engine (no path of the machine that made them)."""
     first = next(iter(metas.values()), {})
@@ -135,7 +120,7 @@ def header_lines(metas: dict[str, dict], runs: list[dict], generated: str, wall_
         f"- command: `{first.get('command', '')}`",
         f"- draws: {draws} (each method is trained once per base seed x RL seed)",
         f"- generated: {generated}",
-        time_line(runs, wall_s),
+        cost_line(cost, wall_s),
         "- versions: " + ", ".join(f"{k} {v}" for k, v in first.get("versions", {}).items()),
     ]
     if first.get("machine"):
@@ -163,15 +148,17 @@ def write_report(ctx: Context) -> Path:
     """REPORT.md of ``ctx.out`` after an invocation (its wall time is ``ctx.started``'s, the
     ``--jobs`` prefetch included); ``runs.csv`` and ``runs/`` are written from the run cache."""
     metas = read_metas(ctx.out)
-    runs = write_run_index(ctx, metas)
+    runs, curve_seconds = write_run_index(ctx, metas)
+    cost = cost_rows(ctx.cache, metas, runs, curve_seconds)
+    write_cost(ctx.out, cost)
     generated = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    return _write(ctx.out, metas, runs, generated, time.perf_counter() - ctx.started)
+    return _write(ctx.out, metas, runs, cost, generated, time.perf_counter() - ctx.started)
 
 
 def rewrite_report(out: Path) -> Path:
     """REPORT.md of a finished results folder again from its files alone (``<name>.meta.json``,
-    ``.md``, ``.png``, ``runs.csv``, ``CHANGES.md``): nothing is rerun and no other file is
-    written (``rlvr reproduce --report DIR``)."""
+    ``.md``, ``.png``, ``runs.csv``, ``cost.csv``, ``CHANGES.md``): nothing is rerun and no other
+    file is written (``rlvr reproduce --report DIR``)."""
     import csv
 
     metas = read_metas(out)
@@ -184,10 +171,12 @@ def rewrite_report(out: Path) -> Path:
         f"{time.strftime('%Y-%m-%d')} from the files of a reproduction made with rlvr at "
         f"{commit or 'an unrecorded commit'} (`rlvr reproduce --report`; nothing rerun)"
     )
-    return _write(out, metas, runs, generated, None)
+    return _write(out, metas, runs, read_cost(out, runs), generated, None)
 
 
-def _write(out: Path, metas: dict[str, dict], runs: list[dict], generated: str, wall_s) -> Path:
+def _write(
+    out: Path, metas: dict[str, dict], runs: list[dict], cost: list[dict], generated: str, wall_s
+) -> Path:
     first = next(iter(metas.values()), {})
     smoke = " (smoke run)" if first.get("smoke") else ""
     claims = [restate(m, c) for m in metas.values() for c in m.get("claims", [])]
@@ -204,7 +193,7 @@ def _write(out: Path, metas: dict[str, dict], runs: list[dict], generated: str, 
         "Probability Shaping* (GRPO-SG).",
         "",
     ]
-    lines += header_lines(metas, runs, generated, wall_s)
+    lines += header_lines(metas, cost, generated, wall_s)
     lines += [CLAIMS_HEADING, ""]
     if claims:
         lines += [markdown_table(CLAIMS_HEADER, claims_rows(claims)), ""]
@@ -301,7 +290,8 @@ def _write(out: Path, metas: dict[str, dict], runs: list[dict], generated: str, 
             f"{len(runs)} runs; each config is in [runs/](runs/) as `<config hash>.yaml`, and "
             "[runs.csv](runs.csv) lists them with their base and its hash, steps, work "
             "(forward-backward tokens of the updates), seconds (rollout + update, one "
-            "process), the SHA-256 of their final weights and the machine and kernel mode "
+            "process; [cost.csv](cost.csv) adds every other piece of the folder's compute), "
+            "the SHA-256 of their final weights and the machine and kernel mode "
             "that trained them. "
             "`rlvr reproduce --check <this folder>` reruns a sample and compares.",
             "",
@@ -311,20 +301,21 @@ def _write(out: Path, metas: dict[str, dict], runs: list[dict], generated: str, 
     return path
 
 
-def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
+def write_run_index(ctx: Context, metas: dict[str, dict]) -> tuple[list[dict], dict[str, float]]:
     """Copy the config of every training run the scripts used to ``<out>/runs/<hash>.yaml`` and
     list the runs in ``<out>/runs.csv``, so each figure's hashes resolve inside the output folder.
-    Configs of runs that no output uses any more are removed."""
+    Configs of runs that no output uses any more are removed. Returns the rows and the seconds
+    of each run's periodic evaluations (``cost.csv``)."""
     import csv
     import shutil
 
-    from rlvr.reproduce.runs import base_weights, read_run_record
+    from rlvr.reproduce.runs import base_weights, eval_seconds, read_metrics, read_run_record
 
     keys: dict[str, list[str]] = {}
     for name, m in metas.items():
         for label, key in m.get("train_runs", {}).items():
             keys.setdefault(key, []).append(f"{name}:{label}")
-    rows = []
+    rows, curve_seconds = [], {}
     for key, used_by in sorted(keys.items()):
         if ctx.run_source is not None:
             run_dir, info = ctx.run_source.folder(key), ctx.run_source.info(key)
@@ -335,6 +326,9 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
             (out_runs := ctx.out / "runs").mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run_dir / "config.yaml", out_runs / f"{key}.yaml")
         machine = info.get("machine", {})
+        curve_seconds[key] = info.get("eval_seconds") or eval_seconds(
+            read_metrics(run_dir / "metrics.jsonl")
+        )
         rows.append(
             {
                 "config_hash": key,
@@ -369,7 +363,7 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> list[dict]:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
-    return rows
+    return rows, curve_seconds
 
 
 def _run_hash(run_dir: Path, info: dict) -> str:

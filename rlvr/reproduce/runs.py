@@ -114,6 +114,12 @@ def compute_seconds(metrics: list[dict[str, Any]]) -> float:
     )
 
 
+def eval_seconds(metrics: list[dict[str, Any]]) -> float:
+    """Seconds a run spent in its periodic held-out evaluations (``time/eval_s``; the grid's own
+    evaluations of the final weights are timed in their ``summary.json``)."""
+    return float(sum(float(m.get("time/eval_s", 0.0)) for m in metrics))
+
+
 def update_tokens(metrics: list[dict[str, Any]], cfg=None) -> int:
     """Tokens that went through forward and backward passes in a run's policy updates.
 
@@ -146,7 +152,8 @@ def _hash_if_present(path: Path) -> str:
         return ""
 
 
-def _read_metrics(path: Path) -> list[dict[str, Any]]:
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl`` (none when it is missing)."""
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -164,7 +171,7 @@ def _train_run(cfg, key: str, path: Path, *, say, progress: bool) -> None:
     run_cfg = dataclasses.replace(cfg, out=str(path), resume=True, progress=progress)
     start = time.perf_counter()
     Trainer(run_cfg).train()
-    metrics = _read_metrics(path / "metrics.jsonl")
+    metrics = read_metrics(path / "metrics.jsonl")
     from rlvr.repro import machine_info, weights_sha256
 
     write_json_atomic(
@@ -174,6 +181,7 @@ def _train_run(cfg, key: str, path: Path, *, say, progress: bool) -> None:
             **run_summary(cfg, metrics),
             "update_tokens": update_tokens(metrics, cfg),
             "compute_seconds": round(compute_seconds(metrics), 2),
+            "eval_seconds": round(eval_seconds(metrics), 2),
             "last_invocation_seconds": round(time.perf_counter() - start, 2),
             "weights_sha256": weights_sha256(path / "final"),
             "machine": machine_info(),
@@ -213,7 +221,7 @@ def ensure_run(cfg, cache: Path, *, say=print, progress: bool = True) -> Run:
                 if (path / DONE).exists():
                     say(f"[reproduce] {path / DONE} is torn or incomplete: resuming to rebuild it")
                 _train_run(cfg, key, path, say=say, progress=progress)
-    metrics = _read_metrics(path / "metrics.jsonl")
+    metrics = read_metrics(path / "metrics.jsonl")
     return Run(key, path, cfg, metrics, compute_seconds(metrics))
 
 
@@ -322,8 +330,10 @@ __all__ = [
     "base_weights",
     "compute_seconds",
     "ensure_eval",
+    "eval_seconds",
     "ensure_run",
     "eval_config",
+    "read_metrics",
     "read_run_record",
     "run_path",
     "train_config",
