@@ -88,6 +88,47 @@ def test_a_task_s_follow_ups_run_after_it_and_repeats_run_once(tmp_path: Path):
     assert when["a"] < when["b"] and when["a"] < when["c"]
 
 
+def _fail_once_started(pid_file: str) -> str:
+    deadline = time.monotonic() + 120
+    while not Path(pid_file).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the other worker is in its long task
+    raise RuntimeError("No space left on device")
+
+
+def _nap_then_touch(path: str) -> str:
+    time.sleep(30)
+    Path(path).touch()
+    return f"touched {path}"
+
+
+def test_a_failed_task_stops_the_pool_at_once(tmp_path: Path):
+    """A task that fails stops the pool: nothing queued starts and the running tasks are ended,
+    then its error is raised. The executor's exit used to run every queued task first: on a full
+    disk the smol grid went on starting runs that each failed at their first checkpoint, with the
+    progress bar frozen and no error shown (AMD EPYC Zen 4, 2026-12-06)."""
+    ctx = Context(tiny_grid(smoke=True), tmp_path, tmp_path, [0], progress=False)
+    pid_file = tmp_path / "worker.pid"
+    queued = [tmp_path / f"queued{i}" for i in range(4)]
+    tasks = [
+        (_write_pid_then_sleep, (str(pid_file),), []),
+        (_fail_once_started, (str(pid_file),), [(_nap_then_touch, (str(queued[0]),), [])]),
+        *[(_nap_then_touch, (str(q),), []) for q in queued[1:]],
+    ]
+    with pytest.raises(RuntimeError, match="No space left on device"):
+        pool._pool_map(ctx, 2, tasks, "probe")
+    (line,) = [x for x in ctx.log if "failed, so the pool stopped" in x]
+    assert "_fail_once_started failed" in line and "5 other task(s) left undone" in line
+    sleeper = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(sleeper) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = _alive(sleeper)
+    if alive:
+        os.kill(sleeper, signal.SIGKILL)
+    assert not alive, "the running task outlived the failure"
+    assert not any(q.exists() for q in queued), "queued tasks ran after the failure"
+
+
 _ORPHAN_PROBE = """
 import os, sys, time
 from pathlib import Path

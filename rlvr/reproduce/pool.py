@@ -155,16 +155,63 @@ def _pool_map(
         ) as pool,
         tqdm(total=total, desc=label, disable=not ctx.progress) as bar,
     ):
-        pending = {pool.submit(fn, *args): then for fn, args, then in tasks}
-        while pending:
-            done, _ = wait(set(pending), return_when=FIRST_COMPLETED)
-            for f in done:
-                then = pending.pop(f)
-                ctx.log.append(f"[reproduce] {f.result()}")  # re-raises a worker's error here
-                if not ctx.progress:
-                    print(ctx.log[-1], flush=True)
-                bar.update(1)
-                pending.update({pool.submit(fn, *args): more for fn, args, more in then})
+        pending = {pool.submit(fn, *args): (fn, args, then) for fn, args, then in tasks}
+        try:
+            while pending:
+                done, _ = wait(set(pending), return_when=FIRST_COMPLETED)
+                for f in done:
+                    fn, args, then = pending.pop(f)
+                    if f.exception() is not None:
+                        left = _count(then) + _count(pending.values())
+                        ctx.say(
+                            f"[reproduce] {label}: {_describe(fn, args)} failed, so the pool "
+                            f"stopped: {left} other task(s) left undone (a run resumes from its "
+                            "last checkpoint when the command runs again)"
+                        )
+                        raise f.exception()
+                    ctx.log.append(f"[reproduce] {f.result()}")
+                    if not ctx.progress:
+                        print(ctx.log[-1], flush=True)
+                    bar.update(1)
+                    pending.update({pool.submit(fn, *a): (fn, a, more) for fn, a, more in then})
+        except BaseException:  # a failed task, Ctrl-C: stop here, not after every queued task
+            _stop(pool)
+            raise
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel what ``pool`` has not started and end its workers now. Without it a failed task
+    surfaced only when the executor's exit had run every queued one: on a full disk the pool
+    went on starting runs that each failed at their first checkpoint, for hours, before the
+    error was shown. The workers' runs resume from their last checkpoint."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if terminate is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+        terminate()
+        return
+    # No public way before 3.14: the executor's own table of its processes, read before the
+    # shutdown that clears it.
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=30)
+
+
+def _describe(fn, args) -> str:
+    """A task in a line: the run, evaluation, reference or base it makes."""
+    if fn is _train:
+        cfg = args[0]
+        return f"training {cfg.env}/{cfg.algo} seed {cfg.seed} on {cfg.model}"
+    if fn is _eval:
+        ecfg = args[0]
+        return f"the evaluation of {Path(ecfg.model).parent.name or ecfg.model} on {ecfg.env}"
+    if fn is _sft:
+        return f"continued SFT seed {args[2]} of {args[5]}"
+    if fn is _build:
+        return f"the build of {args[0]}"
+    return getattr(fn, "__name__", "a task")
 
 
 def _cost(cfg) -> tuple:
