@@ -18,6 +18,13 @@ def test_run_cache_reuses_and_resumes(tmp_path, monkeypatch):
     first = runs.ensure_run(cfg, tmp_path, say=lambda m: None, progress=False)
     assert (first.path / runs.DONE).exists() and (first.final / "config.json").exists()
     assert len(first.metrics) == cfg.steps == 2
+    # A finished run keeps its weights, metrics and record, not its checkpoints.
+    assert not (first.path / "checkpoints").exists()
+    with monkeypatch.context() as m:  # the same run again, checkpoints kept, to interrupt below
+        m.setattr(runs, "drop_checkpoints", lambda path: None)
+        shutil.rmtree(first.path)
+        first = runs.ensure_run(cfg, tmp_path, say=lambda m: None, progress=False)
+    assert (first.path / "checkpoints" / "step_00000001").exists()
 
     import rlvr.training.trainer as trainer_mod
 
