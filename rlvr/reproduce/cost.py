@@ -28,12 +28,12 @@ NOUNS = dict(zip(KINDS, ("run", "run", "evaluation", "reference", "base")))
 
 
 def cost_rows(
-    cache: Path, metas: dict[str, dict], runs: list[dict], eval_seconds: dict[str, float]
+    cache: Path, metas: dict[str, dict], runs: list[dict], curve_seconds: dict[str, float]
 ) -> list[dict[str, Any]]:
-    """The rows of ``cost.csv``: ``runs`` are the rows of ``runs.csv`` (``compute_seconds``,
-    their ``eval_seconds`` in ``eval_seconds`` by config hash); evaluations, SFT references and
-    bases are the metas' own, their seconds read from the records in ``cache`` and the model
-    cache. A record that is missing or gives no seconds adds no row."""
+    """The rows of ``cost.csv``: ``runs`` are the rows of ``runs.csv`` (``compute_seconds``; the
+    seconds of their periodic evaluations are ``curve_seconds``, by config hash); evaluations,
+    SFT references and bases are the metas' own, their seconds read from the records in
+    ``cache`` and the model cache. A record that is missing or gives no seconds adds no row."""
     rows: list[dict[str, Any]] = []
 
     def add(kind: str, key: str, seconds: Any, threads: Any = "") -> None:
@@ -50,7 +50,7 @@ def cost_rows(
     for r in runs:
         threads = _threads(r.get("machine", ""))
         add("training", r["config_hash"], _float(r.get("compute_seconds")), threads)
-        add("held-out curve", r["config_hash"], eval_seconds.get(r["config_hash"]), threads)
+        add("held-out curve", r["config_hash"], curve_seconds.get(r["config_hash"]), threads)
     evals = sorted({k for m in metas.values() for k in m.get("evaluations", {}).values()})
     for key in evals:
         record = complete_record(Path(cache) / "evals" / key / "summary.json", summary=dict)
@@ -95,8 +95,9 @@ def cost_line(rows: list[dict[str, Any]], wall_s: float | None) -> str:
     hours: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
     for r in rows:
-        hours[r["kind"]] += float(r["seconds"]) / 3600
-        count[r["kind"]] += 1
+        if (seconds := _float(r.get("seconds"))) is not None:  # a hand-edited row: left out
+            hours[r.get("kind", "")] += seconds / 3600
+            count[r.get("kind", "")] += 1
     threads = {str(r.get("threads", "")) for r in rows} - {""}
     parts = []
     for kind in KINDS:
@@ -109,7 +110,7 @@ def cost_line(rows: list[dict[str, Any]], wall_s: float | None) -> str:
         text += ": " + ", ".join(parts)
     if threads == {"1"}:
         text += "; every process with a recorded thread count ran one thread"
-    text += "; each piece timed when it was made, on the machine in runs.csv"
+    text += "; each piece timed where and when it was made (runs.csv names the runs' machines)"
     if wall_s is None:
         return text + "; the wall time of the invocations that made them is not in the files"
     return text + (

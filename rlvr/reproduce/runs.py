@@ -196,8 +196,8 @@ def _train_run(cfg, key: str, path: Path, *, say, progress: bool) -> None:
 def drop_checkpoints(path: Path) -> None:
     """Remove a finished run's checkpoints once its ``run.json`` is whole: the final weights,
     metrics and record are the run, and a finished run is never resumed. Its last checkpoint
-    holds AdamW's two moments beside the weights, 3x the final weights: 1.6 GB of a SmolLM2 run
-    (AMD EPYC Zen 4, 2026-12-06: 18 of them filled the disk of the smol grid)."""
+    holds AdamW's two moments beside the weights, 3x the final weights: 1.6 GB of a SmolLM2 run,
+    29 GB over the smol grid's 18 (the disk filled when its runs held 14 GB; 2026-12-06)."""
     shutil.rmtree(path / "checkpoints", ignore_errors=True)
 
 
