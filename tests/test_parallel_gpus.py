@@ -118,14 +118,7 @@ def test_a_failed_task_stops_the_pool_at_once(tmp_path: Path):
         pool._pool_map(ctx, 2, tasks, "probe")
     (line,) = [x for x in ctx.log if "failed, so the pool stopped" in x]
     assert "_fail_once_started failed" in line and "5 other task(s) left undone" in line
-    sleeper = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while _alive(sleeper) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    alive = _alive(sleeper)
-    if alive:
-        os.kill(sleeper, signal.SIGKILL)
-    assert not alive, "the running task outlived the failure"
+    assert _ends(int(pid_file.read_text())), "the running task outlived the failure"
     assert not any(q.exists() for q in queued), "queued tasks ran after the failure"
 
 
@@ -159,6 +152,17 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
 
 
+def _ends(pid: int, within_s: float = 10) -> bool:
+    """Whether process ``pid`` is gone within ``within_s``; one that is not is killed."""
+    deadline = time.monotonic() + within_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        return False
+    return True
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_killed_reproduction_takes_its_workers_along(tmp_path: Path):
     """``kill -9`` of ``rlvr reproduce --jobs N`` left its spawned workers training on (found in
@@ -173,10 +177,4 @@ def test_a_killed_reproduction_takes_its_workers_along(tmp_path: Path):
     worker = int(pid_file.read_text())
     parent.send_signal(signal.SIGKILL)
     parent.wait(timeout=10)
-    deadline = time.monotonic() + 10
-    while _alive(worker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    alive = _alive(worker)
-    if alive:
-        os.kill(worker, signal.SIGKILL)
-    assert not alive, "the worker outlived the killed reproduction"
+    assert _ends(worker), "the worker outlived the killed reproduction"

@@ -457,8 +457,8 @@ def test_cost_lists_every_piece_of_compute_the_folder_used(tmp_path, monkeypatch
         },
         "fig2": {"train_runs": {"kk/grpo/seed0": "r1"}, "evaluations": {"r1": "e1"}},
     }
-    runs = [{"config_hash": "r1", "compute_seconds": "7200", "machine": "AMD, x, 1 thread(s)"}]
-    rows = cost.cost_rows(cache, metas, runs, {"r1": 720.0})
+    runs = {"r1": {"compute_seconds": 7200.0, "eval_seconds": 720.0, "threads": 1}}
+    rows = cost.cost_rows(cache, metas, runs)
     assert [(r["kind"], r["key"], r["seconds"]) for r in rows] == [
         ("training", "r1", 7200.0),
         ("held-out curve", "r1", 720.0),

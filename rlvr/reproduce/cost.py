@@ -28,12 +28,13 @@ NOUNS = dict(zip(KINDS, ("run", "run", "evaluation", "reference", "base")))
 
 
 def cost_rows(
-    cache: Path, metas: dict[str, dict], runs: list[dict], curve_seconds: dict[str, float]
+    cache: Path, metas: dict[str, dict], runs: dict[str, dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """The rows of ``cost.csv``: ``runs`` are the rows of ``runs.csv`` (``compute_seconds``; the
-    seconds of their periodic evaluations are ``curve_seconds``, by config hash); evaluations,
-    SFT references and bases are the metas' own, their seconds read from the records in
-    ``cache`` and the model cache. A record that is missing or gives no seconds adds no row."""
+    """The rows of ``cost.csv``: ``runs`` maps each training run's config hash to its
+    ``compute_seconds``, ``eval_seconds`` (its periodic evaluations) and ``threads``
+    (``report.write_run_index``); evaluations, SFT references and bases are the metas' own,
+    their seconds read from the records in ``cache`` and the model cache. A record that is
+    missing or gives no seconds adds no row."""
     rows: list[dict[str, Any]] = []
 
     def add(kind: str, key: str, seconds: Any, threads: Any = "") -> None:
@@ -47,10 +48,9 @@ def cost_rows(
                 }
             )
 
-    for r in runs:
-        threads = _threads(r.get("machine", ""))
-        add("training", r["config_hash"], _float(r.get("compute_seconds")), threads)
-        add("held-out curve", r["config_hash"], curve_seconds.get(r["config_hash"]), threads)
+    for key, run in runs.items():
+        add("training", key, run.get("compute_seconds"), run.get("threads", ""))
+        add("held-out curve", key, run.get("eval_seconds"), run.get("threads", ""))
     evals = sorted({k for m in metas.values() for k in m.get("evaluations", {}).values()})
     for key in evals:
         record = complete_record(Path(cache) / "evals" / key / "summary.json", summary=dict)
@@ -124,9 +124,3 @@ def _float(value: Any) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
-
-
-def _threads(machine: str) -> str:
-    """The thread count of a ``runs.csv`` machine column (``..., 1 thread(s)``)."""
-    tail = machine.rsplit(",", 1)[-1].strip()
-    return tail.split()[0] if tail.endswith("thread(s)") and tail.split()[0].isdigit() else ""

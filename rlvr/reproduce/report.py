@@ -148,8 +148,8 @@ def write_report(ctx: Context) -> Path:
     """REPORT.md of ``ctx.out`` after an invocation (its wall time is ``ctx.started``'s, the
     ``--jobs`` prefetch included); ``runs.csv`` and ``runs/`` are written from the run cache."""
     metas = read_metas(ctx.out)
-    runs, curve_seconds = write_run_index(ctx, metas)
-    cost = cost_rows(ctx.cache, metas, runs, curve_seconds)
+    runs, seconds = write_run_index(ctx, metas)
+    cost = cost_rows(ctx.cache, metas, seconds)
     write_cost(ctx.out, cost)
     generated = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     return _write(ctx.out, metas, runs, cost, generated, time.perf_counter() - ctx.started)
@@ -301,11 +301,11 @@ def _write(
     return path
 
 
-def write_run_index(ctx: Context, metas: dict[str, dict]) -> tuple[list[dict], dict[str, float]]:
+def write_run_index(ctx: Context, metas: dict[str, dict]) -> tuple[list[dict], dict[str, dict]]:
     """Copy the config of every training run the scripts used to ``<out>/runs/<hash>.yaml`` and
     list the runs in ``<out>/runs.csv``, so each figure's hashes resolve inside the output folder.
-    Configs of runs that no output uses any more are removed. Returns the rows and the seconds
-    of each run's periodic evaluations (``cost.csv``)."""
+    Configs of runs that no output uses any more are removed. Returns the rows and, by config
+    hash, each run's seconds and threads (``rlvr.reproduce.cost.cost_rows``)."""
     import csv
     import shutil
 
@@ -315,7 +315,7 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> tuple[list[dict], d
     for name, m in metas.items():
         for label, key in m.get("train_runs", {}).items():
             keys.setdefault(key, []).append(f"{name}:{label}")
-    rows, curve_seconds = [], {}
+    rows, seconds = [], {}
     for key, used_by in sorted(keys.items()):
         if ctx.run_source is not None:
             run_dir, info = ctx.run_source.folder(key), ctx.run_source.info(key)
@@ -326,9 +326,13 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> tuple[list[dict], d
             (out_runs := ctx.out / "runs").mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run_dir / "config.yaml", out_runs / f"{key}.yaml")
         machine = info.get("machine", {})
-        curve_seconds[key] = info.get("eval_seconds") or eval_seconds(
-            read_metrics(run_dir / "metrics.jsonl")
-        )
+        seconds[key] = {
+            "compute_seconds": info.get("compute_seconds"),
+            "eval_seconds": info["eval_seconds"]  # run.json has it since 2026-12-06
+            if "eval_seconds" in info
+            else eval_seconds(read_metrics(run_dir / "metrics.jsonl")),
+            "threads": machine.get("torch_threads", ""),
+        }
         rows.append(
             {
                 "config_hash": key,
@@ -363,7 +367,7 @@ def write_run_index(ctx: Context, metas: dict[str, dict]) -> tuple[list[dict], d
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
-    return rows, curve_seconds
+    return rows, seconds
 
 
 def _run_hash(run_dir: Path, info: dict) -> str:
