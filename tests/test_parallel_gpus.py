@@ -88,6 +88,18 @@ def test_a_task_s_follow_ups_run_after_it_and_repeats_run_once(tmp_path: Path):
     assert when["a"] < when["b"] and when["a"] < when["c"]
 
 
+def test_a_task_s_follow_ups_start_before_the_next_task(tmp_path: Path):
+    """A finished run's evaluations go ahead of the runs not yet started, so an interrupted grid
+    holds whole results. The pool used to submit every task up front, which queued the smol
+    grid's evaluations behind all 18 of its runs."""
+    ctx = Context(tiny_grid(smoke=True), tmp_path, tmp_path, [0], progress=False)
+    after_a = [(_stamp, ("a1",), [(_stamp, ("a2",), [])]), (_stamp, ("a3",), [])]
+    tasks = [(_stamp, ("a",), after_a), (_stamp, ("b",), []), (_stamp, ("c",), [])]
+    pool._pool_map(ctx, 1, tasks, "probe")
+    order = [line.split()[2] for line in ctx.log if line.startswith("[reproduce] stamp")]
+    assert order == ["a", "a1", "a2", "a3", "b", "c"]
+
+
 def _fail_once_started(pid_file: str) -> str:
     deadline = time.monotonic() + 120
     while not Path(pid_file).exists() and time.monotonic() < deadline:

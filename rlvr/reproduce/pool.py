@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
@@ -128,8 +129,14 @@ def _pool_map(
     ctx: Context, jobs: int, tasks: list[Task], label: str, gpus: list[str] | None = None
 ) -> None:
     """Run ``tasks`` in ``jobs`` processes, in the order given, each task's ``then`` queued when
-    it finishes; report progress. With ``gpus`` (one per worker, ``len(gpus) >= jobs``) each
-    worker sees only its own GPU."""
+    it finishes, ahead of the tasks not yet started; report progress. With ``gpus`` (one per
+    worker, ``len(gpus) >= jobs``) each worker sees only its own GPU.
+
+    At most ``jobs`` tasks are in the executor at once, so a finished run's evaluations start
+    before the next run: an interrupted grid leaves whole results (a run and its evaluations),
+    not a stack of trained runs whose evaluations never came. Submitting every task up front
+    queued the follow-ups behind all runs: the smol grid's 18 runs (~15 CPU hours) before its
+    first evaluation."""
     if not tasks:
         return
     from tqdm.auto import tqdm
@@ -155,14 +162,22 @@ def _pool_map(
         ) as pool,
         tqdm(total=total, desc=label, disable=not ctx.progress) as bar,
     ):
-        pending = {pool.submit(fn, *args): (fn, args, then) for fn, args, then in tasks}
+        waiting = deque(tasks)
+        pending: dict = {}
+
+        def submit() -> None:
+            while waiting and len(pending) < jobs:
+                fn, args, then = waiting.popleft()
+                pending[pool.submit(fn, *args)] = (fn, args, then)
+
         try:
+            submit()
             while pending:
                 done, _ = wait(set(pending), return_when=FIRST_COMPLETED)
                 for f in done:
                     fn, args, then = pending.pop(f)
                     if f.exception() is not None:
-                        left = _count(then) + _count(pending.values())
+                        left = _count(then) + _count(pending.values()) + _count(waiting)
                         ctx.say(
                             f"[reproduce] {label}: {_describe(fn, args)} failed, so the pool "
                             f"stopped: {left} other task(s) left undone (a run resumes from its "
@@ -173,7 +188,8 @@ def _pool_map(
                     if not ctx.progress:
                         print(ctx.log[-1], flush=True)
                     bar.update(1)
-                    pending.update({pool.submit(fn, *a): (fn, a, more) for fn, a, more in then})
+                    waiting.extendleft(reversed(then))
+                submit()
         except BaseException:  # a failed task, Ctrl-C: stop here, not after every queued task
             _stop(pool)
             raise
