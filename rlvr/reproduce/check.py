@@ -30,6 +30,7 @@ math and search QA (the first is the README's main job's run).
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from rlvr.reproduce.runs import (
     ensure_eval,
     ensure_run,
     eval_config,
+    eval_path,
     read_run_record,
     run_path,
     train_config,
@@ -202,8 +204,11 @@ def run_check(
             summaries.append(f"[check] {label}: not comparable: {why}")
             outside += 1
             continue
-        cached = read_run_record(run_path(cache, run_key(cfg))) is not None
-        run = ensure_run(cfg, cache, progress=progress)
+        path = run_path(cache, run_key(cfg))
+        # a run restored from a results folder's records (no weights) is trained again: the check
+        cached = read_run_record(path) is not None and (path / "final").is_dir()
+        restored = read_run_record(path) is not None and not cached
+        run = ensure_run(cfg, cache, progress=progress, weights=True)
         base = base_weights(cfg.model)
         committed_base = bases.get(cfg.model, {}).get("weights_sha256", "")
         if committed_base:
@@ -234,9 +239,10 @@ def run_check(
             same = again == value
             shown = "n/a" if again is None else f"{again:.6g}"
             rows.append([label, f"calibrated {name}", f"{value:.6g}", shown, _same(same)])
-        ev = ensure_eval(
-            eval_config(setting, cfg, str(run.final), seed=cfg.seed), cache, progress=progress
-        )
+        ecfg = eval_config(setting, cfg, str(run.final), seed=cfg.seed)
+        if restored:  # its evaluation came with its records: made again from these weights
+            shutil.rmtree(eval_path(cache, ecfg), ignore_errors=True)
+        ev = ensure_eval(ecfg, cache, progress=progress)
         headline = None
         for metric, value in sorted(rec.get("numbers", {}).items()):
             new = ev.summary.get("all", {}).get(metric)

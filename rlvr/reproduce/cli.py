@@ -314,6 +314,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
 def _reproduce(args, grid, out: Path, cache: Path, n_seeds: int, n_bases: int) -> int:
     """The figures and tables ``args.name`` names, into ``out`` (whose lock the caller holds)."""
     from rlvr.models.loader import quiet_progress
+    from rlvr.reproduce.archive import restore
     from rlvr.reproduce.common import Context, command_line
     from rlvr.reproduce.figures import FIGURES, plan_for
     from rlvr.reproduce.gpu_plan import check_engines
@@ -332,6 +333,8 @@ def _reproduce(args, grid, out: Path, cache: Path, n_seeds: int, n_bases: int) -
         base_seeds=list(range(n_bases)),
     )
     ctx.plan = plan_for(ctx, [args.name])  # every run the figures need, each identity once
+    if not args.from_verl:  # the folder's own records of finished work (rlvr.reproduce.archive)
+        restore(out, cache, say=ctx.say)
     if args.from_verl:
         try:
             ctx.run_source = VerlRuns(args.from_verl)

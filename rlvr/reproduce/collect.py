@@ -35,6 +35,8 @@ from rlvr.reproduce.runs import (
     ensure_eval,
     ensure_run,
     eval_config,
+    eval_path,
+    is_done,
 )
 from rlvr.reproduce.sft_reference import ensure_sft_reference
 
@@ -62,6 +64,8 @@ def runs_for(
             run = ensure_run(cfg, ctx.cache, say=ctx.say, progress=ctx.progress)
         else:
             run = ctx.run_source.run(planned)
+        if ctx.run_source is None:
+            ctx.keep(run.path)
         label = unit_label(setting_key, tag or algo, base_seed, seed)
         out.runs[label] = run.key
         out.run_records.setdefault(label, {})
@@ -105,7 +109,11 @@ def evals_for(
             seed=run.config.seed,
             eval_set=eval_set[1] if eval_set else None,
         )
+        if ctx.run_source is None and not is_done(eval_path(ctx.cache, ecfg)):
+            # a run restored from its records has no weights to evaluate: train it again
+            ensure_run(run.config, ctx.cache, say=ctx.say, progress=ctx.progress, weights=True)
         ev = ensure_eval(ecfg, ctx.cache, say=ctx.say, progress=ctx.progress)
+        ctx.keep(ev.path)
         ev.unit = (run.base_seed, run.config.seed)
         record_prompt(out, setting_key, ecfg)
         out.evals[f"{run.key}{'/' + eval_set[0] if eval_set else ''}"] = ev.key
@@ -128,6 +136,7 @@ def base_evals(
             setting, cfg, cfg.model, seed=seed, eval_set=eval_set[1] if eval_set else None
         )
         ev = ensure_eval(ecfg, ctx.cache, say=ctx.say, progress=ctx.progress)
+        ctx.keep(ev.path)
         ev.unit = (base_seed, seed)
         record_prompt(out, setting_key, ecfg)
         label = unit_label(setting_key, "base", base_seed, seed)

@@ -24,6 +24,7 @@ import matplotlib
 from rlvr.agents.algorithms import algorithm_names, get_algorithm
 from rlvr.config import KEY_SCHEMA
 from rlvr.files import atomic_write, write_json_atomic, write_text_atomic
+from rlvr.reproduce.archive import keep
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -116,6 +117,12 @@ class Context:
         return f"seeds {self.seeds}" + (
             f" on bases {self.base_seeds}" if self.base_seeds != [0] else ""
         )
+
+    def keep(self, folder: Path) -> None:
+        """Keep the records of finished cache folder ``folder`` (a run or an evaluation) in the
+        results folder, when the grid asks for it (``Grid.records``, ``rlvr.reproduce.archive``)."""
+        if getattr(self.grid, "records", False):
+            keep(Path(folder), self.out)
 
     def say(self, msg: str) -> None:
         self.log.append(msg)

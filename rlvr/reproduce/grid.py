@@ -141,6 +141,10 @@ class Grid:
     #: empty: every method a figure or table names. A figure shows the ones it names that the
     #: grid trains, and decides only the claims between two of them.
     methods: list[str] = field(default_factory=list)
+    #: Keep the records of every finished run and evaluation in the results folder
+    #: (``<out>/records/``, ``rlvr.reproduce.archive``), so a grid longer than one machine's
+    #: session goes on from them on another.
+    records: bool = False
 
     def arms(self, methods: Iterable[str]) -> tuple[str, ...]:
         """``methods`` that the grid trains, in their order; the references ``base`` and

@@ -40,7 +40,14 @@ from rlvr.repro import set_threads
 from rlvr.reproduce.common import Context
 from rlvr.reproduce.keys import model_identity, run_key
 from rlvr.reproduce.plan import Plan
-from rlvr.reproduce.runs import ensure_eval, ensure_run, eval_config, run_path
+from rlvr.reproduce.runs import (
+    ensure_eval,
+    ensure_run,
+    eval_config,
+    eval_path,
+    is_done,
+    run_path,
+)
 from rlvr.reproduce.sft_reference import ensure_sft_reference
 
 
@@ -82,8 +89,8 @@ def _init_worker(threads: int, gpu_queue=None, parent: int | None = None) -> Non
     hf_logging.set_verbosity_error()
 
 
-def _train(cfg, cache: str) -> str:
-    run = ensure_run(cfg, Path(cache), say=lambda m: None, progress=False)
+def _train(cfg, cache: str, weights: bool = False) -> str:
+    run = ensure_run(cfg, Path(cache), say=lambda m: None, progress=False, weights=weights)
     return (
         f"trained {cfg.env}/{cfg.algo} seed {cfg.seed} on {cfg.model} ({len(run.metrics)} "
         f"steps, {run.update_tokens} update tokens)"
@@ -184,6 +191,8 @@ def _pool_map(
                             "last checkpoint when the command runs again)"
                         )
                         raise f.exception()
+                    if (folder := _folder(fn, args)) is not None:
+                        ctx.keep(folder)
                     ctx.log.append(f"[reproduce] {f.result()}")
                     if not ctx.progress:
                         print(ctx.log[-1], flush=True)
@@ -213,6 +222,15 @@ def _stop(pool: ProcessPoolExecutor) -> None:
         process.terminate()
     for process in processes:
         process.join(timeout=30)
+
+
+def _folder(fn, args) -> Path | None:
+    """The run-cache folder a finished task wrote: its run or its evaluation."""
+    if fn is _train:
+        return run_path(args[1], run_key(args[0]))
+    if fn is _eval:
+        return eval_path(args[1], args[0])
+    return None
 
 
 def _describe(fn, args) -> str:
@@ -282,11 +300,14 @@ def prefetch(ctx: Context, plan: Plan, jobs: int) -> None:
     for r in runs:
         final = str(run_path(cache, r.key) / "final")
         then = evals(r.setting, r.config, final, r.seed) if r.evaluate else []
+        # a run restored from its records (rlvr.reproduce.archive) is trained again only when an
+        # evaluation of its weights is still to be made
+        weights = any(not is_done(eval_path(cache, args[0])) for _, args, _ in then)
         if r.key in sft:  # continued SFT on this run's update tokens, and its evaluation
             key, seed, cfg = sft.pop(r.key)
             setting = ctx.grid.settings[key]
             then.append((_sft, (setting, cfg, seed, cache, ctx.smoke, cfg.model), []))
-        tasks.append((_train, (r.config, cache), then))
+        tasks.append((_train, (r.config, cache, weights), then))
     for key, seed, cfg in sft.values():  # a reference whose run the plan does not train
         setting = ctx.grid.settings[key]
         tasks.append((_sft, (setting, cfg, seed, cache, ctx.smoke, cfg.model), []))

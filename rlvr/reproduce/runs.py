@@ -36,7 +36,13 @@ from rlvr.eval.runner import EvalConfig, EvalResult, evaluate
 from rlvr.files import complete_record, read_json_object, write_json_atomic
 from rlvr.locks import LOCK_FILE, hold
 from rlvr.reproduce.grid import Setting, setting_overrides
-from rlvr.reproduce.keys import base_seed_of, eval_key, preset_build_key, run_key
+from rlvr.reproduce.keys import (
+    base_seed_of,
+    eval_key,
+    model_identity,
+    preset_build_key,
+    run_key,
+)
 
 DONE = "run.json"
 
@@ -221,18 +227,71 @@ def run_path(cache: str | Path, key: str) -> Path:
     return Path(cache) / "runs" / key
 
 
-def ensure_run(cfg, cache: Path, *, say=print, progress: bool = True) -> Run:
-    """The finished run of ``cfg`` from the cache, trained (or resumed) first when needed."""
+def is_done(folder: Path) -> bool:
+    """Whether cache folder ``<cache>/runs/<key>`` or ``<cache>/evals/<key>`` is finished."""
+    folder = Path(folder)
+    if folder.parent.name == "runs":
+        return read_run_record(folder) is not None
+    return _eval_done(folder)
+
+
+def _missing_weights(path: Path) -> bool:
+    """A finished run whose final weights are not here: its records were restored from a results
+    folder (``rlvr.reproduce.archive``), which keeps no weights."""
+    return read_run_record(path) is not None and not (path / "final").is_dir()
+
+
+def _set_aside(path: Path) -> None:
+    """Remove the restored records of run folder ``path`` (copies of what its results folder
+    keeps), so that the run trains again from its first step."""
+    for p in path.iterdir():
+        if p.name == LOCK_FILE:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
+def ensure_run(cfg, cache: Path, *, say=print, progress: bool = True, weights: bool = False) -> Run:
+    """The finished run of ``cfg`` from the cache, trained (or resumed) first when needed; with
+    ``weights``, trained again when only its records are here (restored without weights)."""
     key = run_key(cfg)
     path = run_path(cache, key)
-    if read_run_record(path) is None:  # another process training it is waited for, not joined
+    if read_run_record(path) is None or (weights and _missing_weights(path)):
+        # another process training it is waited for, not joined
         with hold(path / LOCK_FILE, wait=True, what=f"run {path}", say=say):
+            recorded = ""
+            if weights and _missing_weights(path):
+                say(f"[reproduce] {path}: its records came without weights: training it again")
+                recorded = read_run_record(path).get("weights_sha256", "")
+                _set_aside(path)
             if read_run_record(path) is None:
                 if (path / DONE).exists():
                     say(f"[reproduce] {path / DONE} is torn or incomplete: resuming to rebuild it")
                 _train_run(cfg, key, path, say=say, progress=progress)
+            if recorded and read_run_record(path).get("weights_sha256") != recorded:
+                dropped = _drop_evaluations(Path(cache), key)
+                say(
+                    f"[reproduce] {path}: trained again, its weights differ from its records' "
+                    f"({recorded[:16]}): {dropped} restored evaluation(s) of it removed, to be "
+                    "made again from these weights"
+                )
     metrics = read_metrics(path / "metrics.jsonl")
     return Run(key, path, cfg, metrics, compute_seconds(metrics))
+
+
+def _drop_evaluations(cache: Path, key: str) -> int:
+    """Remove the cached evaluations of run ``key``'s final weights (``model_identity`` of the
+    model their ``summary.json`` names); returns how many."""
+    n = 0
+    for summary in sorted((cache / "evals").glob("*/summary.json")):
+        record = complete_record(summary, config=dict)
+        model = (record or {}).get("config", {}).get("model")
+        if isinstance(model, str) and model_identity(model) == f"runs/{key}/final":
+            shutil.rmtree(summary.parent)
+            n += 1
+    return n
 
 
 # -- evaluations -------------------------------------------------------------------------------
@@ -282,10 +341,15 @@ class Evaluation:
     unit: tuple[int, int] = (0, 0)
 
 
+def eval_path(cache: str | Path, ecfg: EvalConfig) -> Path:
+    """Where the run cache keeps the evaluation ``ecfg`` (``responses.jsonl``, ``summary.json``)."""
+    return Path(cache) / "evals" / eval_key(ecfg)
+
+
 def ensure_eval(ecfg: EvalConfig, cache: Path, *, say=print, progress: bool = True) -> Evaluation:
     """Responses and summary of ``ecfg`` from the cache, evaluated first when missing."""
-    key = eval_key(ecfg)
-    path = Path(cache) / "evals" / key
+    path = eval_path(cache, ecfg)
+    key = path.name
     if not _eval_done(path):
         with hold(path / LOCK_FILE, wait=True, what=f"evaluation {path}", say=say):
             if not _eval_done(path):
@@ -343,6 +407,8 @@ __all__ = [
     "eval_seconds",
     "ensure_run",
     "eval_config",
+    "eval_path",
+    "is_done",
     "read_metrics",
     "read_run_record",
     "run_path",
