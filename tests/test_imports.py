@@ -186,6 +186,7 @@ def test_the_checks_see_imports_inside_functions_and_references():
 
 REPRODUCE = "rlvr.reproduce."
 CORE = {
+    "archive",
     "grid",
     "gpu_plan",
     "keys",

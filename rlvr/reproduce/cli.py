@@ -1,7 +1,8 @@
 """``rlvr reproduce <name> --grid tiny|paper [--seeds N] [--base-seeds B] [--smoke] [--out DIR]``
 and ``rlvr reproduce --check DIR``.
 
-The direction of the package: the core (``grid``, ``runs``: the run cache, ``plan``, ``pool``,
+The direction of the package: the core (``grid``, ``runs``: the run cache, ``archive``: its
+records kept in a results folder, ``plan``, ``pool``,
 ``common``: outputs) imports no figure; the figures and tables (``figures`` names them) read
 their runs from the plan; the report part (``report``, ``compare``, ``check``) reads what they
 wrote; this module ties them together. ``--profile`` is the old name of ``--grid`` (deprecated).
