@@ -76,6 +76,11 @@ def test_restore_replaces_an_interrupted_run_and_refuses_a_bad_record(tmp_path):
     assert not (partial / "checkpoints").exists()
     assert runs.read_metrics(partial / "metrics.jsonl") == run.metrics
 
+    (out / archive.RECORDS / "runs" / run.key / "final.gz").write_bytes(gzip.compress(b"x"))
+    elsewhere = tmp_path / "elsewhere0"
+    assert archive.restore(out, elsewhere, say=lambda m: None) == 1
+    assert not (runs.run_path(elsewhere, run.key) / "final").exists()  # record files only
+
     bad = out / archive.RECORDS / "runs" / ("0" * 12)
     bad.mkdir(parents=True)
     (bad / "run.json.gz").write_bytes(b"not gzip")

@@ -30,8 +30,8 @@ from rlvr.locks import LOCK_FILE, hold
 from rlvr.reproduce.runs import drop_checkpoints, is_done
 
 RECORDS = "records"
-#: The file whose completeness says a folder is done, restored last (``runs.read_run_record``,
-#: ``runs._eval_done``); ``None`` for the other files.
+#: Per kind of cache folder, the file whose completeness says it is finished, restored last
+#: (``runs.is_done``).
 DONE = {"runs": "run.json", "evals": "summary.json"}
 #: Record files, not weights or checkpoints: what a results folder may carry.
 SUFFIXES = (".json", ".jsonl", ".yaml", ".csv", ".txt")
@@ -105,8 +105,11 @@ def restore(out: Path, cache: Path, *, say=print) -> int:
             with hold(folder / LOCK_FILE, wait=True, what=f"{kind[:-1]} {folder}", say=say):
                 if is_done(folder):
                     continue
-                packed = sorted(kept.glob("*.gz"), key=lambda p: p.name == f"{DONE[kind]}.gz")
-                for src in packed:
+                packed = sorted(
+                    (p for p in kept.glob("*.gz") if Path(p.stem).suffix in SUFFIXES),
+                    key=lambda p: p.name == f"{DONE[kind]}.gz",
+                )
+                for src in packed:  # record files only: a kept "final.gz" is not restored
                     with atomic_write(folder / src.name[: -len(".gz")], "wb") as f:
                         f.write(_gunzip(src))
                 if kind == "runs":

@@ -121,7 +121,7 @@ class Context:
     def keep(self, folder: Path) -> None:
         """Keep the records of finished cache folder ``folder`` (a run or an evaluation) in the
         results folder, when the grid asks for it (``Grid.records``, ``rlvr.reproduce.archive``)."""
-        if getattr(self.grid, "records", False):
+        if self.grid.records:
             keep(Path(folder), self.out)
 
     def say(self, msg: str) -> None:
