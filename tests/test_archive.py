@@ -138,6 +138,7 @@ def test_a_reproduction_goes_on_from_its_folder_s_records_on_a_fresh_machine(
     assert main([*argv, "--jobs", "1", "--cache", str(tmp_path / "there")]) == 0
     printed = capsys.readouterr().out
     assert "[reproduce] restored" in printed
+    assert f"{len(meta['run_records']) - 1} of the" in printed  # every RL run; the SFT is no run
     rl = [line for line in printed.splitlines() if line.startswith("[reproduce] training")]
     assert rl == [], rl
     assert (out / "fig2.csv").read_text() == first

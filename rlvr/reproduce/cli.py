@@ -321,6 +321,7 @@ def _reproduce(args, grid, out: Path, cache: Path, n_seeds: int, n_bases: int) -
     from rlvr.reproduce.gpu_plan import check_engines
     from rlvr.reproduce.pool import prefetch
     from rlvr.reproduce.report import write_report
+    from rlvr.reproduce.runs import is_done, run_path
     from rlvr.reproduce.verl.results import VerlRuns, VerlRunsMissing
 
     ctx = Context(
@@ -336,6 +337,8 @@ def _reproduce(args, grid, out: Path, cache: Path, n_seeds: int, n_bases: int) -
     ctx.plan = plan_for(ctx, [args.name])  # every run the figures need, each identity once
     if not args.from_verl:  # the folder's own records of finished work (rlvr.reproduce.archive)
         restore(out, cache, say=ctx.say)
+        finished = sum(is_done(run_path(cache, r.key)) for r in ctx.plan.runs.values())
+        ctx.say(f"[reproduce] {finished} of the {len(ctx.plan.runs)} runs it needs are finished")
     if args.from_verl:
         try:
             ctx.run_source = VerlRuns(args.from_verl)
