@@ -1,6 +1,6 @@
 """The records of a results folder's runs and evaluations, kept in the folder itself.
 
-A grid with ``records: true`` (the smol grid: ~15 CPU hours, more than one session of a machine
+A grid with ``records: true`` (the smol grid: 10-15 CPU hours, more than one session of a machine
 whose disk is not kept) copies the record files of every finished run and evaluation from the run
 cache (``rlvr.reproduce.runs``) into ``<out>/records/``, gzipped, as each finishes; the weights
 stay behind. A later ``rlvr reproduce`` into the same folder, on this machine or a fresh one,

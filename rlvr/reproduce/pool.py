@@ -142,7 +142,7 @@ def _pool_map(
     At most ``jobs`` tasks are in the executor at once, so a finished run's evaluations start
     before the next run: an interrupted grid leaves whole results (a run and its evaluations),
     not a stack of trained runs whose evaluations never came. Submitting every task up front
-    queued the follow-ups behind all runs: the smol grid's 18 runs (~15 CPU hours) before its
+    queued the follow-ups behind all runs: the smol grid's 18 runs (10-15 CPU hours) before its
     first evaluation."""
     if not tasks:
         return
