@@ -206,8 +206,9 @@ def run_check(
             continue
         path = run_path(cache, run_key(cfg))
         # a run restored from a results folder's records (no weights) is trained again: the check
-        cached = read_run_record(path) is not None and (path / "final").is_dir()
-        restored = read_run_record(path) is not None and not cached
+        recorded = read_run_record(path) is not None
+        cached = recorded and (path / "final").is_dir()
+        restored = recorded and not cached
         run = ensure_run(cfg, cache, progress=progress, weights=True)
         base = base_weights(cfg.model)
         committed_base = bases.get(cfg.model, {}).get("weights_sha256", "")
