@@ -113,9 +113,9 @@ def test_a_run_trained_again_to_other_weights_drops_its_restored_evaluations(tmp
 def test_a_reproduction_goes_on_from_its_folder_s_records_on_a_fresh_machine(
     tmp_path, monkeypatch, capsys
 ):
-    """The pool keeps each finished run and evaluation in ``<out>/records``; a reproduction into
-    the same folder with an empty run cache (another machine) trains and evaluates no RL run
-    and writes the same figure."""
+    """The pool keeps each finished run, evaluation and continued-SFT reference in
+    ``<out>/records``; a reproduction into the same folder with an empty run cache (another
+    machine) trains no RL run and no reference, and writes the same figure."""
     from rlvr.cli import main
     from rlvr.reproduce import cli
 
@@ -133,14 +133,19 @@ def test_a_reproduction_goes_on_from_its_folder_s_records_on_a_fresh_machine(
     meta = json.loads((out / "fig2.meta.json").read_text())
     rl_keys = {r["key"] for label, r in meta["run_records"].items() if "/sft/" not in label}
     assert rl_keys and rl_keys <= kept
+    assert list((out / archive.RECORDS / "sft").iterdir())  # the continued-SFT reference's record
     capsys.readouterr()
 
     assert main([*argv, "--jobs", "1", "--cache", str(tmp_path / "there")]) == 0
     printed = capsys.readouterr().out
     assert "[reproduce] restored" in printed
     assert f"{len(meta['run_records']) - 1} of the" in printed  # every RL run; the SFT is no run
-    rl = [line for line in printed.splitlines() if line.startswith("[reproduce] training")]
-    assert rl == [], rl
+    made = [
+        line
+        for line in printed.splitlines()
+        if line.startswith(("[reproduce] training", "[reproduce] continued SFT"))
+    ]
+    assert made == [], made  # no RL run, no continued SFT: their records are here
     assert (out / "fig2.csv").read_text() == first
 
     # --check on that machine trains its sample again (the restored records have no weights) and
@@ -149,3 +154,115 @@ def test_a_reproduction_goes_on_from_its_folder_s_records_on_a_fresh_machine(
     printed = capsys.readouterr().out
     assert "came without weights" in printed and "trained now" in printed
     assert "bit-identical" in printed and "differs" not in printed
+
+
+def test_a_base_s_record_is_kept_and_restored_and_its_weights_built_again(tmp_path, capsys):
+    """A tiny base's ``build.json`` travels in the records (it names the base's weights and sizes
+    its continued SFT); training on it here builds it again, to the recorded weights."""
+    from test_models import micro_build_config
+
+    from rlvr.models.build import built, ensure_built, has_weights
+
+    cfg = micro_build_config()
+    here = ensure_built(cfg, home=tmp_path / "here" / "models", progress=False)
+    out = tmp_path / "results"
+    kept = archive.keep(here, out)
+    assert sorted(p.name for p in kept.iterdir()) == ["build.json.gz"]  # the record, no model
+    there = tmp_path / "there" / "models"
+    assert archive.restore(out, tmp_path / "there", models=there, say=lambda m: None) == 1
+    folder = there / here.name
+    assert built(folder) == built(here) and not has_weights(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["build.json"]
+
+    capsys.readouterr()
+    assert ensure_built(cfg, home=there, progress=True) == folder
+    printed = capsys.readouterr().out
+    assert "came without weights: building it again" in printed
+    assert "other weights" not in printed
+    assert has_weights(folder) and built(folder)["weights_sha256"] == built(here)["weights_sha256"]
+
+    # a record another machine's kernels wrote: the build here says its weights differ
+    elsewhere = tmp_path / "elsewhere" / "models"
+    archive.restore(out, tmp_path / "elsewhere", models=elsewhere, say=lambda m: None)
+    record = elsewhere / here.name / "build.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "weights_sha256": "0" * 64}))
+    ensure_built(cfg, home=elsewhere, progress=False)
+    assert "built again to other weights than its record" in capsys.readouterr().out
+
+
+def test_a_continued_sft_reference_is_restored_from_its_record_and_trained_again_for_weights(
+    tmp_path, monkeypatch
+):
+    from rlvr.reproduce import sft_reference
+
+    here, there, out = tmp_path / "here", tmp_path / "there", tmp_path / "results"
+    setting = grid.tiny_grid(smoke=True).settings["kk"]
+    cfg = runs.train_config(setting, "grpo", 0)
+
+    def reference(cache, **kw):
+        return sft_reference.ensure_sft_reference(
+            setting, 0, 2000, cache, say=kw.pop("say", lambda m: None), progress=False, **kw
+        )
+
+    path = reference(here)
+    ev = runs.ensure_eval(runs.eval_config(setting, cfg, str(path), seed=0), here, progress=False)
+    assert sorted(p.name for p in archive.keep(path, out).iterdir()) == ["sft.json.gz"]
+    archive.keep(ev.path, out)
+    assert archive.restore(out, there, say=lambda m: None) == 2
+
+    def no_sft(*a, **k):
+        raise AssertionError("a restored reference must not be trained for its record")
+
+    with monkeypatch.context() as m:
+        m.setattr(sft_reference, "_continued_sft", no_sft)
+        restored = reference(there)
+        ecfg = runs.eval_config(setting, cfg, str(restored), seed=0)
+        assert runs.eval_path(there, ecfg).name == ev.key  # the same evaluation key
+        assert runs.ensure_eval(ecfg, there, progress=False).summary == ev.summary
+    assert restored.name == path.name and not list(restored.glob("*.safetensors"))
+
+    said: list[str] = []
+    again = reference(there, weights=True, say=said.append)
+    assert any("came without weights" in s for s in said), said
+    recorded = json.loads((path / "sft.json").read_text())["weights_sha256"]
+    assert json.loads((again / "sft.json").read_text())["weights_sha256"] == recorded
+    assert runs.is_done(runs.eval_path(there, ecfg))  # the same weights: evaluation kept
+
+
+def test_the_pool_builds_a_missing_base_first_with_its_work_behind_it(tmp_path, monkeypatch):
+    """Base by base: a base without weights is built in the pool with its own runs and
+    evaluations as follow-ups, bases in seed order; a built base's work is queued as it is, and
+    a base whose work is all finished (restored records) is not built at all."""
+    from rlvr.reproduce import pool
+    from rlvr.reproduce.common import Context
+    from rlvr.reproduce.figures import plan_for
+    from rlvr.reproduce.keys import model_identity
+
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path / "home"))
+    ctx = Context(grid.tiny_grid(), tmp_path / "out", tmp_path / "cache", [0], base_seeds=[0, 1])
+    ctx.plan = plan_for(ctx, ["fig2"])
+    queued: list = []
+    monkeypatch.setattr(pool, "_pool_map", lambda ctx, jobs, tasks, *a, **k: queued.extend(tasks))
+
+    pool.prefetch(ctx, ctx.plan, 2)
+    builds = [(args[0], then) for fn, args, then in queued if fn is pool._build]
+    assert [m for m, _ in builds] == [m for m, _ in sorted(builds, key=lambda b: b[0])]
+    assert len(builds) == len(queued) >= 2  # nothing built: every task waits behind its base
+    assert builds[0][0] == "tiny-kk" and builds[-1][0].endswith("@1")
+    for model, then in builds:
+        trained = [args[0].model for fn, args, _ in then if fn is pool._train]
+        assert trained and set(trained) == {model}
+
+    base = tmp_path / "home" / "models" / model_identity(builds[0][0])
+    base.mkdir(parents=True)
+    (base / "build.json").write_text(json.dumps({"weights_sha256": "0" * 64}))
+    (base / "model.safetensors").write_bytes(b"")
+    queued.clear()
+    pool.prefetch(ctx, ctx.plan, 2)
+    assert [args[0] for fn, args, _ in queued if fn is pool._build] == [builds[1][0]]
+    assert queued[0][0] is not pool._build  # the built base's work, queued as it is
+
+    monkeypatch.setattr(pool, "is_done", lambda folder: True)
+    queued.clear()
+    pool.prefetch(ctx, ctx.plan, 2)
+    assert not [t for t in queued if t[0] is pool._build]

@@ -47,9 +47,9 @@ def test_jobs_capped_to_gpus_with_a_message():
     assert pool.worker_gpus(3, [], uses_gpu=True) == (3, [], "")
 
 
-def _nap_then_gpu() -> str:
+def _nap_then_gpu() -> tuple[str, list]:
     time.sleep(1.5)
-    return f"{os.getpid()} {os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}"
+    return f"{os.getpid()} {os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}", []
 
 
 def test_each_worker_process_gets_its_own_gpu(tmp_path: Path):
@@ -67,8 +67,8 @@ def test_each_worker_process_gets_its_own_gpu(tmp_path: Path):
     assert "on GPUs 5,7" in ctx.log[0]
 
 
-def _stamp(name: str) -> str:
-    return f"stamp {name} {time.monotonic():.6f}"
+def _stamp(name: str) -> tuple[str, list]:
+    return f"stamp {name} {time.monotonic():.6f}", []
 
 
 def test_a_task_s_follow_ups_run_after_it_and_repeats_run_once(tmp_path: Path):
@@ -100,17 +100,17 @@ def test_a_task_s_follow_ups_start_before_the_next_task(tmp_path: Path):
     assert order == ["a", "a1", "a2", "a3", "b", "c"]
 
 
-def _fail_once_started(pid_file: str) -> str:
+def _fail_once_started(pid_file: str) -> tuple[str, list]:
     deadline = time.monotonic() + 120
     while not Path(pid_file).exists() and time.monotonic() < deadline:
         time.sleep(0.05)  # the other worker is in its long task
     raise RuntimeError("No space left on device")
 
 
-def _nap_then_touch(path: str) -> str:
+def _nap_then_touch(path: str) -> tuple[str, list]:
     time.sleep(30)
     Path(path).touch()
-    return f"touched {path}"
+    return f"touched {path}", []
 
 
 def test_a_failed_task_stops_the_pool_at_once(tmp_path: Path):
@@ -149,10 +149,10 @@ if __name__ == "__main__":
 """
 
 
-def _write_pid_then_sleep(path: str) -> str:
+def _write_pid_then_sleep(path: str) -> tuple[str, list]:
     Path(path).write_text(str(os.getpid()))
     time.sleep(120)
-    return "slept"
+    return "slept", []
 
 
 def _alive(pid: int) -> bool:

@@ -201,8 +201,14 @@ def build(cfg: BuildConfig, out_dir: str | Path, progress: bool = True) -> dict[
 
 def built(folder: Path) -> dict[str, Any] | None:
     """The ``build.json`` of a finished model folder (a JSON object with its weights'
-    ``weights_sha256``); None when the folder is missing or its record is torn."""
+    ``weights_sha256``); None when the folder is missing or its record is torn. The record may
+    be there without the weights: a results folder keeps it (``rlvr.reproduce.archive``)."""
     return complete_record(Path(folder) / "build.json", weights_sha256=str)
+
+
+def has_weights(folder: Path) -> bool:
+    """Whether model folder ``folder`` is finished and holds its weights, not only its record."""
+    return built(folder) is not None and any(Path(folder).glob("*.safetensors"))
 
 
 def ensure_built(
@@ -211,17 +217,24 @@ def ensure_built(
     """The cached directory of ``cfg``, built first when missing (or when ``rebuild``). With an
     acceptance check (``cfg.accept.draws > 1``) the folder holds the first draw that passes it;
     the rejected draws are listed in its ``build.json`` (and, while the build runs, in
-    ``<key>.draws.json`` beside it, so a killed build resumes at the next draw)."""
+    ``<key>.draws.json`` beside it, so a killed build resumes at the next draw).
+
+    A folder holding only its ``build.json`` (restored from a results folder's records, which
+    keep no weights) is built again, and a build whose weights differ from the record's says so:
+    the runs recorded on that base were trained on other weights."""
     root = models_dir(home)
     root.mkdir(parents=True, exist_ok=True)
     final = root / build_key(cfg)
-    if built(final) is not None and not rebuild:
+    if has_weights(final) and not rebuild:
         return final
     # One builder per key (the folder is renamed into place, so the lock sits beside it): a
     # second process waits, then finds the model built instead of building it again.
     with hold(root / f"{final.name}.lock", wait=True, what=f"model {final}"):
-        if built(final) is not None and not rebuild:
+        if has_weights(final) and not rebuild:
             return final
+        recorded = "" if rebuild else (built(final) or {}).get("weights_sha256", "")
+        if recorded and progress:
+            print(f"base model {cfg.name}: its record came without weights: building it again")
         remove_dead_temporaries(root, f".{final.name}.tmp-")
         log = root / f"{final.name}.draws.json"
         if rebuild:
@@ -246,6 +259,13 @@ def ensure_built(
                     shutil.rmtree(final, ignore_errors=True)  # a rebuild, or a kill left it partial
                     os.replace(tmp, final)
                     log.unlink(missing_ok=True)
+                    if recorded and record["weights_sha256"] != recorded:
+                        print(
+                            f"base model {cfg.name} built again to other weights than its record "
+                            f"({record['weights_sha256'][:16]}, recorded {recorded[:16]}): the "
+                            "runs recorded on it do not reproduce here (rlvr machine)",
+                            flush=True,
+                        )
                     return final
                 tried.append(
                     {

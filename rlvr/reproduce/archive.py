@@ -1,22 +1,28 @@
 """The records of a results folder's runs and evaluations, kept in the folder itself.
 
-A grid with ``records: true`` (the smol grid: 10-15 CPU hours, more than one session of a machine
-whose disk is not kept) copies the record files of every finished run and evaluation from the run
-cache (``rlvr.reproduce.runs``) into ``<out>/records/``, gzipped, as each finishes; the weights
-stay behind. A later ``rlvr reproduce`` into the same folder, on this machine or a fresh one,
-first puts those records back into its run cache (``restore``), so the grid goes on where it
-stopped, and every figure, ``--power`` and the report are drawn from the records alone.
+A grid with ``records: true`` (the tiny and smol grids: more CPU hours than one session of a
+machine whose disk is not kept) copies the record files of every finished run and evaluation
+from the run cache (``rlvr.reproduce.runs``), of every continued-SFT reference
+(``rlvr.reproduce.sft_reference``) and of every tiny base it built (``rlvr.models.build``) into
+``<out>/records/``, gzipped, as each finishes; the weights stay behind. A later
+``rlvr reproduce`` into the same folder, on this machine or a fresh one, first puts those records
+back (``restore``), so the grid goes on where it stopped, and every figure, ``--power`` and the
+report are drawn from the records alone.
 
-What needs weights trains them again: ``rlvr reproduce --check`` retrains its sample (which is
-the check), and an evaluation the records lack retrains its run first
-(``runs.ensure_run(..., weights=True)`` sets the restored records aside and trains from step 0).
-A restored run is the run as recorded: its ``run.json`` names the machine, seconds and weights
-hash of the run that produced it.
+What needs weights makes them again: ``rlvr reproduce --check`` retrains its sample (which is
+the check), an evaluation the records lack retrains its run or reference first
+(``runs.ensure_run(..., weights=True)``, ``ensure_sft_reference(..., weights=True)``), and
+training on a base whose record came alone builds it again (``ensure_built``). Each says when
+the weights it made differ from the record's. A restored run is the run as recorded: its
+``run.json`` names the machine, seconds and weights hash of the run that produced it.
 
-Layout: ``<out>/records/runs/<key>/<file>.gz`` and ``<out>/records/evals/<key>/<file>.gz``, the
+Layout: ``<out>/records/<kind>/<key>/<file>.gz``. Kinds ``runs`` and ``evals`` keep their cache
 folder's own files (``run.json``, ``metrics.jsonl``, ``calibration.json``, ``config.yaml``;
-``summary.json``, ``responses.jsonl``). The gzip stream has no time stamp or name, so the same
-record gives the same bytes on every machine and a rerun changes nothing under git.
+``summary.json``, ``responses.jsonl``); ``sft`` and ``models`` keep their record only
+(``sft.json``, ``build.json``: the rest of those folders is the model). Runs, evaluations and
+references go back to the run cache, bases to ``rlvr.models.build.models_dir()``. The gzip stream
+has no time stamp or name, so the same record gives the same bytes on every machine and a rerun
+changes nothing under git.
 """
 
 from __future__ import annotations
@@ -25,23 +31,37 @@ import gzip
 import io
 from pathlib import Path
 
-from rlvr.files import RecordError, atomic_write
+from rlvr.files import RecordError, atomic_write, complete_record
 from rlvr.locks import LOCK_FILE, hold
+from rlvr.models.build import built, models_dir
 from rlvr.reproduce.runs import drop_checkpoints, is_done
 
 RECORDS = "records"
-#: Per kind of cache folder, the file whose completeness says it is finished, restored last
-#: (``runs.is_done``).
-DONE = {"runs": "run.json", "evals": "summary.json"}
+#: Per kind of folder, the file whose completeness says it is finished, restored last.
+DONE = {"runs": "run.json", "evals": "summary.json", "sft": "sft.json", "models": "build.json"}
+#: Kinds whose folder is a model: only the done file is a record.
+MODELS = ("sft", "models")
 #: Record files, not weights or checkpoints: what a results folder may carry.
 SUFFIXES = (".json", ".jsonl", ".yaml", ".csv", ".txt")
 #: A record larger than this, unpacked, is refused (a ``responses.jsonl`` of 200 items is ~0.3 MB).
 MAX_UNPACKED_BYTES = 64 * 1024 * 1024
 
 
+def finished(folder: Path) -> bool:
+    """Whether ``folder`` (``<kind>/<key>``) holds a complete record of finished work."""
+    kind = folder.parent.name
+    if kind == "models":
+        return built(folder) is not None
+    if kind == "sft":
+        return complete_record(folder / DONE[kind], weights_sha256=str) is not None
+    return is_done(folder)
+
+
 def record_files(folder: Path) -> list[Path]:
     """The record files of cache folder ``folder``, the done file last."""
     done = DONE.get(folder.parent.name)
+    if folder.parent.name in MODELS:
+        return [folder / done]
     files = sorted(
         p
         for p in folder.iterdir()
@@ -72,10 +92,12 @@ def _gunzip(path: Path) -> bytes:
 
 
 def keep(folder: Path, out: Path) -> Path | None:
-    """Copy the records of finished cache folder ``folder`` (``<cache>/runs/<key>`` or
-    ``<cache>/evals/<key>``) to ``<out>/records/``; None when it is not finished (no done file)."""
+    """Copy the records of finished folder ``folder`` (``<cache>/runs/<key>``,
+    ``<cache>/evals/<key>``, ``<cache>/sft/<key>``, ``<models>/<key>``) to ``<out>/records/``;
+    None when it is not finished."""
+    folder = Path(folder)
     kind = folder.parent.name
-    if kind not in DONE or not (folder / DONE[kind]).is_file():
+    if kind not in DONE or not finished(folder):
         return None
     dest = out / RECORDS / kind / folder.name
     dest.mkdir(parents=True, exist_ok=True)
@@ -89,26 +111,36 @@ def keep(folder: Path, out: Path) -> Path | None:
     return dest
 
 
-def restore(out: Path, cache: Path, *, say=print) -> int:
-    """Put the records kept in ``<out>/records/`` into run cache ``cache`` where the cache lacks a
-    finished folder of that key; a partial run there (checkpoints of an interrupted run) gives way
-    to the finished record. Returns how many folders were restored."""
+def restore(out: Path, cache: Path, *, models: Path | None = None, say=print) -> int:
+    """Put the records kept in ``<out>/records/`` into run cache ``cache`` (bases: into
+    ``models``, default ``models_dir()``) where no finished folder of that key is there; a partial
+    run there (checkpoints of an interrupted run) gives way to the finished record. Returns how
+    many folders were restored."""
+    roots = {kind: Path(cache) / kind for kind in DONE}
+    roots["models"] = Path(models) if models is not None else models_dir()
     n = 0
     for kind in DONE:
         for kept in sorted((out / RECORDS / kind).glob("*")):
             if not (kept / f"{DONE[kind]}.gz").is_file():
                 continue
-            folder = Path(cache) / kind / kept.name
-            if is_done(folder):
+            folder = roots[kind] / kept.name
+            if finished(folder):
                 continue
-            folder.mkdir(parents=True, exist_ok=True)
-            with hold(folder / LOCK_FILE, wait=True, what=f"{kind[:-1]} {folder}", say=say):
-                if is_done(folder):
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            # a model folder is renamed into place by its builder, so its lock sits beside it
+            lock = folder.with_name(f"{folder.name}.lock") if kind in MODELS else folder / LOCK_FILE
+            if kind not in MODELS:
+                folder.mkdir(exist_ok=True)
+            with hold(lock, wait=True, what=f"{kind} {folder}", say=say):
+                if finished(folder):
                     continue
+                folder.mkdir(exist_ok=True)
                 packed = sorted(
                     (p for p in kept.glob("*.gz") if Path(p.stem).suffix in SUFFIXES),
                     key=lambda p: p.name == f"{DONE[kind]}.gz",
                 )
+                if kind in MODELS:  # the record only: the rest of the folder is the model
+                    packed = [kept / f"{DONE[kind]}.gz"]
                 for src in packed:  # record files only: a kept "final.gz" is not restored
                     with atomic_write(folder / src.name[: -len(".gz")], "wb") as f:
                         f.write(_gunzip(src))
@@ -116,8 +148,8 @@ def restore(out: Path, cache: Path, *, say=print) -> int:
                     drop_checkpoints(folder)
                 n += 1
     if n:
-        say(f"[reproduce] restored {n} finished run(s) and evaluation(s) from {out / RECORDS}")
+        say(f"[reproduce] restored {n} finished folder(s) from {out / RECORDS}")
     return n
 
 
-__all__ = ["RECORDS", "keep", "record_files", "restore"]
+__all__ = ["RECORDS", "finished", "keep", "record_files", "restore"]

@@ -26,8 +26,11 @@ from rlvr.eval.stats import (
     verdict_close,
     verdict_greater,
 )
-from rlvr.repro import weights_sha256
+from rlvr.files import read_json_object
+from rlvr.models.build import models_dir
+from rlvr.models.presets import parse_spec
 from rlvr.reproduce.common import Context, Output
+from rlvr.reproduce.keys import model_identity
 from rlvr.reproduce.runs import (
     Evaluation,
     Run,
@@ -75,14 +78,18 @@ def runs_for(
             out.run_records[label]["calibration"] = calibration["values"]
         if ctx.run_source is not None:
             ctx.run_source.record(out, label, run)
-        record_base(out, cfg.model)
+        record_base(ctx, out, cfg.model)
         runs.append(run)
     return runs
 
 
-def record_base(out: Output, model: str) -> None:
+def record_base(ctx: Context, out: Output, model: str) -> None:
+    """The base ``model``'s build and weights in ``out``, and its build record in the results
+    folder's records (a run restored from them needs the record to size its continued SFT)."""
     if model not in out.bases:
         out.bases[model] = base_weights(model)
+        if parse_spec(model) is not None:
+            ctx.keep(models_dir() / model_identity(model))
 
 
 def record_prompt(out: Output, setting_key: str, ecfg) -> None:
@@ -141,7 +148,7 @@ def base_evals(
         record_prompt(out, setting_key, ecfg)
         label = unit_label(setting_key, "base", base_seed, seed)
         out.evals[f"{label}{'/' + eval_set[0] if eval_set else ''}"] = ev.key
-        record_base(out, cfg.model)
+        record_base(ctx, out, cfg.model)
         evs.append(ev)
     return evs
 
@@ -154,25 +161,34 @@ def sft_evals(
     setting = ctx.grid.settings[setting_key]
     evs = []
     for run in reference_runs:
-        path = ensure_sft_reference(
-            setting,
-            run.config.seed,
-            run.update_tokens,
-            ctx.cache,
-            say=ctx.say,
-            progress=ctx.progress,
-            smoke=ctx.smoke,
-            model=run.config.model,
-        )
+
+        def reference(weights: bool, run=run):
+            return ensure_sft_reference(
+                setting,
+                run.config.seed,
+                run.update_tokens,
+                ctx.cache,
+                say=ctx.say,
+                progress=ctx.progress,
+                smoke=ctx.smoke,
+                model=run.config.model,
+                weights=weights,
+            )
+
+        path = reference(False)
         ecfg = eval_config(setting, run.config, str(path), seed=run.config.seed)
+        if not is_done(eval_path(ctx.cache, ecfg)):
+            path = reference(True)  # restored from its record: no weights to evaluate
+        ctx.keep(path)
         ev = ensure_eval(ecfg, ctx.cache, say=ctx.say, progress=ctx.progress)
+        ctx.keep(ev.path)
         ev.unit = (run.base_seed, run.config.seed)
         record_prompt(out, setting_key, ecfg)
         label = unit_label(setting_key, "sft", run.base_seed, run.config.seed)
         out.evals[label] = ev.key
         out.run_records[label] = {
             "key": path.name,
-            "weights_sha256": weights_sha256(path),
+            "weights_sha256": read_json_object(path / "sft.json")["weights_sha256"],
             "numbers": dict(ev.summary.get("all", {})),
         }
         evs.append(ev)

@@ -119,8 +119,9 @@ class Context:
         )
 
     def keep(self, folder: Path) -> None:
-        """Keep the records of finished cache folder ``folder`` (a run or an evaluation) in the
-        results folder, when the grid asks for it (``Grid.records``, ``rlvr.reproduce.archive``)."""
+        """Keep the records of finished folder ``folder`` (a run, an evaluation, a continued-SFT
+        reference, a tiny base) in the results folder, when the grid asks for it
+        (``Grid.records``, ``rlvr.reproduce.archive``)."""
         if self.grid.records:
             keep(Path(folder), self.out)
 

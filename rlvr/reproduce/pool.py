@@ -34,11 +34,11 @@ from pathlib import Path
 from rlvr.device import resolve_device
 from rlvr.envs import env_spec
 from rlvr.lifetime import die_with_parent
-from rlvr.models.build import ensure_built, models_dir
+from rlvr.models.build import ensure_built, has_weights, models_dir
 from rlvr.models.presets import parse_spec, preset_config
 from rlvr.repro import set_threads
 from rlvr.reproduce.common import Context
-from rlvr.reproduce.keys import model_identity, run_key
+from rlvr.reproduce.keys import base_seed_of, model_identity, run_key
 from rlvr.reproduce.plan import Plan
 from rlvr.reproduce.runs import (
     ensure_eval,
@@ -89,41 +89,60 @@ def _init_worker(threads: int, gpu_queue=None, parent: int | None = None) -> Non
     hf_logging.set_verbosity_error()
 
 
-def _train(cfg, cache: str, weights: bool = False) -> str:
+#: What a task returns: a line for the log, and the folders it finished (their records are kept).
+Done = tuple[str, list[Path]]
+
+
+def _train(cfg, cache: str, weights: bool = False) -> Done:
     run = ensure_run(cfg, Path(cache), say=lambda m: None, progress=False, weights=weights)
-    return (
+    said = (
         f"trained {cfg.env}/{cfg.algo} seed {cfg.seed} on {cfg.model} ({len(run.metrics)} "
         f"steps, {run.update_tokens} update tokens)"
     )
+    return said, [run.path]
 
 
-def _sft(setting, run_cfg, seed: int, cache: str, smoke: bool, model: str) -> str:
-    """Continued SFT on the update tokens of the finished run ``run_cfg``, then its evaluation."""
+def _sft(setting, run_cfg, seed: int, cache: str, smoke: bool, model: str) -> Done:
+    """Continued SFT on the update tokens of the finished run ``run_cfg``, then its evaluation;
+    a reference restored from its record is trained again only when the evaluation is missing."""
     budget = ensure_run(run_cfg, Path(cache), say=lambda m: None, progress=False).update_tokens
-    path = ensure_sft_reference(
-        setting,
-        seed,
-        budget,
-        Path(cache),
-        say=lambda m: None,
-        progress=False,
-        smoke=smoke,
-        model=model,
-    )
+
+    def reference(weights: bool) -> Path:
+        return ensure_sft_reference(
+            setting,
+            seed,
+            budget,
+            Path(cache),
+            say=lambda m: None,
+            progress=False,
+            smoke=smoke,
+            model=model,
+            weights=weights,
+        )
+
+    path = reference(False)
     ecfg = eval_config(setting, run_cfg, str(path), seed=seed)
-    ensure_eval(ecfg, Path(cache), say=lambda m: None, progress=False)
-    return f"continued SFT seed {seed} of {model} ({budget} tokens) -> {path.name}, evaluated"
-
-
-def _build(model: str) -> str:
-    return f"built {model} -> {ensure_built(preset_config(model), progress=False).name}"
-
-
-def _eval(ecfg, cache: str) -> str:
+    if not is_done(eval_path(cache, ecfg)):
+        path = reference(True)
     ev = ensure_eval(ecfg, Path(cache), say=lambda m: None, progress=False)
-    return f"evaluated {ecfg.env} {Path(ecfg.model).parent.name or ecfg.model} -> {ev.key}"
+    said = f"continued SFT seed {seed} of {model} ({budget} tokens) -> {path.name}, evaluated"
+    return said, [path, ev.path]
 
 
+def _build(model: str) -> Done:
+    path = ensure_built(preset_config(model), progress=False)
+    return f"built {model} -> {path.name}", [path]
+
+
+def _eval(ecfg, cache: str) -> Done:
+    ev = ensure_eval(ecfg, Path(cache), say=lambda m: None, progress=False)
+    return f"evaluated {ecfg.env} {Path(ecfg.model).parent.name or ecfg.model} -> {ev.key}", [
+        ev.path
+    ]
+
+
+#: What a task returns: a line for the log, and the folders it finished (their records are kept).
+Done = tuple[str, list[Path]]
 #: ``(fn, args, then)``: ``fn(*args)`` in a worker; the tasks ``then`` are queued once it is done.
 Task = tuple
 
@@ -191,9 +210,10 @@ def _pool_map(
                             "last checkpoint when the command runs again)"
                         )
                         raise f.exception()
-                    if (folder := _folder(fn, args)) is not None:
+                    said, folders = f.result()
+                    for folder in folders:
                         ctx.keep(folder)
-                    ctx.log.append(f"[reproduce] {f.result()}")
+                    ctx.log.append(f"[reproduce] {said}")
                     if not ctx.progress:
                         print(ctx.log[-1], flush=True)
                     bar.update(1)
@@ -224,15 +244,6 @@ def _stop(pool: ProcessPoolExecutor) -> None:
         process.join(timeout=30)
 
 
-def _folder(fn, args) -> Path | None:
-    """The run-cache folder a finished task wrote: its run or its evaluation."""
-    if fn is _train:
-        return run_path(args[1], run_key(args[0]))
-    if fn is _eval:
-        return eval_path(args[1], args[0])
-    return None
-
-
 def _describe(fn, args) -> str:
     """A task in a line: the run, evaluation, reference or base it makes."""
     if fn is _train:
@@ -256,32 +267,27 @@ def _cost(cfg) -> tuple:
     return (env_spec(cfg.env).multi_turn, tokens)
 
 
-def _build_bases(ctx: Context, models: Iterable[str], jobs: int) -> None:
-    """Build the missing preset bases here, before any run needs one (workers would otherwise
-    race to build the same base): one at a time in this process, or side by side in the pool
-    when several are missing."""
-    missing = [
-        m
-        for m in dict.fromkeys(models)
-        if parse_spec(m) is not None
-        and not (models_dir() / model_identity(m) / "build.json").exists()
-    ]
-    if len(missing) > 1 and jobs > 1:
-        _pool_map(ctx, jobs, [(_build, (m,), []) for m in missing], "base models")
-
-    for m in missing:
-        ensure_built(preset_config(m), progress=ctx.progress)
+def _base_missing(model: str) -> bool:
+    """Whether preset base ``model`` lacks its weights here (never built, or only its record
+    restored from a results folder)."""
+    return parse_spec(model) is not None and not has_weights(models_dir() / model_identity(model))
 
 
 def prefetch(ctx: Context, plan: Plan, jobs: int) -> None:
-    """Train, then evaluate, everything ``plan`` holds, in ``jobs`` processes (module doc)."""
+    """Train, then evaluate, everything ``plan`` holds, in ``jobs`` processes (module doc).
+
+    Base by base: the work on one base (its runs with their evaluations and continued SFT, its
+    own evaluations) is queued together, bases in seed order, the costliest runs first. A base
+    whose weights are missing while some of that work is still to do is built first, in the
+    pool, with that work as its follow-ups: an invocation that stops early leaves the runs of a
+    few bases finished, not a base built for every run and few runs, and a base whose work is
+    all recorded is never built."""
     cache = str(ctx.cache)
     runs = sorted(plan.runs.values(), key=lambda r: _cost(r.config), reverse=True)
     uses_gpu = any(resolve_device(r.config.device).type == "cuda" for r in runs)
     jobs, gpus, msg = worker_gpus(jobs, visible_gpus(), uses_gpu)
     if msg:
         ctx.say(msg)
-    _build_bases(ctx, [r.config.model for r in runs], jobs)
 
     def eval_sets(setting_key: str) -> list:
         return list(ctx.grid.settings[setting_key].eval_sets.values()) or [None]
@@ -293,10 +299,19 @@ def prefetch(ctx: Context, plan: Plan, jobs: int) -> None:
             for e in eval_sets(setting_key)
         ]
 
+    def unfinished(tasks: list[Task]) -> bool:
+        """Whether a run or evaluation of ``tasks`` is still to make (continued SFT aside: it
+        builds its base itself, if it comes to that)."""
+        return any(
+            (fn is _train and (args[2] or not is_done(run_path(cache, run_key(args[0])))))
+            or (fn is _eval and not is_done(eval_path(cache, args[0])))
+            for fn, args, _ in tasks
+        )
+
     sft = {
         run_key(cfg): (key, seed, cfg) for (key, (_, seed)), cfg in plan.references["sft"].items()
     }
-    tasks: list[Task] = []
+    by_base: dict[str, list[Task]] = {}
     for r in runs:
         final = str(run_path(cache, r.key) / "final")
         then = evals(r.setting, r.config, final, r.seed) if r.evaluate else []
@@ -307,12 +322,21 @@ def prefetch(ctx: Context, plan: Plan, jobs: int) -> None:
             key, seed, cfg = sft.pop(r.key)
             setting = ctx.grid.settings[key]
             then.append((_sft, (setting, cfg, seed, cache, ctx.smoke, cfg.model), []))
-        tasks.append((_train, (r.config, cache, weights), then))
+        by_base.setdefault(r.config.model, []).append((_train, (r.config, cache, weights), then))
     for key, seed, cfg in sft.values():  # a reference whose run the plan does not train
         setting = ctx.grid.settings[key]
-        tasks.append((_sft, (setting, cfg, seed, cache, ctx.smoke, cfg.model), []))
+        by_base.setdefault(cfg.model, []).append(
+            (_sft, (setting, cfg, seed, cache, ctx.smoke, cfg.model), [])
+        )
     for (key, (_, seed)), cfg in plan.references["base"].items():  # the untrained bases
-        tasks += evals(key, cfg, cfg.model, seed)
+        by_base.setdefault(cfg.model, []).extend(evals(key, cfg, cfg.model, seed))
+    tasks: list[Task] = []
+    for model in sorted(by_base, key=lambda m: (base_seed_of(m), list(by_base).index(m))):
+        work = by_base[model]
+        if _base_missing(model) and unfinished(work):
+            tasks.append((_build, (model,), work))
+        else:
+            tasks += work
     _pool_map(ctx, jobs, _unique(tasks), "runs and evaluations", gpus)
 
 

@@ -39,7 +39,6 @@ from rlvr.reproduce.grid import Setting, setting_overrides
 from rlvr.reproduce.keys import (
     base_seed_of,
     eval_key,
-    model_identity,
     preset_build_key,
     run_key,
 )
@@ -271,7 +270,7 @@ def ensure_run(cfg, cache: Path, *, say=print, progress: bool = True, weights: b
                     say(f"[reproduce] {path / DONE} is torn or incomplete: resuming to rebuild it")
                 _train_run(cfg, key, path, say=say, progress=progress)
             if recorded and read_run_record(path).get("weights_sha256") != recorded:
-                dropped = _drop_evaluations(Path(cache), key)
+                dropped = drop_evaluations(Path(cache), f"runs/{key}/final")
                 say(
                     f"[reproduce] {path}: trained again, its weights differ from its records' "
                     f"({recorded[:16]}): {dropped} restored evaluation(s) of it removed, to be "
@@ -281,14 +280,16 @@ def ensure_run(cfg, cache: Path, *, say=print, progress: bool = True, weights: b
     return Run(key, path, cfg, metrics, compute_seconds(metrics))
 
 
-def _drop_evaluations(cache: Path, key: str) -> int:
-    """Remove the cached evaluations of run ``key``'s final weights (``model_identity`` of the
-    model their ``summary.json`` names); returns how many."""
+def drop_evaluations(cache: Path, identity: str) -> int:
+    """Remove the cached evaluations of the cache's model ``identity`` (``runs/<key>/final``,
+    ``sft/<key>``: the end of the model path their ``summary.json`` names, in whichever cache they
+    were made); returns how many."""
     n = 0
+    tail = Path(identity).parts
     for summary in sorted((cache / "evals").glob("*/summary.json")):
         record = complete_record(summary, config=dict)
         model = (record or {}).get("config", {}).get("model")
-        if isinstance(model, str) and model_identity(model) == f"runs/{key}/final":
+        if isinstance(model, str) and Path(model).parts[-len(tail) :] == tail:
             shutil.rmtree(summary.parent)
             n += 1
     return n
@@ -403,6 +404,7 @@ __all__ = [
     "Run",
     "base_weights",
     "compute_seconds",
+    "drop_evaluations",
     "ensure_eval",
     "eval_seconds",
     "ensure_run",

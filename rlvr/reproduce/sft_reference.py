@@ -4,7 +4,9 @@ RL run's updates cost in forward-backward tokens, cached under ``<cache>/sft/<ha
 The folder is written under ``.<hash>.tmp-<pid>`` and renamed into place with its ``sft.json``
 (written last), under the lock ``<hash>.lock`` beside it; a temporary folder a killed process left
 is removed by the next one that builds the same reference, and a folder whose ``sft.json`` is
-not a complete record is built again.
+not a complete record is built again. A folder holding only its ``sft.json`` (restored from a
+results folder's records, ``rlvr.reproduce.archive``) serves its key and evaluations; what needs
+its weights trains it again (``weights=True``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from rlvr.files import (
 from rlvr.locks import hold
 from rlvr.prompt_format import write_format
 from rlvr.reproduce.grid import Setting
+from rlvr.reproduce.runs import drop_evaluations
 
 
 def ensure_sft_reference(
@@ -38,6 +41,7 @@ def ensure_sft_reference(
     progress: bool = True,
     smoke: bool = False,
     model: str | None = None,
+    weights: bool = False,
 ) -> Path:
     """The base ``model`` (default the setting's) after continued SFT on about
     ``budget_tokens`` forward-backward tokens: the equal-compute baseline of an RL run whose
@@ -46,7 +50,9 @@ def ensure_sft_reference(
     Work, not time: steps = ``budget_tokens`` / the base build's tokens per SFT step
     (``build.json``, a property of its data, the same on every machine), so the reference is a
     pure function of its configuration. The recipe is the base build's own SFT config
-    restarted (warm-up, cosine decay) on fresh examples.
+    restarted (warm-up, cosine decay) on fresh examples. With ``weights``, a reference whose
+    record came without its weights is trained again; if the weights differ from the record's,
+    its restored evaluations are dropped, to be made again from these weights.
     """
     from rlvr.envs import warmstart
     from rlvr.models.sft import SFTConfig
@@ -84,18 +90,33 @@ def ensure_sft_reference(
         default=str,
     )
     path = Path(cache) / "sft" / hashlib.sha256(blob.encode()).hexdigest()[:12]
-    if _sft_done(path):
+    if _sft_done(path) and not (weights and _missing_weights(path)):
         return path
     # renamed into place when complete, so the lock sits beside the folder
     with hold(path.with_name(f"{path.name}.lock"), wait=True, what=f"SFT {path}", say=say):
+        recorded = ""
+        if weights and _missing_weights(path):
+            say(f"[reproduce] {path}: its record came without weights: training it again")
+            recorded = _sft_done(path)["weights_sha256"]
+            shutil.rmtree(path)
         if not _sft_done(path):
             remove_dead_temporaries(path.parent, f".{path.name}.tmp-")
             _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, progress)
+        if recorded and _sft_done(path)["weights_sha256"] != recorded:
+            dropped = drop_evaluations(Path(cache), f"sft/{path.name}")
+            say(
+                f"[reproduce] {path}: trained again, its weights differ from its record's "
+                f"({recorded[:16]}): {dropped} restored evaluation(s) of it removed"
+            )
     return path
 
 
-def _sft_done(path: Path) -> bool:
-    return complete_record(path / "sft.json", weights_sha256=str) is not None
+def _sft_done(path: Path) -> dict | None:
+    return complete_record(path / "sft.json", weights_sha256=str)
+
+
+def _missing_weights(path: Path) -> bool:
+    return _sft_done(path) is not None and not any(path.glob("*.safetensors"))
 
 
 def _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, progress) -> None:
@@ -137,14 +158,16 @@ def _continued_sft(model, seed, budget_tokens, sft_cfg, task, data, path, say, p
 
 
 def _base_build(model: str):
-    """``(directory, BuildConfig)`` of a tiny preset, or ``(None, None)`` for anything else."""
-    from rlvr.models.build import ensure_built
+    """``(directory, BuildConfig)`` of a tiny preset, or ``(None, None)`` for anything else; the
+    base is built only when not even its record is here (the record sizes the reference)."""
+    from rlvr.models.build import build_key, built, ensure_built, models_dir
     from rlvr.models.presets import preset_config
 
     cfg = preset_config(model)
     if cfg is None:
         return None, None
-    return ensure_built(cfg, progress=False), cfg
+    folder = models_dir() / build_key(cfg)
+    return (folder if built(folder) is not None else ensure_built(cfg, progress=False)), cfg
 
 
 __all__ = ["ensure_sft_reference"]
