@@ -136,13 +136,10 @@ def _build(model: str) -> Done:
 
 def _eval(ecfg, cache: str) -> Done:
     ev = ensure_eval(ecfg, Path(cache), say=lambda m: None, progress=False)
-    return f"evaluated {ecfg.env} {Path(ecfg.model).parent.name or ecfg.model} -> {ev.key}", [
-        ev.path
-    ]
+    model = Path(ecfg.model).parent.name or ecfg.model
+    return f"evaluated {ecfg.env} {model} -> {ev.key}", [ev.path]
 
 
-#: What a task returns: a line for the log, and the folders it finished (their records are kept).
-Done = tuple[str, list[Path]]
 #: ``(fn, args, then)``: ``fn(*args)`` in a worker; the tasks ``then`` are queued once it is done.
 Task = tuple
 
