@@ -126,21 +126,20 @@ def restore(out: Path, cache: Path, *, models: Path | None = None, say=print) ->
             folder = roots[kind] / kept.name
             if finished(folder):
                 continue
-            folder.parent.mkdir(parents=True, exist_ok=True)
             # a model folder is renamed into place by its builder, so its lock sits beside it
             lock = folder.with_name(f"{folder.name}.lock") if kind in MODELS else folder / LOCK_FILE
-            if kind not in MODELS:
-                folder.mkdir(exist_ok=True)
+            lock.parent.mkdir(parents=True, exist_ok=True)
             with hold(lock, wait=True, what=f"{kind} {folder}", say=say):
                 if finished(folder):
                     continue
                 folder.mkdir(exist_ok=True)
-                packed = sorted(
-                    (p for p in kept.glob("*.gz") if Path(p.stem).suffix in SUFFIXES),
-                    key=lambda p: p.name == f"{DONE[kind]}.gz",
-                )
                 if kind in MODELS:  # the record only: the rest of the folder is the model
                     packed = [kept / f"{DONE[kind]}.gz"]
+                else:
+                    packed = sorted(
+                        (p for p in kept.glob("*.gz") if Path(p.stem).suffix in SUFFIXES),
+                        key=lambda p: p.name == f"{DONE[kind]}.gz",
+                    )
                 for src in packed:  # record files only: a kept "final.gz" is not restored
                     with atomic_write(folder / src.name[: -len(".gz")], "wb") as f:
                         f.write(_gunzip(src))
