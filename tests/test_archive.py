@@ -231,8 +231,10 @@ def test_a_continued_sft_reference_is_restored_from_its_record_and_trained_again
 
 def test_the_pool_builds_a_missing_base_first_with_its_work_behind_it(tmp_path, monkeypatch):
     """Base by base: a base without weights is built in the pool with its own runs and
-    evaluations as follow-ups, bases in seed order; a built base's work is queued as it is, and
-    a base whose work is all finished (restored records) is not built at all."""
+    evaluations as follow-ups, bases in seed order; a single one left to build is built before
+    the pool, as the main job always did; a base whose work is all finished (restored records)
+    is not built at all."""
+    from rlvr.models.presets import preset_config
     from rlvr.reproduce import pool
     from rlvr.reproduce.common import Context
     from rlvr.reproduce.figures import plan_for
@@ -257,10 +259,15 @@ def test_the_pool_builds_a_missing_base_first_with_its_work_behind_it(tmp_path, 
     base.mkdir(parents=True)
     (base / "build.json").write_text(json.dumps({"weights_sha256": "0" * 64}))
     (base / "model.safetensors").write_bytes(b"")
+    built_here: list = []
+    monkeypatch.setattr(
+        pool, "ensure_built", lambda cfg, progress: built_here.append(cfg) or tmp_path / "x"
+    )
     queued.clear()
     pool.prefetch(ctx, ctx.plan, 2)
-    assert [args[0] for fn, args, _ in queued if fn is pool._build] == [builds[1][0]]
-    assert queued[0][0] is not pool._build  # the built base's work, queued as it is
+    # one base left to build: built before the pool starts, with its progress shown
+    assert [cfg.seed for cfg in built_here] == [preset_config(builds[1][0]).seed]
+    assert not [t for t in queued if t[0] is pool._build] and len(queued) > 2
 
     monkeypatch.setattr(pool, "is_done", lambda folder: True)
     queued.clear()

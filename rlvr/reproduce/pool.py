@@ -327,13 +327,19 @@ def prefetch(ctx: Context, plan: Plan, jobs: int) -> None:
         )
     for (key, (_, seed)), cfg in plan.references["base"].items():  # the untrained bases
         by_base.setdefault(cfg.model, []).extend(evals(key, cfg, cfg.model, seed))
+    order = sorted(by_base, key=lambda m: (base_seed_of(m), list(by_base).index(m)))
+    missing = [m for m in order if _base_missing(m) and unfinished(by_base[m])]
+    if len(missing) == 1:  # nothing to do beside it: built here, with its progress shown
+        ctx.keep(ensure_built(preset_config(missing[0]), progress=ctx.progress))
+        missing = []
+    elif missing:
+        ctx.say(f"[reproduce] {len(missing)} base(s) to build, each before its own runs: {missing}")
     tasks: list[Task] = []
-    for model in sorted(by_base, key=lambda m: (base_seed_of(m), list(by_base).index(m))):
-        work = by_base[model]
-        if _base_missing(model) and unfinished(work):
-            tasks.append((_build, (model,), work))
+    for model in order:
+        if model in missing:
+            tasks.append((_build, (model,), by_base[model]))
         else:
-            tasks += work
+            tasks += by_base[model]
     _pool_map(ctx, jobs, _unique(tasks), "runs and evaluations", gpus)
 
 
