@@ -41,7 +41,7 @@ from rlvr.reproduce.runs import (
     eval_path,
     is_done,
 )
-from rlvr.reproduce.sft_reference import ensure_sft_reference
+from rlvr.reproduce.sft_reference import evaluated_reference
 
 
 def unit_label(setting_key: str, what: str, base_seed: int, seed: int) -> str:
@@ -161,24 +161,17 @@ def sft_evals(
     setting = ctx.grid.settings[setting_key]
     evs = []
     for run in reference_runs:
-
-        def reference(weights: bool, run=run):
-            return ensure_sft_reference(
-                setting,
-                run.config.seed,
-                run.update_tokens,
-                ctx.cache,
-                say=ctx.say,
-                progress=ctx.progress,
-                smoke=ctx.smoke,
-                model=run.config.model,
-                weights=weights,
-            )
-
-        path = reference(False)
-        ecfg = eval_config(setting, run.config, str(path), seed=run.config.seed)
-        if not is_done(eval_path(ctx.cache, ecfg)):
-            path = reference(True)  # restored from its record: no weights to evaluate
+        path, ecfg = evaluated_reference(
+            setting,
+            run.config,
+            run.config.seed,
+            run.update_tokens,
+            ctx.cache,
+            say=ctx.say,
+            progress=ctx.progress,
+            smoke=ctx.smoke,
+            model=run.config.model,
+        )
         ctx.keep(path)
         ev = ensure_eval(ecfg, ctx.cache, say=ctx.say, progress=ctx.progress)
         ctx.keep(ev.path)

@@ -48,7 +48,7 @@ from rlvr.reproduce.runs import (
     is_done,
     run_path,
 )
-from rlvr.reproduce.sft_reference import ensure_sft_reference
+from rlvr.reproduce.sft_reference import evaluated_reference
 
 
 # -- one GPU per worker --------------------------------------------------------------------------
@@ -106,24 +106,17 @@ def _sft(setting, run_cfg, seed: int, cache: str, smoke: bool, model: str) -> Do
     """Continued SFT on the update tokens of the finished run ``run_cfg``, then its evaluation;
     a reference restored from its record is trained again only when the evaluation is missing."""
     budget = ensure_run(run_cfg, Path(cache), say=lambda m: None, progress=False).update_tokens
-
-    def reference(weights: bool) -> Path:
-        return ensure_sft_reference(
-            setting,
-            seed,
-            budget,
-            Path(cache),
-            say=lambda m: None,
-            progress=False,
-            smoke=smoke,
-            model=model,
-            weights=weights,
-        )
-
-    path = reference(False)
-    ecfg = eval_config(setting, run_cfg, str(path), seed=seed)
-    if not is_done(eval_path(cache, ecfg)):
-        path = reference(True)
+    path, ecfg = evaluated_reference(
+        setting,
+        run_cfg,
+        seed,
+        budget,
+        Path(cache),
+        say=lambda m: None,
+        progress=False,
+        smoke=smoke,
+        model=model,
+    )
     ev = ensure_eval(ecfg, Path(cache), say=lambda m: None, progress=False)
     said = f"continued SFT seed {seed} of {model} ({budget} tokens) -> {path.name}, evaluated"
     return said, [path, ev.path]
@@ -296,25 +289,21 @@ def prefetch(ctx: Context, plan: Plan, jobs: int) -> None:
             for e in eval_sets(setting_key)
         ]
 
-    def unfinished(tasks: list[Task]) -> bool:
-        """Whether a run or evaluation of ``tasks`` is still to make (continued SFT aside: it
-        builds its base itself, if it comes to that)."""
-        return any(
-            (fn is _train and (args[2] or not is_done(run_path(cache, run_key(args[0])))))
-            or (fn is _eval and not is_done(eval_path(cache, args[0])))
-            for fn, args, _ in tasks
-        )
-
     sft = {
         run_key(cfg): (key, seed, cfg) for (key, (_, seed)), cfg in plan.references["sft"].items()
     }
     by_base: dict[str, list[Task]] = {}
+    #: Bases with a run or evaluation still to make (continued SFT aside: it builds its base
+    #: itself, if it comes to that).
+    unfinished: set[str] = set()
     for r in runs:
         final = str(run_path(cache, r.key) / "final")
         then = evals(r.setting, r.config, final, r.seed) if r.evaluate else []
         # a run restored from its records (rlvr.reproduce.archive) is trained again only when an
         # evaluation of its weights is still to be made
         weights = any(not is_done(eval_path(cache, args[0])) for _, args, _ in then)
+        if weights or not is_done(run_path(cache, r.key)):
+            unfinished.add(r.config.model)
         if r.key in sft:  # continued SFT on this run's update tokens, and its evaluation
             key, seed, cfg = sft.pop(r.key)
             setting = ctx.grid.settings[key]
@@ -326,9 +315,12 @@ def prefetch(ctx: Context, plan: Plan, jobs: int) -> None:
             (_sft, (setting, cfg, seed, cache, ctx.smoke, cfg.model), [])
         )
     for (key, (_, seed)), cfg in plan.references["base"].items():  # the untrained bases
-        by_base.setdefault(cfg.model, []).extend(evals(key, cfg, cfg.model, seed))
-    order = sorted(by_base, key=lambda m: (base_seed_of(m), list(by_base).index(m)))
-    missing = [m for m in order if _base_missing(m) and unfinished(by_base[m])]
+        base_evals = evals(key, cfg, cfg.model, seed)
+        if any(not is_done(eval_path(cache, args[0])) for _, args, _ in base_evals):
+            unfinished.add(cfg.model)
+        by_base.setdefault(cfg.model, []).extend(base_evals)
+    order = sorted(by_base, key=base_seed_of)  # stable: the costliest first within a seed
+    missing = [m for m in order if m in unfinished and _base_missing(m)]
     if len(missing) == 1:  # nothing to do beside it: built here, with its progress shown
         ctx.keep(ensure_built(preset_config(missing[0]), progress=ctx.progress))
         missing = []

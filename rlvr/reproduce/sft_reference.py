@@ -28,7 +28,7 @@ from rlvr.files import (
 from rlvr.locks import hold
 from rlvr.prompt_format import write_format
 from rlvr.reproduce.grid import Setting
-from rlvr.reproduce.runs import drop_evaluations
+from rlvr.reproduce.runs import drop_evaluations, eval_config, eval_path, is_done
 
 
 def ensure_sft_reference(
@@ -111,6 +111,19 @@ def ensure_sft_reference(
     return path
 
 
+def evaluated_reference(
+    setting: Setting, run_cfg, seed: int, budget_tokens: int, cache: Path, **kw
+):
+    """``(path, EvalConfig)`` of the continued-SFT reference matching run ``run_cfg`` and its
+    evaluation: a reference restored from its record is trained again (``weights=True``) only when
+    that evaluation is not in the cache. ``kw``: ``ensure_sft_reference``'s keywords."""
+    path = ensure_sft_reference(setting, seed, budget_tokens, cache, **kw)
+    ecfg = eval_config(setting, run_cfg, str(path), seed=seed)
+    if not is_done(eval_path(cache, ecfg)):
+        path = ensure_sft_reference(setting, seed, budget_tokens, cache, weights=True, **kw)
+    return path, ecfg
+
+
 def _sft_done(path: Path) -> dict | None:
     return complete_record(path / "sft.json", weights_sha256=str)
 
@@ -170,4 +183,4 @@ def _base_build(model: str):
     return (folder if built(folder) is not None else ensure_built(cfg, progress=False)), cfg
 
 
-__all__ = ["ensure_sft_reference"]
+__all__ = ["ensure_sft_reference", "evaluated_reference"]
