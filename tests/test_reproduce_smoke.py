@@ -108,13 +108,15 @@ def test_reproduce_all_smoke(tmp_path):
     # The smoke profile evaluates only at the end: the curve figure says there is no curve.
     assert "No held-out curve" in (out / "curve.md").read_text()
 
-    # A grid that trains fewer methods (the smol grid: GRPO, GRPO-SG, TR-GRPO) shows only
-    # those, and decides only the claims between two of them; from the same cache, so nothing
-    # is trained again.
+    # A grid that trains fewer methods on fewer tasks (the smol grid: GRPO, GRPO-SG, TR-GRPO on
+    # K&K and math) shows only those, decides only the claims between two of them, and says
+    # which table it has no task for; from the same cache, so nothing is trained again.
     from rlvr.reproduce.figures import FIGURES, plan_for
     from rlvr.reproduce.report import write_report
 
-    few = dataclasses.replace(g, methods=["grpo", "grpo_sg"], sweep={})
+    settings = {k: v for k, v in g.settings.items() if k != "searchqa"}
+    assert len(settings) < len(g.settings)
+    few = dataclasses.replace(g, methods=["grpo", "grpo_sg"], sweep={}, settings=settings)
     ctx = Context(few, tmp_path / "few", out / ".cache", [0], smoke=True)
     ctx.plan = plan_for(ctx, ["all"])
     metas = {n: FIGURES[n].run(ctx) for n in FIGURES}
@@ -127,6 +129,8 @@ def test_reproduce_all_smoke(tmp_path):
     assert "GRPO-SG beats GRPO" in claims
     assert not [c for c in claims if "TR-GRPO" in c or "Reverse" in c]
     assert "| GRPO-SG | alpha " in (tmp_path / "few" / "mechanism.md").read_text()
+    qa = (tmp_path / "few" / "table_qa.md").read_text()
+    assert "no `searchqa` setting" in qa and not metas["table_qa"]["claims"]
 
 
 @pytest.mark.slow

@@ -195,6 +195,16 @@ class Output:
         plt.close(fig)
         return p
 
+    def lacks(self, setting_key: str, what: str) -> bool:
+        """True when the grid has no ``setting_key``, after writing the note that says so in
+        place of ``what`` (a grid may leave a task out: the smol grid has no search QA)."""
+        if setting_key in self.ctx.grid.settings:
+            return False
+        self.write_md(
+            f"No {what} in the {self.ctx.grid.name} grid: it has no `{setting_key}` setting."
+        )
+        return True
+
     def claim(self, claim: str, setting: str, verdict: str, evidence: str, **numbers) -> None:
         self.claims.append(
             {

@@ -71,6 +71,8 @@ def run(ctx: Context) -> dict:
     from rlvr.models import load_model
 
     out = Output(ctx, NAME)
+    if out.lacks("kk", "K&K word clouds"):
+        return out.finish()
     seed_ctx = dataclasses.replace(ctx, seeds=ctx.seeds[:1], base_seeds=ctx.base_seeds[:1])
     runs = runs_for(seed_ctx, out, "kk", "grpo")
     ev = evals_for(seed_ctx, out, "kk", runs)[0]

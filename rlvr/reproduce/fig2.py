@@ -157,6 +157,8 @@ def markdown(ctx: Context, table: list[dict]) -> str:
 
 def run(ctx: Context) -> dict:
     out = Output(ctx, NAME)
+    if out.lacks("kk", "K&K figure"):
+        return out.finish()
     evs = collect(ctx, out)
     table = rows(ctx, evs)
     out.write_csv(table)

@@ -23,6 +23,8 @@ def needs(ctx: Context):
 
 def run(ctx: Context) -> dict:
     out = Output(ctx, NAME)
+    if out.lacks("math", "math table"):
+        return out.finish()
     k = ctx.grid.settings["math"].k
     build(
         ctx,
