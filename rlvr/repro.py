@@ -209,6 +209,27 @@ def effective_mode() -> str:
     return "mkl-avx2" if _held("mkl-avx2") else "native"
 
 
+def kernel_mode_note() -> str:
+    """``""`` when this process runs the kernel mode it was asked for (``$RLVR_KERNELS``, default
+    reproducible; native where no mode can hold: not x86, or no AVX2), else one line naming both.
+
+    The rlvr command sets the mode before torch loads. A script that imports rlvr and never calls
+    ``apply_kernel_mode`` first runs the processor's native kernels: its runs record that
+    (``machine_info``), but their bits are not the command's, and a later ``rlvr reproduce
+    --check`` on another machine cannot match them (16 of the smol grid's 18 runs, 2026-12-06).
+    """
+    install_kernels()
+    asked = requested_mode() if is_x86() and _has_avx2() else "native"
+    got = effective_mode()
+    if got == asked:
+        return ""
+    return (
+        f"[rlvr] this process runs {got} kernels, not the {asked} mode asked for ({MODE_VAR}, "
+        "default reproducible): call rlvr.repro.apply_kernel_mode() before torch is imported, as "
+        "the rlvr command does, or what it trains will not have the command's bits"
+    )
+
+
 def is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
 
@@ -314,6 +335,7 @@ __all__ = [
     "effective_mode",
     "gemm_backend",
     "install_kernels",
+    "kernel_mode_note",
     "set_threads",
     "is_x86",
     "machine_info",

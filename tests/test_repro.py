@@ -42,6 +42,28 @@ def _has_avx2() -> bool:
     return is_x86() and cpuinfo.exists() and " avx2" in cpuinfo.read_text()
 
 
+def _python(code: str) -> str:
+    """``python -c code`` in a fresh process with no kernel variables set."""
+    base = {k: v for k, v in os.environ.items() if k not in (*REPRODUCIBLE_ENV, "RLVR_KERNELS")}
+    base["PYTHONPATH"] = str(REPO) + os.pathsep + base.get("PYTHONPATH", "")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=base, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+
+
+@pytest.mark.skipif(not _has_avx2(), reason="the reproducible mode needs x86 with AVX2")
+def test_a_script_that_never_set_the_mode_is_told_before_it_trains():
+    """A script that imports rlvr and trains without ``apply_kernel_mode`` runs native kernels
+    (16 of the smol grid's 18 runs did, unnoticed): ``kernel_mode_note`` names it (the grid's
+    runs say it before training, ``rlvr.reproduce.runs._train_run``); once set, it is silent."""
+    note = "from rlvr.repro import kernel_mode_note; print(repr(kernel_mode_note()))"
+    assert "runs native kernels, not the reproducible mode" in _python(note)
+    applied = "from rlvr.repro import apply_kernel_mode; apply_kernel_mode(); " + note
+    assert _python(applied) == "''"
+
+
 def test_the_command_imports_no_torch_before_it_sets_the_mode():
     code = "import sys, rlvr.cli; print('torch' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}

@@ -535,3 +535,18 @@ def test_the_smoke_grid_trains_kk_and_math_on_digits_and_evaluates_on_their_own_
     assert train_config(g.settings["searchqa"], "grpo", 0).env == "searchqa"
     with pytest.raises(ConfigError, match="settings.kk.train_env: 'nope' is not one of"):
         grid._setting("kk", {"env": "kk", "model": "micro", "train_env": "nope"}, {})
+
+
+def test_the_report_counts_its_runs_per_kernel_mode():
+    """A results folder whose records come from several sessions may mix kernel modes (16 of the
+    smol grid's 18 runs ran native kernels): the report's header counts them and says so."""
+    from rlvr.reproduce.report import runs_machines
+
+    native = "Intel(R) Xeon(R) Processor (x86_64), native kernels, 1 thread(s)"
+    held = "Intel(R) Xeon(R) Processor (x86_64), reproducible kernels, 1 thread(s)"
+    (line,) = runs_machines([{"machine": native}] * 2 + [{"machine": held}, {"machine": ""}])
+    assert line.startswith(f"- training runs: 2 x {native}; 1 x {held}")
+    assert "mixed kernel modes" in line
+    (line,) = runs_machines([{"machine": held}] * 3)
+    assert line == f"- training runs: 3 x {held}"
+    assert runs_machines([]) == []

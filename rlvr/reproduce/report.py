@@ -107,7 +107,9 @@ def bottom_line(claims: list[dict]) -> list[str]:
     return ["## Bottom line", "", text + " (the claims table below).", ""]
 
 
-def header_lines(metas: dict[str, dict], cost: list[dict], generated: str, wall_s) -> list[str]:
+def header_lines(
+    metas: dict[str, dict], cost: list[dict], generated: str, wall_s, runs: list[dict] = ()
+) -> list[str]:
     """Where the numbers come from, read from the metas: command, draws, time, versions,
     machine, engine (no path of the machine that made them)."""
     first = next(iter(metas.values()), {})
@@ -126,6 +128,7 @@ def header_lines(metas: dict[str, dict], cost: list[dict], generated: str, wall_
     if first.get("machine"):
         lines.append(f"- machine: {machine_line(first['machine'])}; each run's own is in runs.csv")
     lines.append("- runs: each named by its config hash (runs.csv, runs/<hash>.yaml)")
+    lines += runs_machines(list(runs))
     if first.get("engine") == "verl":
         verl = ", ".join(first.get("verl_versions", [])) or "version not recorded"
         lines.append(
@@ -142,6 +145,19 @@ def header_lines(metas: dict[str, dict], cost: list[dict], generated: str, wall_
             "",
         ]
     return lines
+
+
+def runs_machines(runs: list[dict]) -> list[str]:
+    """A line counting the training runs per machine and kernel mode (``runs.csv``): runs made
+    in another mode than the reproducible one do not give the same bits on another processor,
+    and a folder may mix them (records of several sessions)."""
+    count = Counter(r["machine"] for r in runs if r.get("machine"))
+    if not count:
+        return []
+    each = "; ".join(f"{n} x {machine}" for machine, n in count.most_common())
+    mixed = " (mixed kernel modes: only the reproducible ones give the same bits elsewhere)"
+    modes = {m.split(", ")[-2] for m in count if m.count(", ") >= 2}
+    return [f"- training runs: {each}" + (mixed if len(modes) > 1 else "")]
 
 
 def write_report(ctx: Context) -> Path:
@@ -193,7 +209,7 @@ def _write(
         "Probability Shaping* (GRPO-SG).",
         "",
     ]
-    lines += header_lines(metas, cost, generated, wall_s)
+    lines += header_lines(metas, cost, generated, wall_s, runs)
     lines += [CLAIMS_HEADING, ""]
     if claims:
         lines += [markdown_table(CLAIMS_HEADER, claims_rows(claims)), ""]
