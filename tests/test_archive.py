@@ -155,6 +155,13 @@ def test_a_reproduction_goes_on_from_its_folder_s_records_on_a_fresh_machine(
     assert "came without weights" in printed and "trained now" in printed
     assert "bit-identical" in printed and "differs" not in printed
 
+    # Figure 1 reads a run's weights, not only its evaluation: from the records alone (a third
+    # machine) it trains that run again first instead of failing on the missing weights.
+    fig1 = ["reproduce", "fig1", "--smoke", "--out", str(out), "--quiet", "--jobs", "1"]
+    assert main([*fig1, "--cache", str(tmp_path / "third")]) == 0
+    assert "came without weights" in capsys.readouterr().out
+    assert (out / "fig1.png").exists()
+
 
 def test_a_base_s_record_is_kept_and_restored_and_its_weights_built_again(tmp_path, capsys):
     """A tiny base's ``build.json`` travels in the records (it names the base's weights and sizes

@@ -97,6 +97,14 @@ def record_prompt(out: Output, setting_key: str, ecfg) -> None:
     out.prompts.setdefault(setting_key, env_spec(ecfg.env).prompt_settings(ecfg.env_kwargs))
 
 
+def with_weights(ctx: Context, run: Run) -> Run:
+    """``run`` with its final weights: trained again first when its records were restored
+    without them (``rlvr.reproduce.archive``), for a figure that reads the model itself."""
+    if ctx.run_source is None and not run.final.is_dir():
+        return ensure_run(run.config, ctx.cache, say=ctx.say, progress=ctx.progress, weights=True)
+    return run
+
+
 def evals_for(
     ctx: Context,
     out: Output,

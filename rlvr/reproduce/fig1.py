@@ -19,7 +19,7 @@ from rlvr.eval.token_stats import (
     token_probabilities,
     word_probabilities,
 )
-from rlvr.reproduce.collect import evals_for, runs_for
+from rlvr.reproduce.collect import evals_for, runs_for, with_weights
 from rlvr.reproduce.common import Context, Output, plt
 from rlvr.reproduce.plan import Need
 
@@ -76,7 +76,7 @@ def run(ctx: Context) -> dict:
     seed_ctx = dataclasses.replace(ctx, seeds=ctx.seeds[:1], base_seeds=ctx.base_seeds[:1])
     runs = runs_for(seed_ctx, out, "kk", "grpo")
     ev = evals_for(seed_ctx, out, "kk", runs)[0]
-    model, tokenizer = load_model(str(runs[0].final))
+    model, tokenizer = load_model(str(with_weights(ctx, runs[0]).final))
     model.eval()
     stats = word_stats(model, tokenizer, ev.records, max_responses=200 if ctx.smoke else 5000)
     min_count = 1 if ctx.smoke else 5
