@@ -217,6 +217,8 @@ def kernel_mode_note() -> str:
     ``apply_kernel_mode`` first runs the processor's native kernels: its runs record that
     (``machine_info``), but their bits are not the command's, and a later ``rlvr reproduce
     --check`` on another machine cannot match them (16 of the smol grid's 18 runs, 2026-12-06).
+    Installs the mode's kernels first (``install_kernels``, idempotent), as a model's import would,
+    so that ``effective_mode`` measures what the run will use.
     """
     install_kernels()
     asked = requested_mode() if is_x86() and _has_avx2() else "native"

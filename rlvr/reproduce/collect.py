@@ -99,10 +99,11 @@ def record_prompt(out: Output, setting_key: str, ecfg) -> None:
 
 def with_weights(ctx: Context, run: Run) -> Run:
     """``run`` with its final weights: trained again first when its records were restored
-    without them (``rlvr.reproduce.archive``), for a figure that reads the model itself."""
-    if ctx.run_source is None and not run.final.is_dir():
-        return ensure_run(run.config, ctx.cache, say=ctx.say, progress=ctx.progress, weights=True)
-    return run
+    without them (``rlvr.reproduce.archive``), for a figure that reads the model itself (runs
+    read from a verl folder have theirs there)."""
+    if ctx.run_source is not None:
+        return run
+    return ensure_run(run.config, ctx.cache, say=ctx.say, progress=ctx.progress, weights=True)
 
 
 def evals_for(

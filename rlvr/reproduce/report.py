@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from rlvr.config import ConfigError
@@ -108,7 +109,7 @@ def bottom_line(claims: list[dict]) -> list[str]:
 
 
 def header_lines(
-    metas: dict[str, dict], cost: list[dict], generated: str, wall_s, runs: list[dict] = ()
+    metas: dict[str, dict], cost: list[dict], generated: str, wall_s, runs: Sequence[dict] = ()
 ) -> list[str]:
     """Where the numbers come from, read from the metas: command, draws, time, versions,
     machine, engine (no path of the machine that made them)."""
@@ -128,7 +129,7 @@ def header_lines(
     if first.get("machine"):
         lines.append(f"- machine: {machine_line(first['machine'])}; each run's own is in runs.csv")
     lines.append("- runs: each named by its config hash (runs.csv, runs/<hash>.yaml)")
-    lines += runs_machines(list(runs))
+    lines += runs_machines(runs)
     if first.get("engine") == "verl":
         verl = ", ".join(first.get("verl_versions", [])) or "version not recorded"
         lines.append(
@@ -147,7 +148,7 @@ def header_lines(
     return lines
 
 
-def runs_machines(runs: list[dict]) -> list[str]:
+def runs_machines(runs: Sequence[dict]) -> list[str]:
     """A line counting the training runs per machine and kernel mode (``runs.csv``): runs made
     in another mode than the reproducible one do not give the same bits on another processor,
     and a folder may mix them (records of several sessions)."""
