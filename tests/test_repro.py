@@ -17,6 +17,8 @@ import torch
 from rlvr.eval.stats import bootstrap_ci, hierarchical_bootstrap_ci
 from rlvr.repro import REPRODUCIBLE_ENV, is_x86, state_dict_sha256, weights_sha256
 
+from _rlvr_toys import letter_trainer
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -56,12 +58,21 @@ def _python(code: str) -> str:
 @pytest.mark.skipif(not _has_avx2(), reason="the reproducible mode needs x86 with AVX2")
 def test_a_script_that_never_set_the_mode_is_told_before_it_trains():
     """A script that imports rlvr and trains without ``apply_kernel_mode`` runs native kernels
-    (16 of the smol grid's 18 runs did, unnoticed): ``kernel_mode_note`` names it (the grid's
-    runs say it before training, ``rlvr.reproduce.runs._train_run``); once set, it is silent."""
+    (16 of the smol grid's 18 runs did, unnoticed): ``kernel_mode_note`` names it (every
+    ``Trainer`` says it before it loads a model); once set, it is silent."""
     note = "from rlvr.repro import kernel_mode_note; print(repr(kernel_mode_note()))"
     assert "runs native kernels, not the reproducible mode" in _python(note)
     applied = "from rlvr.repro import apply_kernel_mode; apply_kernel_mode(); " + note
     assert _python(applied) == "''"
+
+
+@pytest.mark.skipif(not _has_avx2(), reason="the reproducible mode needs x86 with AVX2")
+def test_a_trainer_says_it_before_it_trains(tmp_path, monkeypatch, capsys):
+    """The note comes from ``Trainer`` itself, so a script that builds one without the grid's
+    helpers is told too (this test process, like such a script, never applied the mode)."""
+    monkeypatch.delenv("RLVR_KERNELS", raising=False)
+    letter_trainer(tmp_path / "run")
+    assert "runs native kernels, not the reproducible mode" in capsys.readouterr().err
 
 
 def test_the_command_imports_no_torch_before_it_sets_the_mode():

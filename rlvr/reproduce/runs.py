@@ -35,7 +35,6 @@ from rlvr.eval.records import read_jsonl, save_result
 from rlvr.eval.runner import EvalConfig, EvalResult, evaluate
 from rlvr.files import complete_record, read_json_object, write_json_atomic
 from rlvr.locks import LOCK_FILE, hold
-from rlvr.repro import kernel_mode_note
 from rlvr.reproduce.grid import Setting, setting_overrides
 from rlvr.reproduce.keys import (
     base_seed_of,
@@ -175,8 +174,6 @@ def _train_run(cfg, key: str, path: Path, *, say, progress: bool) -> None:
         f"[reproduce] {'resuming' if resuming else 'training'} {cfg.env}/{cfg.algo} "
         f"seed {cfg.seed} -> {path}"
     )
-    if note := kernel_mode_note():
-        say(note)
     run_cfg = dataclasses.replace(cfg, out=str(path), resume=True, progress=progress)
     start = time.perf_counter()
     Trainer(run_cfg).train()
