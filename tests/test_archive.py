@@ -8,7 +8,9 @@ import json
 
 import pytest
 
+from rlvr.cli import main
 from rlvr.files import RecordError
+from rlvr.repro import MODES
 from rlvr.reproduce import archive, grid, runs
 
 
@@ -107,6 +109,45 @@ def test_a_run_trained_again_to_other_weights_drops_its_restored_evaluations(tmp
     runs.ensure_run(cfg, there, say=said.append, progress=False, weights=True)
     assert any("weights differ" in s and "1 restored evaluation(s)" in s for s in said), said
     assert not runs.eval_path(there, ecfg).exists()
+
+
+def test_runs_of_a_kernel_mode_are_forgotten_with_their_evaluations_and_records(tmp_path):
+    """``rlvr reproduce ... --retrain native``: a run whose record says that mode goes, with its
+    evaluations and the records of both (a restore would bring the old bits back), and trains
+    again; runs of other modes stay; the command refuses the mode it runs itself."""
+    cache, out = tmp_path / "cache", tmp_path / "results"
+    cfg, run, ecfg, ev = _finished(cache)
+    archive.keep(run.path, out)
+    archive.keep(ev.path, out)
+    kept = out / archive.RECORDS
+    summary = json.loads(
+        gzip.decompress((kept / "evals" / ev.key / "summary.json.gz").read_bytes())
+    )
+    for key, machine in (("base", summary["machine"]), ("older", None)):
+        # a base's evaluation, and one recorded before evaluations named their machine
+        (kept / "evals" / key).mkdir()
+        base = {**summary, "config": {**summary["config"], "model": "tiny-kk"}, "machine": machine}
+        (kept / "evals" / key / "summary.json.gz").write_bytes(
+            gzip.compress(json.dumps(base).encode())
+        )
+    mode = run.info["machine"]["kernel_mode"]  # the mode this test process runs
+    other = next(m for m in MODES if m != mode)
+    assert archive.retrain_mode(out, cache, [run.key], other, say=lambda m: None) == []
+    assert runs.is_done(run.path) and runs.is_done(ev.path)
+
+    said: list[str] = []
+    assert archive.retrain_mode(out, cache, [run.key], mode, say=said.append) == [run.key, "base"]
+    assert f"the {mode} kernel mode: 1 evaluation(s) and its records removed" in said[0]
+    assert not runs.is_done(run.path) and not ev.path.exists()
+    assert not (kept / "runs" / run.key).exists()
+    assert [p.name for p in (kept / "evals").iterdir()] == ["older"]
+    assert archive.restore(out, cache, say=lambda m: None) == 1  # "older" only: no old bits back
+    assert not runs.is_done(run.path)
+    again = runs.ensure_run(cfg, cache, say=lambda m: None, progress=False)
+    assert again.weights_sha256 == run.weights_sha256  # trained again, in the same mode here
+
+    with pytest.raises(SystemExit, match=f"--retrain {mode}: this process runs the {mode}"):
+        main(["reproduce", "fig2", "--smoke", "--retrain", mode, "--out", str(out)])
 
 
 @pytest.mark.slow

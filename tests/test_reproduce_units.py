@@ -546,7 +546,7 @@ def test_the_report_counts_its_runs_per_kernel_mode():
     held = "Intel(R) Xeon(R) Processor (x86_64), reproducible kernels, 1 thread(s)"
     (line,) = runs_machines([{"machine": native}] * 2 + [{"machine": held}, {"machine": ""}])
     assert line.startswith(f"- training runs: 2 x {native}; 1 x {held}")
-    assert "mixed kernel modes" in line
+    assert "mixed kernel modes" in line and "--retrain native` trains the others again" in line
     (line,) = runs_machines([{"machine": held}] * 3)
     assert line == f"- training runs: 3 x {held}"
     assert runs_machines([]) == []

@@ -1,6 +1,6 @@
 """An evaluation's files: ``responses.jsonl`` (one record per response, ``rlvr.eval.metrics``)
-and ``summary.json`` (the configuration, the prompt format, seconds and the metrics per group),
-from which figures are redrawn without rerunning the model.
+and ``summary.json`` (the configuration, the prompt format, seconds, the machine and its kernel
+mode, and the metrics per group), from which figures are redrawn without rerunning the model.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from rlvr.files import atomic_write, write_json_atomic
+from rlvr.repro import machine_info
 
 
 def jsonable(x: Any) -> Any:
@@ -45,8 +46,9 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def save_result(result, out_dir: str | Path) -> Path:
-    """``responses.jsonl`` and ``summary.json`` (config, seconds, metrics per group) of an
-    ``rlvr.eval.runner.EvalResult`` in ``out_dir``."""
+    """``responses.jsonl`` and ``summary.json`` (config, seconds, machine, metrics per group) of
+    an ``rlvr.eval.runner.EvalResult`` in ``out_dir``. The machine (``rlvr.repro.machine_info``)
+    says the kernel mode: an evaluation in the native mode may decode other tokens elsewhere."""
     out = Path(out_dir)
     write_jsonl(result.records, out / "responses.jsonl")
     write_json_atomic(  # last: its presence says the evaluation is complete
@@ -56,6 +58,7 @@ def save_result(result, out_dir: str | Path) -> Path:
                 "config": result.config,
                 "prompt_format": result.prompt,
                 "seconds": round(result.seconds, 2),
+                "machine": machine_info(),
                 "summary": result.summary,
             }
         ),

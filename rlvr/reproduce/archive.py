@@ -29,12 +29,21 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
+import shutil
 from pathlib import Path
 
 from rlvr.files import RecordError, atomic_write, complete_record
 from rlvr.locks import LOCK_FILE, hold
 from rlvr.models.build import built, models_dir
-from rlvr.reproduce.runs import drop_checkpoints, is_done
+from rlvr.reproduce.runs import (
+    drop_checkpoints,
+    drop_evaluations,
+    is_done,
+    read_run_record,
+    run_path,
+    set_aside,
+)
 
 RECORDS = "records"
 #: Per kind of folder, the file whose completeness says it is finished, restored last.
@@ -151,4 +160,60 @@ def restore(out: Path, cache: Path, *, models: Path | None = None, say=print) ->
     return n
 
 
-__all__ = ["RECORDS", "finished", "keep", "record_files", "restore"]
+def _evaluates(summary: Path, identity: str) -> bool:
+    """Whether the kept ``summary.json.gz`` evaluates cache model ``identity``
+    (``runs/<key>/final``; ``runs.drop_evaluations`` reads the cache's the same way)."""
+    try:
+        model = json.loads(_gunzip(summary)).get("config", {}).get("model")
+    except (RecordError, ValueError, AttributeError):
+        return False
+    tail = Path(identity).parts
+    return isinstance(model, str) and Path(model).parts[-len(tail) :] == tail
+
+
+def retrain_mode(out: Path, cache: Path, keys, mode: str, *, say=print) -> list[str]:
+    """Forget the runs among ``keys`` whose record says kernel mode ``mode`` (``machine_info``),
+    so that the reproduction trains and evaluates them again in its own mode: each run's cache
+    folder, its cached evaluations, and the records of both in ``<out>/records/`` are removed (a
+    restored record of them would otherwise bring the old bits back); so is every evaluation
+    kept in ``<out>`` whose record says that mode (a base's; records made before evaluations
+    named their machine, 2026-12-07, are kept). Returns the keys forgotten, runs then
+    evaluations.
+
+    For a folder whose runs mix kernel modes (REPORT.md says so): runs made in the native mode do
+    not give the same bits on another processor (16 of the smol grid's 18, 2026-12-06)."""
+    forgotten = []
+    for key in keys:
+        path = run_path(cache, key)
+        record = read_run_record(path)
+        if record is None or record.get("machine", {}).get("kernel_mode") != mode:
+            continue
+        identity = f"runs/{key}/final"
+        with hold(path / LOCK_FILE, wait=True, what=f"run {path}", say=say):
+            set_aside(path)
+        dropped = drop_evaluations(Path(cache), identity)
+        kept = out / RECORDS
+        shutil.rmtree(kept / "runs" / key, ignore_errors=True)
+        for summary in sorted((kept / "evals").glob(f"*/{DONE['evals']}.gz")):
+            if _evaluates(summary, identity):
+                shutil.rmtree(summary.parent)
+        say(
+            f"[reproduce] run {key} was trained in the {mode} kernel mode: {dropped} "
+            "evaluation(s) and its records removed, to be made again"
+        )
+        forgotten.append(key)
+    for summary in sorted((out / RECORDS / "evals").glob(f"*/{DONE['evals']}.gz")):
+        try:
+            machine = json.loads(_gunzip(summary)).get("machine") or {}
+        except (RecordError, ValueError, AttributeError):
+            continue
+        if machine.get("kernel_mode") == mode:  # a base's (the runs' went with them)
+            key = summary.parent.name
+            shutil.rmtree(Path(cache) / "evals" / key, ignore_errors=True)
+            shutil.rmtree(summary.parent)
+            say(f"[reproduce] evaluation {key} was made in the {mode} kernel mode: made again")
+            forgotten.append(key)
+    return forgotten
+
+
+__all__ = ["RECORDS", "finished", "keep", "record_files", "restore", "retrain_mode"]

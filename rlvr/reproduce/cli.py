@@ -20,7 +20,9 @@ decide them (``rlvr.reproduce.precision``); ``--report DIR`` writes DIR's REPORT
 its files (``rlvr.reproduce.report.rewrite_report``). Heavy modules (the figures, the run cache,
 torch) are imported only when a command runs: ``rlvr reproduce --help`` answers at once.
 ``--from-verl DIR`` takes the training runs from a folder verl trained
-(``rlvr.reproduce.verl.results``) and writes to ``DIR/results`` by default.
+(``rlvr.reproduce.verl.results``) and writes to ``DIR/results`` by default. ``--retrain MODE``
+trains again the runs whose records say another kernel mode than this process's
+(``rlvr.reproduce.archive.retrain_mode``).
 Training runs and
 evaluations are cached under ``--cache`` (default ``rlvr_home()``; with ``--smoke``,
 ``<out>/.cache``) by config hash, shared by every script and resumed when interrupted. With
@@ -43,6 +45,7 @@ from rlvr.data_paths import rlvr_home
 from rlvr.files import write_text_atomic
 from rlvr.locks import LOCK_FILE, hold
 from rlvr.models.names import parse_spec
+from rlvr.repro import MODES, effective_mode, install_kernels
 from rlvr.reproduce.grid import get_grid, grid_names, validate
 
 if TYPE_CHECKING:
@@ -148,6 +151,15 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
         "by verl (metrics, last checkpoint) instead of training them; evaluate and build the "
         "outputs as usual (pass the --grid it was generated with; --out default DIR/results)",
     )
+    parser.add_argument(
+        "--retrain",
+        metavar="MODE",
+        default=None,
+        choices=MODES,
+        help="train and evaluate again every run of the reproduction whose record says kernel "
+        "mode MODE (e.g. native, where REPORT.md says the folder mixes modes), its records in "
+        "--out replaced; MODE must not be the mode this process runs",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument(
         "--jobs",
@@ -227,6 +239,13 @@ def write_verl(args: argparse.Namespace) -> int:
     return 0
 
 
+def running_mode() -> str:
+    """The kernel mode this process's runs get (``rlvr.repro.effective_mode``, its kernels
+    installed first as a model's import would)."""
+    install_kernels()
+    return effective_mode()
+
+
 def grid_name(args: argparse.Namespace) -> str:
     """``--grid``, else the deprecated ``--profile`` (with a warning), else ``tiny``."""
     if args.profile is not None:
@@ -303,6 +322,12 @@ def run_reproduce(args: argparse.Namespace) -> int:
             "--base-seeds > 1 needs tiny presets as bases (built locally); this "
             "grid's models are fixed"
         )
+    if args.retrain and args.retrain == running_mode():
+        raise SystemExit(
+            f"rlvr reproduce --retrain {args.retrain}: this process runs the {args.retrain} "
+            "kernel mode itself, so the runs would come out the same (choose the mode with "
+            "rlvr --kernels)"
+        )
     out = Path(args.out or f"rlvr-results/{args.grid}{'-smoke' if args.smoke else ''}")
     if args.from_verl and not args.out:
         out = Path(args.from_verl) / "results"
@@ -315,7 +340,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
 def _reproduce(args, grid, out: Path, cache: Path, n_seeds: int, n_bases: int) -> int:
     """The figures and tables ``args.name`` names, into ``out`` (whose lock the caller holds)."""
     from rlvr.models.loader import quiet_progress
-    from rlvr.reproduce.archive import restore
+    from rlvr.reproduce.archive import restore, retrain_mode
     from rlvr.reproduce.common import Context, command_line
     from rlvr.reproduce.figures import FIGURES, plan_for
     from rlvr.reproduce.gpu_plan import check_engines
@@ -337,6 +362,9 @@ def _reproduce(args, grid, out: Path, cache: Path, n_seeds: int, n_bases: int) -
     ctx.plan = plan_for(ctx, [args.name])  # every run the figures need, each identity once
     if not args.from_verl:  # the folder's own records of finished work (rlvr.reproduce.archive)
         restore(out, cache, say=ctx.say)
+        if args.retrain:
+            keys = [r.key for r in ctx.plan.runs.values()]
+            retrain_mode(out, cache, keys, args.retrain, say=ctx.say)
         finished = sum(is_done(run_path(cache, r.key)) for r in ctx.plan.runs.values())
         ctx.say(f"[reproduce] {finished} of the {len(ctx.plan.runs)} runs it needs are finished")
     if args.from_verl:

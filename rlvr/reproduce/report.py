@@ -156,8 +156,13 @@ def runs_machines(runs: Sequence[dict]) -> list[str]:
     if not count:
         return []
     each = "; ".join(f"{n} x {machine}" for machine, n in count.most_common())
-    mixed = " (mixed kernel modes: only the reproducible ones give the same bits elsewhere)"
-    modes = {m.split(", ")[-2] for m in count if m.count(", ") >= 2}
+    modes = {m.split(", ")[-2].removesuffix(" kernels") for m in count if m.count(", ") >= 2}
+    others = sorted(modes - {"reproducible"})
+    mixed = (
+        " (mixed kernel modes: only the reproducible ones give the same bits elsewhere; "
+        f"`rlvr reproduce ... --retrain {others[0] if others else 'MODE'}` trains the others "
+        "again)"
+    )
     return [f"- training runs: {each}" + (mixed if len(modes) > 1 else "")]
 
 

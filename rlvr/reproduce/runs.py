@@ -240,9 +240,10 @@ def _missing_weights(path: Path) -> bool:
     return read_run_record(path) is not None and not (path / "final").is_dir()
 
 
-def _set_aside(path: Path) -> None:
-    """Remove the restored records of run folder ``path`` (copies of what its results folder
-    keeps), so that the run trains again from its first step."""
+def set_aside(path: Path) -> None:
+    """Empty run folder ``path`` but its lock, so that the run trains again from its first step:
+    records restored without weights (copies of what its results folder keeps), or a run to be
+    trained again in another kernel mode (``archive.retrain_mode``)."""
     for p in path.iterdir():
         if p.name == LOCK_FILE:
             continue
@@ -264,7 +265,7 @@ def ensure_run(cfg, cache: Path, *, say=print, progress: bool = True, weights: b
             if weights and _missing_weights(path):
                 say(f"[reproduce] {path}: its records came without weights: training it again")
                 recorded = read_run_record(path).get("weights_sha256", "")
-                _set_aside(path)
+                set_aside(path)
             if read_run_record(path) is None:
                 if (path / DONE).exists():
                     say(f"[reproduce] {path / DONE} is torn or incomplete: resuming to rebuild it")
@@ -414,6 +415,7 @@ __all__ = [
     "read_metrics",
     "read_run_record",
     "run_path",
+    "set_aside",
     "train_config",
     "update_tokens",
 ]

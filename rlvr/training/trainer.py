@@ -55,7 +55,7 @@ from rlvr.files import write_text_atomic
 from rlvr.locks import LOCK_FILE, hold
 from rlvr.models import load_model
 from rlvr.prompt_format import write_format
-from rlvr.repro import kernel_mode_note, set_threads
+from rlvr.repro import set_threads
 from rlvr.training.live_eval import evaluate_live
 from rlvr.training.optim import Precision, lr_factor, optimizer_steps_per_batch
 from rlvr.training.preflight import preflight
@@ -110,8 +110,6 @@ class Trainer:
         self.device = resolve_device(cfg.device)
         self.algorithm = get_algorithm(cfg.algo)
         set_threads(cfg.num_threads)
-        if note := kernel_mode_note():  # a script that never set the mode: its bits are not ours
-            print(note, file=sys.stderr)
         self._seed_everything(cfg.seed)
         self.make_env = make_env or self._make_registered_env
         preflight(cfg, self.make_env, loads_model=model is None)  # one line, before any load
