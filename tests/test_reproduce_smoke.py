@@ -143,6 +143,7 @@ def test_reproduce_jobs_prefetches_everything(tmp_path, capsys):
     assert main(["reproduce", "fig2", "--smoke", "--jobs", "2", "--out", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "on 2 processes" in printed
+    assert re.search(r" \[1 of \d+, 0\.\d h\]\n", printed)  # --quiet: what a bar would say
     # the smoke grid trains its K&K setting on digits (train_env), evaluated on K&K
     assert "trained digits/grpo_sg seed 0" in printed and "continued SFT seed 0" in printed
     # The script itself trained and evaluated nothing: ensure_* only announce work they do.

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -180,6 +181,7 @@ def _pool_map(
     ):
         waiting = deque(tasks)
         pending: dict = {}
+        start, finished = time.perf_counter(), 0
 
         def submit() -> None:
             while waiting and len(pending) < jobs:
@@ -204,9 +206,11 @@ def _pool_map(
                     for folder in folders:
                         ctx.keep(folder)
                     ctx.log.append(f"[reproduce] {said}")
-                    if not ctx.progress:
-                        print(ctx.log[-1], flush=True)
                     bar.update(1)
+                    finished += 1
+                    if not ctx.progress:  # what the bar would say: a grid runs for hours
+                        hours = (time.perf_counter() - start) / 3600
+                        print(f"{ctx.log[-1]} [{finished} of {total}, {hours:.1f} h]", flush=True)
                     waiting.extendleft(reversed(then))
                 submit()
         except BaseException:  # a failed task, Ctrl-C: stop here, not after every queued task
