@@ -39,6 +39,7 @@ from rlvr.models.build import built, models_dir
 from rlvr.reproduce.runs import (
     drop_checkpoints,
     drop_evaluations,
+    evaluates,
     is_done,
     read_run_record,
     run_path,
@@ -160,15 +161,16 @@ def restore(out: Path, cache: Path, *, models: Path | None = None, say=print) ->
     return n
 
 
-def _evaluates(summary: Path, identity: str) -> bool:
-    """Whether the kept ``summary.json.gz`` evaluates cache model ``identity``
-    (``runs/<key>/final``; ``runs.drop_evaluations`` reads the cache's the same way)."""
-    try:
-        model = json.loads(_gunzip(summary)).get("config", {}).get("model")
-    except (RecordError, ValueError, AttributeError):
-        return False
-    tail = Path(identity).parts
-    return isinstance(model, str) and Path(model).parts[-len(tail) :] == tail
+def _kept_summaries(out: Path) -> dict[Path, dict | None]:
+    """The ``summary.json`` of every evaluation kept in ``<out>/records/`` (None: unreadable)."""
+    found: dict[Path, dict | None] = {}
+    for packed in sorted((out / RECORDS / "evals").glob(f"*/{DONE['evals']}.gz")):
+        try:
+            summary = json.loads(_gunzip(packed))
+        except (RecordError, ValueError):
+            summary = None
+        found[packed.parent] = summary if isinstance(summary, dict) else None
+    return found
 
 
 def retrain_mode(out: Path, cache: Path, keys, mode: str, *, say=print) -> list[str]:
@@ -182,37 +184,37 @@ def retrain_mode(out: Path, cache: Path, keys, mode: str, *, say=print) -> list[
 
     For a folder whose runs mix kernel modes (REPORT.md says so): runs made in the native mode do
     not give the same bits on another processor (16 of the smol grid's 18, 2026-12-06)."""
+    summaries = _kept_summaries(out)
     forgotten = []
     for key in keys:
         path = run_path(cache, key)
         record = read_run_record(path)
-        if record is None or record.get("machine", {}).get("kernel_mode") != mode:
+        machine = (record or {}).get("machine")
+        if not isinstance(machine, dict) or machine.get("kernel_mode") != mode:
             continue
         identity = f"runs/{key}/final"
         with hold(path / LOCK_FILE, wait=True, what=f"run {path}", say=say):
             set_aside(path)
         dropped = drop_evaluations(Path(cache), identity)
-        kept = out / RECORDS
-        shutil.rmtree(kept / "runs" / key, ignore_errors=True)
-        for summary in sorted((kept / "evals").glob(f"*/{DONE['evals']}.gz")):
-            if _evaluates(summary, identity):
-                shutil.rmtree(summary.parent)
+        shutil.rmtree(out / RECORDS / "runs" / key, ignore_errors=True)
+        for folder in [f for f, summary in summaries.items() if evaluates(summary, identity)]:
+            shutil.rmtree(folder)
+            del summaries[folder]
         say(
             f"[reproduce] run {key} was trained in the {mode} kernel mode: {dropped} "
             "evaluation(s) and its records removed, to be made again"
         )
         forgotten.append(key)
-    for summary in sorted((out / RECORDS / "evals").glob(f"*/{DONE['evals']}.gz")):
-        try:
-            machine = json.loads(_gunzip(summary)).get("machine") or {}
-        except (RecordError, ValueError, AttributeError):
-            continue
-        if machine.get("kernel_mode") == mode:  # a base's (the runs' went with them)
-            key = summary.parent.name
-            shutil.rmtree(Path(cache) / "evals" / key, ignore_errors=True)
-            shutil.rmtree(summary.parent)
-            say(f"[reproduce] evaluation {key} was made in the {mode} kernel mode: made again")
-            forgotten.append(key)
+    for folder, summary in summaries.items():
+        machine = (summary or {}).get("machine")
+        if isinstance(machine, dict) and machine.get("kernel_mode") == mode:  # a base's
+            shutil.rmtree(Path(cache) / "evals" / folder.name, ignore_errors=True)
+            shutil.rmtree(folder)
+            say(
+                f"[reproduce] evaluation {folder.name} was made in the {mode} kernel mode: its "
+                "records removed, to be made again"
+            )
+            forgotten.append(folder.name)
     return forgotten
 
 

@@ -286,14 +286,21 @@ def drop_evaluations(cache: Path, identity: str) -> int:
     ``sft/<key>``: the end of the model path their ``summary.json`` names, in whichever cache they
     were made); returns how many."""
     n = 0
-    tail = Path(identity).parts
     for summary in sorted((cache / "evals").glob("*/summary.json")):
-        record = complete_record(summary, config=dict)
-        model = (record or {}).get("config", {}).get("model")
-        if isinstance(model, str) and Path(model).parts[-len(tail) :] == tail:
+        if evaluates(complete_record(summary, config=dict), identity):
             shutil.rmtree(summary.parent)
             n += 1
     return n
+
+
+def evaluates(summary: dict | None, identity: str) -> bool:
+    """Whether an evaluation's ``summary.json`` (parsed; None when unreadable) evaluates the cache's
+    model ``identity`` (``runs/<key>/final``, ``sft/<key>``): the end of the model path it names
+    (a path in whichever cache it was made)."""
+    config = summary.get("config") if isinstance(summary, dict) else None
+    model = config.get("model") if isinstance(config, dict) else None
+    tail = Path(identity).parts
+    return isinstance(model, str) and Path(model).parts[-len(tail) :] == tail
 
 
 # -- evaluations -------------------------------------------------------------------------------
@@ -410,6 +417,7 @@ __all__ = [
     "eval_seconds",
     "ensure_run",
     "eval_config",
+    "evaluates",
     "eval_path",
     "is_done",
     "read_metrics",
