@@ -218,8 +218,11 @@ def kernel_mode_note() -> str:
     (``machine_info``), but their bits are not the command's, and a later ``rlvr reproduce
     --check`` on another machine cannot match them (16 of the smol grid's 18 runs, 2026-12-06).
     Installs the mode's kernels first (``install_kernels``, idempotent), as a model's import would,
-    so that ``effective_mode`` measures what the run will use.
+    so that ``effective_mode`` measures what the run will use. Silent where ``apply_kernel_mode``
+    has already said that the process runs native kernels (torch came first): one notice each.
     """
+    if _warned_late:  # apply_kernel_mode has said it already (the command came after torch)
+        return ""
     install_kernels()
     asked = requested_mode() if is_x86() and _has_avx2() else "native"
     got = effective_mode()

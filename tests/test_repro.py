@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from rlvr import repro
 from rlvr.eval.stats import bootstrap_ci, hierarchical_bootstrap_ci
 from rlvr.repro import REPRODUCIBLE_ENV, is_x86, state_dict_sha256, weights_sha256
 
@@ -71,6 +72,7 @@ def test_a_trainer_says_it_before_it_trains(tmp_path, monkeypatch, capsys):
     """The note comes from ``Trainer`` itself, so a script that builds one without the grid's
     helpers is told too (this test process, like such a script, never applied the mode)."""
     monkeypatch.delenv("RLVR_KERNELS", raising=False)
+    monkeypatch.setattr(repro, "_warned_late", False)  # no command in this process said it yet
     letter_trainer(tmp_path / "run")
     assert "runs native kernels, not the reproducible mode" in capsys.readouterr().err
 
