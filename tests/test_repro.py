@@ -69,10 +69,11 @@ def test_a_script_that_never_set_the_mode_is_told_before_it_trains():
 
 @pytest.mark.skipif(not _has_avx2(), reason="the reproducible mode needs x86 with AVX2")
 def test_a_trainer_says_it_before_it_trains(tmp_path, monkeypatch, capsys):
-    """The note comes from ``Trainer`` itself, so a script that builds one without the grid's
-    helpers is told too (this test process, like such a script, never applied the mode)."""
+    """The note comes from ``Trainer`` itself (its preflight), so a script that builds one without
+    the grid's helpers is told too; what the note detects is the test above's."""
     monkeypatch.delenv("RLVR_KERNELS", raising=False)
     monkeypatch.setattr(repro, "_warned_late", False)  # no command in this process said it yet
+    monkeypatch.setattr(repro, "effective_mode", lambda: "native")  # whatever this process runs
     letter_trainer(tmp_path / "run")
     assert "runs native kernels, not the reproducible mode" in capsys.readouterr().err
 
