@@ -209,6 +209,13 @@ def effective_mode() -> str:
     return "mkl-avx2" if _held("mkl-avx2") else "native"
 
 
+def running_mode() -> str:
+    """The kernel mode this process's runs get: its kernels installed first
+    (``install_kernels``, idempotent), as a model's import would, then ``effective_mode``."""
+    install_kernels()
+    return effective_mode()
+
+
 def kernel_mode_note() -> str:
     """``""`` when this process runs the kernel mode it was asked for (``$RLVR_KERNELS``, default
     reproducible; native where no mode can hold: not x86, or no AVX2), else one line naming both.
@@ -217,15 +224,13 @@ def kernel_mode_note() -> str:
     ``apply_kernel_mode`` first runs the processor's native kernels: its runs record that
     (``machine_info``), but their bits are not the command's, and a later ``rlvr reproduce
     --check`` on another machine cannot match them (16 of the smol grid's 18 runs, 2026-12-06).
-    Installs the mode's kernels first (``install_kernels``, idempotent), as a model's import would,
-    so that ``effective_mode`` measures what the run will use. Silent where ``apply_kernel_mode``
-    has already said that the process runs native kernels (torch came first): one notice each.
+    Measures what the run will use (``running_mode``). Silent where ``apply_kernel_mode`` has
+    already said that the process runs native kernels (torch came first): one notice each.
     """
     if _warned_late:  # apply_kernel_mode has said it already (the command came after torch)
         return ""
-    install_kernels()
     asked = requested_mode() if is_x86() and _has_avx2() else "native"
-    got = effective_mode()
+    got = running_mode()
     if got == asked:
         return ""
     return (
@@ -341,6 +346,7 @@ __all__ = [
     "gemm_backend",
     "install_kernels",
     "kernel_mode_note",
+    "running_mode",
     "set_threads",
     "is_x86",
     "machine_info",

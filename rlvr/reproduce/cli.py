@@ -45,7 +45,7 @@ from rlvr.data_paths import rlvr_home
 from rlvr.files import write_text_atomic
 from rlvr.locks import LOCK_FILE, hold
 from rlvr.models.names import parse_spec
-from rlvr.repro import MODES, effective_mode, install_kernels
+from rlvr.repro import MODES, running_mode
 from rlvr.reproduce.grid import get_grid, grid_names, validate
 
 if TYPE_CHECKING:
@@ -237,13 +237,6 @@ def write_verl(args: argparse.Namespace) -> int:
         )
     )
     return 0
-
-
-def running_mode() -> str:
-    """The kernel mode this process's runs get (``rlvr.repro.effective_mode``, its kernels
-    installed first as a model's import would)."""
-    install_kernels()
-    return effective_mode()
 
 
 def grid_name(args: argparse.Namespace) -> str:
