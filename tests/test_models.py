@@ -24,10 +24,13 @@ from rlvr.envs.kk.render import join_names
 from rlvr.envs.math.traces import slipped_solution
 from rlvr.envs.searchqa import traces as sq_traces
 from rlvr.models import accept, evaluate, load_model
+from rlvr.models import build as build_module
+from rlvr.models import sft as sft_module
 from rlvr.models.accept import DRAW_STRIDE, AcceptConfig
 from rlvr.models.build import (
     BuildConfig,
     TokenizerConfig,
+    build,
     build_key,
     draw_config,
     ensure_built,
@@ -385,6 +388,45 @@ def test_an_acceptance_check_draws_again_until_a_draw_passes_and_resumes_after_a
         (ensure_built(plain, home=tmp_path / "plain", progress=False) / "build.json").read_text()
     )
     assert again["weights_sha256"] == record["weights_sha256"]
+
+
+def test_a_build_killed_in_its_warm_start_resumes_from_a_checkpoint_to_the_same_bits(
+    tmp_path, monkeypatch
+):
+    """A session that ended inside a build (tiny-searchqa: an hour of one core) lost the whole
+    draw. The warm start now saves checkpoints beside the folder; a build killed at step 5
+    resumes from step 4, draws its examples on from where they were, and ends in the bits of a
+    build never stopped, which are the bits of a build without checkpoints."""
+    monkeypatch.setattr(build_module, "CHECKPOINT_STEPS", 2)
+    sft_cfg = SFTConfig(steps=7, batch_size=4, warmup_steps=1, max_length=512, length_groups=2)
+    cfg = micro_build_config(sft=sft_cfg)
+    plain = build(cfg, tmp_path / "plain", progress=False)
+    whole = json.loads((ensure_built(cfg, tmp_path / "whole", False) / "build.json").read_text())
+    assert whole["weights_sha256"] == plain["weights_sha256"] and "resumed_at" not in whole["sft"]
+    assert not list((tmp_path / "whole").glob("*.checkpoints"))  # removed once the draw is kept
+
+    steps = []  # the steps trained, in order (lr_at is asked once per parameter group)
+    lr_at = sft_module.lr_at
+
+    def killed_at_step_5(step, c):
+        if not steps or steps[-1] != step:
+            steps.append(step)
+        if steps == [0, 1, 2, 3, 4, 5]:
+            raise KeyboardInterrupt
+        return lr_at(step, c)
+
+    monkeypatch.setattr(sft_module, "lr_at", killed_at_step_5)
+    with pytest.raises(KeyboardInterrupt):
+        ensure_built(cfg, home=tmp_path / "killed", progress=False)
+    saved = tmp_path / "killed" / f"{build_key(cfg)}.draw0.checkpoints"
+    assert [p.name for p in saved.iterdir()] == ["step_00000004"]  # the newest only
+    path = ensure_built(cfg, home=tmp_path / "killed", progress=False)
+    assert steps == [0, 1, 2, 3, 4, 5, 4, 5, 6]
+    record = json.loads((path / "build.json").read_text())
+    assert record["sft"]["resumed_at"] == 4 and record["sft"]["steps"] == 7
+    assert record["sft"]["tokens"] == whole["sft"]["tokens"]
+    assert record["weights_sha256"] == whole["weights_sha256"]
+    assert not saved.exists()
 
 
 def test_a_build_whose_draws_all_fail_stops_with_their_scores_and_keeps_them(tmp_path):

@@ -38,10 +38,13 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
+from rlvr.agents.checkpoint import latest_valid_checkpoint, load_payload, save_checkpoint
 from rlvr.envs.warmstart import Segment
 
 #: Consecutive too-long examples after which ``sft`` gives up with a clear error.
@@ -238,12 +241,20 @@ def sft(
     cfg: SFTConfig,
     progress: bool = True,
     desc: str = "sft",
+    checkpoints: Path | None = None,
+    every: int = 0,
 ) -> dict[str, float]:
     """Train ``model`` in place on ``examples`` for ``cfg.steps`` steps; returns run statistics.
 
     Examples longer than ``cfg.max_length`` tokens are skipped (and counted), never cut: a cut
     response would teach the model to stop mid-answer. ``MAX_SKIPS_IN_A_ROW`` skipped examples
     in a row raise a ValueError instead of searching forever.
+
+    With a ``checkpoints`` folder the state is saved there (``save_progress``) once at least
+    ``every`` steps have passed and the drawn examples are used up, and after the last step; a
+    call that finds a valid one resumes from it: the examples drawn before it are drawn again
+    and dropped, so the stream goes on where it was, and the model ends in the bits of a run
+    never stopped (``tests/test_models.py``).
     """
     model.train()
     device = next(model.parameters()).device
@@ -265,15 +276,28 @@ def sft(
     order_rng = random.Random(cfg.seed)
     bar = tqdm(total=cfg.steps, desc=desc, disable=not progress, dynamic_ncols=True, leave=False)
     workers = ThreadPoolExecutor(cfg.micro_batches) if cfg.micro_batches > 1 else None
+    first = drawn = 0
+    before = 0.0  # seconds of the steps done before a resume
     with torch.random.fork_rng(devices=[]), _shutdown(workers):
         torch.manual_seed(cfg.seed)
-        for step in range(cfg.steps):
+        resumed = load_progress(checkpoints, model, optim, order_rng) if checkpoints else None
+        if resumed:
+            first, drawn, before = resumed["step"], resumed["drawn"], resumed["seconds"]
+            seen_tokens, trained_tokens = resumed["seen_tokens"], resumed["trained_tokens"]
+            skipped, ema_loss = resumed["skipped"], resumed["ema_loss"]
+            done = first
+            for _ in range(drawn if first < cfg.steps else 0):
+                next(examples)
+            bar.update(first)
+        saved = first
+        for step in range(first, cfg.steps):
             if cfg.max_seconds and time.perf_counter() - start > cfg.max_seconds:
                 break
             if not pending:
                 pool = []
                 while len(pool) < cfg.batch_size * cfg.length_groups:
                     ids, mask = encode_example(tokenizer, next(examples))
+                    drawn += 1
                     if len(ids) > cfg.max_length:
                         skipped += 1
                         run_of_skips += 1
@@ -304,14 +328,20 @@ def sft(
             done += 1
             bar.update(1)
             if step % 10 == 0:
-                elapsed = time.perf_counter() - start
+                elapsed = before + time.perf_counter() - start
                 bar.set_postfix(
                     loss=f"{ema_loss:.3f}", tok_s=f"{seen_tokens / max(elapsed, 1e-9):.0f}"
                 )
+            if checkpoints and (done == cfg.steps or (not pending and done - saved >= every)):
+                seconds = before + time.perf_counter() - start
+                state = dict(step=done, drawn=drawn, seconds=seconds, seen_tokens=seen_tokens)
+                state.update(trained_tokens=trained_tokens, skipped=skipped, ema_loss=ema_loss)
+                save_progress(checkpoints, model, optim, order_rng, state)
+                saved = done
     bar.close()
     model.eval()
-    elapsed = time.perf_counter() - start
-    return {
+    elapsed = before + time.perf_counter() - start
+    stats = {
         "steps": done,
         "seconds": round(elapsed, 2),
         "tokens": seen_tokens,
@@ -320,6 +350,43 @@ def sft(
         "loss_ema": round(ema_loss, 4),
         "skipped_too_long": skipped,
     }
+    if first:
+        stats.update(resumed_at=first, seconds_before_resume=round(before, 2))
+    return stats
+
+
+# -- checkpoints of a long warm start ----------------------------------------------------------
+def save_progress(folder: Path, model, optim, order_rng: random.Random, state: dict) -> None:
+    """The warm start's state as a checkpoint of ``rlvr.agents.checkpoint`` (tensors and plain
+    data, verified on load): weights, optimizer, the batch order's and torch's RNG, and
+    ``state`` (step, examples drawn, counters); only the newest is kept."""
+    version, words, gauss = order_rng.getstate()
+    payload = {
+        "model": model.state_dict(),
+        "optim": optim.state_dict(),
+        "rng": {"order": torch.tensor(words, dtype=torch.int64), "torch": torch.get_rng_state()},
+    }
+    meta = {**state, "order_version": version, "order_gauss": gauss}
+    save_checkpoint(folder, state["step"], payload, meta, keep=1)
+
+
+def load_progress(folder: Path, model, optim, order_rng: random.Random) -> dict[str, Any] | None:
+    """Restore the newest valid checkpoint of ``save_progress`` in ``folder`` into ``model``,
+    ``optim``, ``order_rng`` and torch's RNG and return its state; None when there is none (a
+    corrupt one is warned about and skipped: the warm start is deterministic, so starting over
+    costs time only)."""
+    found = latest_valid_checkpoint(folder)
+    if found is None:
+        return None
+    path, manifest = found
+    payload = load_payload(path, manifest)
+    meta = manifest["meta"]
+    model.load_state_dict(payload["model"])
+    optim.load_state_dict(payload["optim"])
+    words = tuple(int(w) for w in payload["rng"]["order"].tolist())
+    order_rng.setstate((meta["order_version"], words, meta["order_gauss"]))
+    torch.set_rng_state(payload["rng"]["torch"])
+    return meta
 
 
 # -- feeding examples ------------------------------------------------------------------------
