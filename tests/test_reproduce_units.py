@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 
 import numpy as np
 import pytest
 
 from rlvr.agents.algorithms import algorithm_names
-from rlvr.reproduce import collect, fig3, fig4, gpu_plan, grid, report
+from rlvr.reproduce import collect, fig3, fig4, gpu_plan, grid, mechanism, report
 from rlvr.reproduce.common import Context, Output
 from rlvr.reproduce.figures import plan_for
 from rlvr.reproduce.keys import run_key
@@ -550,3 +551,16 @@ def test_the_report_counts_its_runs_per_kernel_mode():
     (line,) = runs_machines([{"machine": held}] * 3)
     assert line == f"- training runs: 3 x {held}"
     assert runs_machines([]) == []
+
+
+def test_the_mechanism_curve_averages_what_runs_logged_without_a_warning():
+    runs = [
+        {"k": np.array([1.0, np.nan, np.nan, 4.0])},
+        {"k": np.array([3.0, np.nan, 2.0, np.nan, 9.0])},
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        curve = mechanism._mean_curve(runs, "k")
+    assert curve[0] == 2.0 and np.isnan(curve[1]) and curve[2] == 2.0 and curve[3] == 4.0
+    assert curve.shape == (4,)
+    assert mechanism._mean_curve([{"k": np.array([])}], "k").size == 0

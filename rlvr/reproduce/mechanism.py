@@ -54,8 +54,11 @@ def _mean_curve(runs: list[dict[str, np.ndarray]], key: str) -> np.ndarray:
     if n == 0:
         return np.array([])
     mat = np.vstack([r[key][:n] for r in runs])
-    with np.errstate(all="ignore"):
-        return np.nanmean(mat, axis=0) if np.isfinite(mat).any() else np.full(n, np.nan)
+    # np.nanmean would warn on every step no run logged (the probe keys log a few steps only)
+    logged = ~np.isnan(mat)
+    count = logged.sum(axis=0)
+    total = np.where(logged, mat, 0.0).sum(axis=0)
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
 def _at(curve: np.ndarray, where: int) -> float:
