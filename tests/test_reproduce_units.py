@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rlvr.agents.algorithms import algorithm_names
-from rlvr.reproduce import collect, fig3, fig4, gpu_plan, grid, mechanism, report
+from rlvr.reproduce import collect, compare, fig3, fig4, gpu_plan, grid, mechanism, report
 from rlvr.reproduce.common import Context, Output
 from rlvr.reproduce.figures import plan_for
 from rlvr.reproduce.keys import run_key
@@ -564,3 +564,28 @@ def test_the_mechanism_curve_averages_what_runs_logged_without_a_warning():
     assert curve[0] == 2.0 and np.isnan(curve[1]) and curve[2] == 2.0 and curve[3] == 4.0
     assert curve.shape == (4,)
     assert mechanism._mean_curve([{"k": np.array([])}], "k").size == 0
+
+
+def test_compare_reads_an_earlier_report_s_claim_under_its_name_now():
+    def row(claim, verdict):
+        return {"claim": claim, "setting": "math", "verdict": verdict}
+
+    old = [row("GRPO-SG has smoother gradient norms", "held")]
+    old.append(
+        row("GRPO-SG has smoother gradient norms (scale-free, beyond the paper)", "reversed")
+    )
+    new = [row(fig3.CV_CLAIM, "reversed"), row(fig3.STD_CLAIM, "underpowered")]
+    rows = compare.compare_claims(old, new)
+    assert [r[:4] for r in rows] == [
+        [fig3.CV_CLAIM, "math", "reversed", "reversed"],
+        [fig3.STD_CLAIM, "math", "held", "underpowered"],
+    ]
+    assert (
+        rows[0][4]
+        == "same (was: GRPO-SG has smoother gradient norms (scale-free, beyond the paper))"
+    )
+    assert rows[1][4] == "**held -> underpowered** (was: GRPO-SG has smoother gradient norms)"
+    assert compare.summary_line(rows) == "1 of 2 verdicts changed"
+    # an old report that already has the new name keeps both claims apart
+    both = compare.compare_claims([*old, row(fig3.STD_CLAIM, "held")], new)
+    assert [r[4] for r in both][1:] == ["**held -> underpowered**", "absent from the new report"]

@@ -4,7 +4,8 @@ Each side is a results folder or its ``REPORT.md``; the claims are read back fro
 claims table (``rlvr.reproduce.report`` writes it: claim | setting | **verdict** | half-width |
 MDE | evidence; reports before issue 28 have no half-width and MDE columns), so
 any committed report can be compared, e.g. an earlier commit's with
-``git show REV:results/tiny/REPORT.md > /tmp/old.md``. Claims are matched by (claim, setting);
+``git show REV:results/tiny/REPORT.md > /tmp/old.md``. Claims are matched by (claim, setting),
+an earlier report's claim under the name it has now (``RENAMED``, marked in the change column);
 one present on one side only is listed as such.
 """
 
@@ -14,6 +15,7 @@ import os
 from pathlib import Path
 
 from rlvr.files import RecordError, read_text
+from rlvr.reproduce import fig3
 from rlvr.reproduce.common import markdown_table
 from rlvr.reproduce.records import MAX_REPORT_BYTES
 from rlvr.reproduce.report import CLAIMS_HEADING
@@ -61,13 +63,24 @@ def read_claims(path: Path) -> list[dict[str, str]]:
 
 #: The change column of a claim that one report lacks (not a verdict that changed).
 ONLY_OLD, ONLY_NEW = "absent from the new report", "new in this report"
+#: A claim's earlier name -> its name now: the same measurement, renamed.
+RENAMED = {**fig3.EARLIER_NAMES}
 
 
 def compare_claims(old: list[dict], new: list[dict]) -> list[list[str]]:
     """Rows ``[claim, setting, old verdict, new verdict, change]``, the new report's order first
     and then the claims only the old one has; a claim on one side only is marked ``ONLY_OLD`` /
-    ``ONLY_NEW``, never as a changed verdict."""
-    before = {(c["claim"], c["setting"]): c for c in old}
+    ``ONLY_NEW``, never as a changed verdict. An old claim whose name is in ``RENAMED`` is read
+    under its new name (unless the old report also has the new name), and its change says so."""
+    names = {c["claim"] for c in old}
+    before, renamed = {}, set()
+    for c in old:
+        name = RENAMED.get(c["claim"], c["claim"])
+        if name != c["claim"] and name in names:
+            name = c["claim"]
+        before[(name, c["setting"])] = c
+        if name != c["claim"]:
+            renamed.add((name, c["setting"]))
     after = {(c["claim"], c["setting"]): c for c in new}
     rows = []
     for key in list(after) + [k for k in before if k not in after]:
@@ -78,6 +91,8 @@ def compare_claims(old: list[dict], new: list[dict]) -> list[list[str]]:
             change = ONLY_NEW if a is None else ONLY_OLD
         else:
             change = "same" if va == vb else f"**{va} -> {vb}**"
+            if key in renamed:
+                change += f" (was: {a['claim']})"
         rows.append([key[0], key[1], va, vb, change])
     return rows
 
@@ -85,7 +100,7 @@ def compare_claims(old: list[dict], new: list[dict]) -> list[list[str]]:
 def summary_line(rows: list[list[str]]) -> str:
     """``N of M verdicts changed`` over the claims both reports hold, then the one-sided ones."""
     both = [r for r in rows if r[4] not in (ONLY_OLD, ONLY_NEW)]
-    changed = sum(r[4] != "same" for r in both)
+    changed = sum(not r[4].startswith("same") for r in both)
     line = f"{changed} of {len(both)} verdicts changed"
     n_old, n_new = (sum(r[4] == side for r in rows) for side in (ONLY_OLD, ONLY_NEW))
     if n_old:

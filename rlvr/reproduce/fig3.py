@@ -39,6 +39,15 @@ from rlvr.reproduce.trajectories import (  # noqa: F401  (needs: what fig3 reads
     title,
 )
 
+#: The two claims, scale-free first (the headline).
+CV_CLAIM = "GRPO-SG has smoother gradient norms (scale-free: coefficient of variation)"
+STD_CLAIM = "GRPO-SG has smoother gradient norms (raw std: includes the change of scale)"
+#: The names reports before issue 48 gave the same two claims (``--compare`` matches them).
+EARLIER_NAMES = {
+    "GRPO-SG has smoother gradient norms": STD_CLAIM,
+    "GRPO-SG has smoother gradient norms (scale-free, beyond the paper)": CV_CLAIM,
+}
+
 NAME = "fig3"
 #: REPORT.md's heading of its section, and the section's place (ascending).
 CAPTION = "Figure 3 — gradient norms, GRPO vs GRPO-SG, and their variability"
@@ -139,12 +148,12 @@ def run(ctx: Context) -> dict:
         for measure, claim, what in (
             (
                 "cv",
-                "GRPO-SG has smoother gradient norms (scale-free: coefficient of variation)",
+                CV_CLAIM,
                 "coefficient of variation of the gradient norm, GRPO - GRPO-SG",
             ),
             (
                 "std",
-                "GRPO-SG has smoother gradient norms (raw std: includes the change of scale)",
+                STD_CLAIM,
                 "std of the gradient norm, GRPO - GRPO-SG (GRPO-SG's norm is a factor of "
                 "GRPO's on the same batch, so this difference includes that scale)",
             ),
