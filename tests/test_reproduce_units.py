@@ -514,6 +514,8 @@ def test_a_new_figure_is_one_registration(tmp_path, capsys):
         finally:
             figures.FIGURES.update(registered)
         assert meta["scripts"] == ["toy_fig"]
+        # the line `rlvr reproduce all` prints lists the claims of every script
+        assert [(c["claim"], c["verdict"]) for c in meta["claims"]] == [("a toy claim", "held")]
         text = (tmp_path / "REPORT.md").read_text()
         assert "## Toy — from the tests" in text and "| a toy claim | K&K |" in text
         assert run_power(tmp_path, figures.report_order()) == 0

@@ -251,7 +251,7 @@ def grid_name(args: argparse.Namespace) -> str:
 
 def run_all(ctx: Context) -> dict:
     """Every figure and table in ``FIGURES`` order, then REPORT.md (they share the run cache, so
-    each run is trained once)."""
+    each run is trained once); the claims are every script's, in that order."""
     from rlvr.reproduce.figures import FIGURES
     from rlvr.reproduce.report import write_report
 
@@ -261,7 +261,8 @@ def run_all(ctx: Context) -> dict:
         metas[name] = figure.run(ctx)
     path = write_report(ctx)
     ctx.say(f"[reproduce] wrote {path}")
-    return {"name": "all", "scripts": list(metas), "report": str(path)}
+    claims = [c for meta in metas.values() for c in meta.get("claims", [])]
+    return {"name": "all", "scripts": list(metas), "report": str(path), "claims": claims}
 
 
 def run_reproduce(args: argparse.Namespace) -> int:
