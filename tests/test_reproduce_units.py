@@ -403,9 +403,12 @@ def test_the_report_opens_with_its_bottom_line_and_is_rewritten_from_its_files(t
         "GRPO-SG beats GRPO", "K&K", "held", "diff", diff_mean=0.1, diff_low=0.05, diff_high=0.2
     )
     out.claim("Reverse is close to GRPO", "K&K", "held", "diff 0.0 [-0.01, 0.01]")
+    out.notes.append("a note of the table")
     out.finish()
+    Output(ctx, "table_math").finish()
     (folder / "runs.csv").write_text("config_hash,compute_seconds\naaa,3600\nbbb,1800\n")
     text = report.write_report(ctx).read_text()
+    assert "\n- a note of the table\n\n## " in text  # a list ends before the next heading
     head = text.splitlines()
     assert head[2].startswith("**Smoke run**") and head[4] == "## Bottom line"  # the first screen
     assert "GRPO-SG beats GRPO, the paper's main claim: K&K +0.100 [+0.050, +0.200], held" in text

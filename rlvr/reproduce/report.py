@@ -263,8 +263,8 @@ def _write(
             lines += [f"![{name}]({name}.png)", ""]
         if (out / f"{name}.md").exists():
             lines += [_strip_header((out / f"{name}.md").read_text()), ""]
-        for note in m.get("notes", []):
-            lines += [f"- {note}"]
+        notes = [f"- {note}" for note in m.get("notes", [])]
+        lines += [*notes, ""] if notes else []
     prompts = {k: p for meta in metas.values() for k, p in meta.get("prompt_formats", {}).items()}
     if prompts:
         lines += [
