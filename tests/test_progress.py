@@ -124,6 +124,7 @@ COMMANDS = [
     ["eval", "k=-1"],
     ["eval", "model=runs/nope/final"],
     ["build-model", "--help"],
+    ["reproduce", "--check", "no-such-folder"],
     ["sample", "--help"],
 ]
 

@@ -278,6 +278,7 @@ def test_check_samples_compares_and_refuses_old_folders(tmp_path):
     from scipy import stats
 
     from rlvr.reproduce import check
+    from rlvr.reproduce.records import load_records
 
     records = {
         "kk/grpo_sg/seed0": {"numbers": {"greedy": 0.30}},
@@ -321,11 +322,11 @@ def test_check_samples_compares_and_refuses_old_folders(tmp_path):
     assert check.verdict(200.0, 100.0, None) == "outside the prediction interval"
     (tmp_path / "fig2.meta.json").write_text(json.dumps({"profile": "tiny", "train_runs": {}}))
     with pytest.raises(SystemExit, match="older rlvr"):
-        check.load_records(tmp_path)
+        load_records(tmp_path)
     verl = {"profile": "paper", "engine": "verl", "run_records": records}
     (tmp_path / "fig2.meta.json").write_text(json.dumps(verl))
     with pytest.raises(SystemExit, match="trained by verl"):
-        check.load_records(tmp_path)
+        load_records(tmp_path)
 
 
 def test_a_base_seed_builds_another_base_and_records_its_hash(tmp_path, monkeypatch):

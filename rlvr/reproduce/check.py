@@ -44,7 +44,7 @@ from rlvr.repro import machine_info, machine_line
 from rlvr.reproduce.common import markdown_table
 from rlvr.reproduce.grid import get_grid
 from rlvr.reproduce.keys import run_key
-from rlvr.reproduce.records import load_meta, parse_label
+from rlvr.reproduce.records import load_records, parse_label
 from rlvr.reproduce.runs import (
     base_weights,
     ensure_eval,
@@ -56,34 +56,6 @@ from rlvr.reproduce.runs import (
     train_config,
 )
 from rlvr.training.train_config import TrainConfig
-
-
-def load_records(folder: Path) -> tuple[dict[str, Any], dict[str, dict], dict[str, dict]]:
-    """``(meta of the first script, label -> run record, model -> base record)`` of ``folder``;
-    every meta file is read and checked first (``rlvr.reproduce.records``: a malformed or hostile
-    one is one ``RecordError`` line)."""
-    metas = [load_meta(p) for p in sorted(folder.glob("*.meta.json"))]
-    if not metas:
-        raise SystemExit(f"--check {folder}: no <name>.meta.json here (not a reproduction folder)")
-    records: dict[str, dict] = {}
-    bases: dict[str, dict] = {}
-    for meta in metas:
-        for label, rec in meta.get("run_records", {}).items():
-            records.setdefault(label, {}).update(rec)
-        bases.update({m: b for m, b in meta.get("bases", {}).items() if b})
-    engine = metas[0].get("engine", "native")
-    if engine != "native":
-        raise SystemExit(
-            f"--check {folder}: its runs were trained by {engine} (--from-verl); the check "
-            "retrains natively and would compare two engines, so it applies to native results only"
-        )
-    if not records:
-        raise SystemExit(
-            f"--check {folder}: its meta.json files record no per-run numbers or "
-            "hashes (written by an older rlvr); regenerate it with `rlvr reproduce "
-            "... --out` first"
-        )
-    return metas[0], records, bases
 
 
 def sample_labels(records: dict[str, dict], n: int, settings: Sequence[str] = ()) -> list[str]:
@@ -162,12 +134,18 @@ def summary_line(label: str, metric: str, committed: float, rerun: float, pi) ->
 
 
 def run_check(
-    folder: Path, *, sample: int = 1, cache: Path | None = None, progress: bool = True
+    folder: Path,
+    *,
+    sample: int = 1,
+    cache: Path | None = None,
+    progress: bool = True,
+    loaded: tuple[dict[str, Any], dict[str, dict], dict[str, dict]] | None = None,
 ) -> int:
     """Rerun ``sample`` runs recorded in ``folder`` and print the comparison. Returns 1 when a
     number lies outside its interval or a run's config no longer matches, else 0 (differing
-    weight hashes alone are reported, not failed: other machines may differ in threads)."""
-    meta, records, bases = load_records(folder)
+    weight hashes alone are reported, not failed: other machines may differ in threads).
+    ``loaded``: the folder's ``rlvr.reproduce.records.load_records``, when the caller read it."""
+    meta, records, bases = loaded or load_records(folder)
     # "profile": what reproductions written before the grid had its name recorded
     grid = get_grid(meta.get("grid", meta.get("profile")), smoke=bool(meta.get("smoke")))
     cache = cache or rlvr_home()
@@ -270,7 +248,6 @@ __all__ = [
     "DESIGN",
     "INSIDE",
     "OUTSIDE",
-    "load_records",
     "run_check",
     "sample_labels",
     "stated_interval",

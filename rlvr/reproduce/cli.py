@@ -284,6 +284,10 @@ def run_reproduce(args: argparse.Namespace) -> int:
             print(rewrite_report(Path(args.report)))
         return 0
     if args.check:
+        from rlvr.reproduce.records import load_records
+
+        # a folder that is no reproduction is refused before torch and transformers load
+        loaded = load_records(Path(args.check))
         from rlvr.reproduce.check import run_check
 
         return run_check(
@@ -291,6 +295,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
             sample=args.sample,
             cache=Path(args.cache) if args.cache else None,
             progress=not args.quiet,
+            loaded=loaded,
         )
     if not args.name:
         raise SystemExit(

@@ -161,6 +161,34 @@ def load_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
+def load_records(folder: Path) -> tuple[dict[str, Any], dict[str, dict], dict[str, dict]]:
+    """``(meta of the first script, label -> run record, model -> base record)`` of ``folder``;
+    every meta file is read and checked first (``rlvr.reproduce.records``: a malformed or hostile
+    one is one ``RecordError`` line)."""
+    metas = [load_meta(p) for p in sorted(folder.glob("*.meta.json"))]
+    if not metas:
+        raise SystemExit(f"--check {folder}: no <name>.meta.json here (not a reproduction folder)")
+    records: dict[str, dict] = {}
+    bases: dict[str, dict] = {}
+    for meta in metas:
+        for label, rec in meta.get("run_records", {}).items():
+            records.setdefault(label, {}).update(rec)
+        bases.update({m: b for m, b in meta.get("bases", {}).items() if b})
+    engine = metas[0].get("engine", "native")
+    if engine != "native":
+        raise SystemExit(
+            f"--check {folder}: its runs were trained by {engine} (--from-verl); the check "
+            "retrains natively and would compare two engines, so it applies to native results only"
+        )
+    if not records:
+        raise SystemExit(
+            f"--check {folder}: its meta.json files record no per-run numbers or "
+            "hashes (written by an older rlvr); regenerate it with `rlvr reproduce "
+            "... --out` first"
+        )
+    return metas[0], records, bases
+
+
 __all__ = [
     "LABEL",
     "MAX_COUNT",
@@ -170,5 +198,6 @@ __all__ = [
     "check_meta",
     "check_run_records",
     "load_meta",
+    "load_records",
     "parse_label",
 ]
