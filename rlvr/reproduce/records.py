@@ -162,9 +162,10 @@ def load_meta(path: str | Path) -> dict[str, Any]:
 
 
 def load_records(folder: Path) -> tuple[dict[str, Any], dict[str, dict], dict[str, dict]]:
-    """``(meta of the first script, label -> run record, model -> base record)`` of ``folder``;
-    every meta file is read and checked first (``rlvr.reproduce.records``: a malformed or hostile
-    one is one ``RecordError`` line)."""
+    """What ``rlvr reproduce --check`` reruns from: ``(meta of the first script, label -> run
+    record, model -> base record)`` of ``folder``. Every meta file is read and checked first (a
+    malformed or hostile one is one ``RecordError`` line), and a folder the check cannot rerun
+    (none, verl-trained, no run records) is one ``SystemExit`` line; nothing here loads torch."""
     metas = [load_meta(p) for p in sorted(folder.glob("*.meta.json"))]
     if not metas:
         raise SystemExit(f"--check {folder}: no <name>.meta.json here (not a reproduction folder)")
