@@ -5,8 +5,8 @@ claims table (``rlvr.reproduce.report`` writes it: claim | setting | **verdict**
 MDE | evidence; reports before issue 28 have no half-width and MDE columns), so
 any committed report can be compared, e.g. an earlier commit's with
 ``git show REV:results/tiny/REPORT.md > /tmp/old.md``. Claims are matched by (claim, setting),
-an earlier report's claim under the name it has now (``RENAMED``, marked in the change column);
-one present on one side only is listed as such.
+an earlier report's claim under the name it has now (``fig3.EARLIER_NAMES``, marked in the
+change column); one present on one side only is listed as such.
 """
 
 from __future__ import annotations
@@ -63,24 +63,18 @@ def read_claims(path: Path) -> list[dict[str, str]]:
 
 #: The change column of a claim that one report lacks (not a verdict that changed).
 ONLY_OLD, ONLY_NEW = "absent from the new report", "new in this report"
-#: A claim's earlier name -> its name now: the same measurement, renamed.
-RENAMED = {**fig3.EARLIER_NAMES}
 
 
 def compare_claims(old: list[dict], new: list[dict]) -> list[list[str]]:
     """Rows ``[claim, setting, old verdict, new verdict, change]``, the new report's order first
     and then the claims only the old one has; a claim on one side only is marked ``ONLY_OLD`` /
-    ``ONLY_NEW``, never as a changed verdict. An old claim whose name is in ``RENAMED`` is read
+    ``ONLY_NEW``, never as a changed verdict. An old claim named in ``fig3.EARLIER_NAMES`` is read
     under its new name (unless the old report also has the new name), and its change says so."""
     names = {c["claim"] for c in old}
-    before, renamed = {}, set()
+    before = {}
     for c in old:
-        name = RENAMED.get(c["claim"], c["claim"])
-        if name != c["claim"] and name in names:
-            name = c["claim"]
-        before[(name, c["setting"])] = c
-        if name != c["claim"]:
-            renamed.add((name, c["setting"]))
+        name = fig3.EARLIER_NAMES.get(c["claim"], c["claim"])
+        before[(c["claim"] if name in names else name, c["setting"])] = c
     after = {(c["claim"], c["setting"]): c for c in new}
     rows = []
     for key in list(after) + [k for k in before if k not in after]:
@@ -91,7 +85,7 @@ def compare_claims(old: list[dict], new: list[dict]) -> list[list[str]]:
             change = ONLY_NEW if a is None else ONLY_OLD
         else:
             change = "same" if va == vb else f"**{va} -> {vb}**"
-            if key in renamed:
+            if a["claim"] != key[0]:
                 change += f" (was: {a['claim']})"
         rows.append([key[0], key[1], va, vb, change])
     return rows
