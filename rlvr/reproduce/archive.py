@@ -7,14 +7,16 @@ from the run cache (``rlvr.reproduce.runs``), of every continued-SFT reference
 ``<out>/records/``, gzipped, as each finishes; the weights stay behind. A later
 ``rlvr reproduce`` into the same folder, on this machine or a fresh one, first puts those records
 back (``restore``), so the grid goes on where it stopped, and every figure, ``--power`` and the
-report are drawn from the records alone.
+report are drawn from the records alone, Figure 1 excepted (below).
 
 What needs weights makes them again: ``rlvr reproduce --check`` retrains its sample (which is
 the check), an evaluation the records lack retrains its run or reference first
-(``runs.ensure_run(..., weights=True)``, ``ensure_sft_reference(..., weights=True)``), and
-training on a base whose record came alone builds it again (``ensure_built``). Each says when
-the weights it made differ from the record's. A restored run is the run as recorded: its
-``run.json`` names the machine, seconds and weights hash of the run that produced it.
+(``runs.ensure_run(..., weights=True)``, ``ensure_sft_reference(..., weights=True)``), Figure 1
+scores its words with the first GRPO policy itself and retrains that one run
+(``collect.with_weights``), and training on a base whose record came alone builds it again
+(``ensure_built``). Each says when the weights it made differ from the record's. A restored run
+is the run as recorded: its ``run.json`` names the machine, seconds and weights hash of the run
+that produced it.
 
 Layout: ``<out>/records/<kind>/<key>/<file>.gz``. Kinds ``runs`` and ``evals`` keep their cache
 folder's own files (``run.json``, ``metrics.jsonl``, ``calibration.json``, ``config.yaml``;
