@@ -238,6 +238,53 @@ def test_a_base_s_record_is_kept_and_restored_and_its_weights_built_again(tmp_pa
     assert "built again to other weights than its record" in capsys.readouterr().out
 
 
+def test_a_restored_base_builds_only_the_draw_its_record_kept(tmp_path, monkeypatch, capsys):
+    """A base record that lists rejected draws (tiny-kk@4: four, about 1.5 h of one core) is
+    built again from its kept draw alone when those draws were built in this kernel mode, to the
+    recorded weights; a record from other kernels has every draw built again."""
+    from test_models import micro_build_config
+
+    from rlvr.models import accept
+    from rlvr.models import build as build_module
+    from rlvr.models.accept import AcceptConfig
+
+    real = build_module.machine_info
+    monkeypatch.setattr(build_module, "machine_info", lambda: {**real(), "kernel_mode": "held"})
+    cfg = micro_build_config(accept=AcceptConfig(draws=3, groups=(2, 3), items=2))
+    scores = iter([0.0, 0.5, 0.5, 0.0, 0.5])  # here: draws 0, 1; there: 1; elsewhere: 0, 1
+
+    def scripted(*args, **kwargs):  # the check's greedy scores, one per draw built
+        accuracy = next(scores)
+        return [{"group": f"kk{size}", "accuracy": accuracy} for size in (2, 3)]
+
+    monkeypatch.setattr(accept, "evaluate_base", scripted)
+    here = build_module.ensure_built(cfg, home=tmp_path / "here" / "models", progress=False)
+    record = build_module.built(here)
+    assert [t["draw"] for t in record["rejected"]] == [0]
+    out = tmp_path / "results"
+    assert archive.keep(here, out)
+
+    there = tmp_path / "there" / "models"
+    archive.restore(out, tmp_path / "there", models=there, say=lambda m: None)
+    capsys.readouterr()
+    folder = build_module.ensure_built(cfg, home=there, progress=True)
+    printed = capsys.readouterr().out
+    assert "lists 1 rejected draw(s), built in this kernel mode: not built again" in printed
+    assert "other weights" not in printed
+    again = build_module.built(folder)
+    assert again["weights_sha256"] == record["weights_sha256"]
+    assert again["rejected"] == record["rejected"]
+
+    elsewhere = tmp_path / "elsewhere" / "models"
+    archive.restore(out, tmp_path / "elsewhere", models=elsewhere, say=lambda m: None)
+    other = elsewhere / here.name / "build.json"
+    kept = json.loads(other.read_text())
+    other.write_text(json.dumps({**kept, "machine": {**kept["machine"], "kernel_mode": "native"}}))
+    folder = build_module.ensure_built(cfg, home=elsewhere, progress=False)
+    assert build_module.built(folder)["weights_sha256"] == record["weights_sha256"]
+    assert next(scores, "all used") == "all used"  # draw 0 was built and checked again
+
+
 def test_a_continued_sft_reference_is_restored_from_its_record_and_trained_again_for_weights(
     tmp_path, monkeypatch
 ):

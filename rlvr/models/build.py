@@ -232,6 +232,18 @@ def has_weights(folder: Path) -> bool:
     return built(folder) is not None and any(Path(folder).glob("*.safetensors"))
 
 
+def recorded_rejections(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The draws a base's record (``build.json``, restored from a results folder without its
+    weights) lists as rejected, when it was built in this process's held kernel mode: there the
+    draws are the same bits on any x86-64 CPU, so building them again would only reject them
+    again (tiny-kk@4 rejected four, about 1.5 h of one core). A record made with native kernels,
+    or in another mode, is not trusted: every draw is built again."""
+    mode = record.get("machine", {}).get("kernel_mode")
+    if mode in (None, "native") or mode != machine_info()["kernel_mode"]:
+        return []
+    return list(record.get("rejected", []))
+
+
 def ensure_built(
     cfg: BuildConfig, home: str | Path | None = None, progress: bool = True, rebuild: bool = False
 ) -> Path:
@@ -243,8 +255,9 @@ def ensure_built(
     bits of a build never stopped.
 
     A folder holding only its ``build.json`` (restored from a results folder's records, which
-    keep no weights) is built again, and a build whose weights differ from the record's says so:
-    the runs recorded on that base were trained on other weights."""
+    keep no weights) is built again, from the draw it kept when its rejected draws were built in
+    this kernel mode (``recorded_rejections``), and a build whose weights differ from the
+    record's says so: the runs recorded on that base were trained on other weights."""
     root = models_dir(home)
     root.mkdir(parents=True, exist_ok=True)
     final = root / build_key(cfg)
@@ -255,7 +268,8 @@ def ensure_built(
     with hold(root / f"{final.name}.lock", wait=True, what=f"model {final}"):
         if has_weights(final) and not rebuild:
             return final
-        recorded = "" if rebuild else (built(final) or {}).get("weights_sha256", "")
+        kept = {} if rebuild else (built(final) or {})
+        recorded = kept.get("weights_sha256", "")
         if recorded and progress:
             print(f"base model {cfg.name}: its record came without weights: building it again")
         remove_dead_temporaries(root, f".{final.name}.tmp-")
@@ -264,7 +278,12 @@ def ensure_built(
             log.unlink(missing_ok=True)
             for old in root.glob(f"{final.name}.draw*.checkpoints"):
                 shutil.rmtree(old, ignore_errors=True)
-        tried = accept.rejected(log)
+        tried = accept.rejected(log) or recorded_rejections(kept)
+        if tried and not log.exists() and progress:
+            print(
+                f"base model {cfg.name}: its record lists {len(tried)} rejected draw(s), built "
+                f"in this kernel mode: not built again (draw {len(tried) + 1} is the kept one)"
+            )
         tmp = root / f".{final.name}.tmp-{os.getpid()}"
         try:
             for d in range(len(tried), cfg.accept.draws):
