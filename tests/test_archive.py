@@ -248,8 +248,9 @@ def test_a_restored_base_builds_only_the_draw_its_record_kept(tmp_path, monkeypa
     from rlvr.models import build as build_module
     from rlvr.models.accept import AcceptConfig
 
-    real = build_module.machine_info
+    real = build_module.machine_info  # the records say "held", and so does this process
     monkeypatch.setattr(build_module, "machine_info", lambda: {**real(), "kernel_mode": "held"})
+    monkeypatch.setattr(build_module, "running_mode", lambda: "held")
     cfg = micro_build_config(accept=AcceptConfig(draws=3, groups=(2, 3), items=2))
     scores = iter([0.0, 0.5, 0.5, 0.0, 0.5])  # here: draws 0, 1; there: 1; elsewhere: 0, 1
 

@@ -39,7 +39,7 @@ from rlvr.models.accept import DRAW_STRIDE, AcceptConfig
 from rlvr.models.sft import SFTConfig, epochs, prefetch, sft
 from rlvr.models.tiny import ArchConfig, build_tiny, count_parameters
 from rlvr.models.tokenizer import PROBE_TEXT, load_tokenizer, reload_mismatch, train_tokenizer
-from rlvr.repro import machine_info, weights_sha256
+from rlvr.repro import machine_info, running_mode, weights_sha256
 
 BUILD_FORMAT = 3  # bump when the build procedure itself changes meaning (2: Qwen2 text split;
 # 3: the reproducible mode's float32 sqrt, rlvr.blas.sqrt, which moved every base's bits)
@@ -239,7 +239,7 @@ def recorded_rejections(record: dict[str, Any]) -> list[dict[str, Any]]:
     again (tiny-kk@4 rejected four, about 1.5 h of one core). A record made with native kernels,
     or in another mode, is not trusted: every draw is built again."""
     mode = record.get("machine", {}).get("kernel_mode")
-    if mode in (None, "native") or mode != machine_info()["kernel_mode"]:
+    if mode in (None, "native") or mode != running_mode():
         return []
     return list(record.get("rejected", []))
 
