@@ -10,6 +10,9 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.files import RecordError
+from rlvr.models import accept
+from rlvr.models import build as build_module
+from rlvr.models.accept import AcceptConfig
 from rlvr.repro import MODES
 from rlvr.reproduce import archive, grid, runs
 
@@ -243,10 +246,6 @@ def test_a_restored_base_builds_only_the_draw_its_record_kept(tmp_path, monkeypa
     built again from its kept draw alone when those draws were built in this kernel mode, to the
     recorded weights; a record from other kernels has every draw built again."""
     from test_models import micro_build_config
-
-    from rlvr.models import accept
-    from rlvr.models import build as build_module
-    from rlvr.models.accept import AcceptConfig
 
     real = build_module.machine_info  # the records say "held", and so does this process
     monkeypatch.setattr(build_module, "machine_info", lambda: {**real(), "kernel_mode": "held"})
